@@ -1,0 +1,88 @@
+//! MassGen-style YAML panel configs (`agents:`, `orchestrator:`, `timeout_settings:`) and the
+//! server settings that come from flags and the environment.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::coordination::OrchestratorOptions;
+use crate::providers::retry::CallPolicy;
+pub use crate::secret::Secret;
+
+/// One agent's `backend:` section, resolved (variables expanded, key found, base URL set).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BackendConfig {
+    /// The config `type`, lower-cased (`openai`, `groq`, `chatcompletion`, …).
+    pub backend_type: String,
+    pub model: String,
+    pub api_key: Option<Secret>,
+    pub base_url: String,
+    /// Keys the server does not know, passed into the upstream request body as they are
+    /// (temperature, max_tokens, reasoning_effort, top_p, …).
+    pub params: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentConfig {
+    pub id: String,
+    pub system_message: Option<String>,
+    pub backend: BackendConfig,
+}
+
+/// One loaded panel config file.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PanelConfig {
+    /// The name clients use (`massgen/<name>`): the file stem.
+    pub name: String,
+    /// Where it came from (for messages).
+    pub source: PathBuf,
+    pub agents: Vec<AgentConfig>,
+    pub orchestrator: OrchestratorOptions,
+    /// Upstream retry and time limits (`retry:` section).
+    pub call_policy: CallPolicy,
+}
+
+/// Server settings from flags, `MASSGEN_SERVER_*` and the optional `server:` section.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ServerSettings {
+    pub host: String,
+    pub port: u16,
+    /// SSE keep-alive comment period.
+    pub keepalive: Duration,
+    pub max_body_bytes: usize,
+    /// `massgen/path:<file>` routing.
+    pub allow_config_paths: bool,
+    /// How long running sessions may go on after a shutdown signal.
+    pub shutdown_grace: Duration,
+    /// Log prompt and answer text.
+    pub debug: bool,
+    /// Overrides the default config's name shown in `GET /v1/models` (`MASSGEN_SERVER_DEFAULT_MODEL`).
+    pub default_model: String,
+}
+
+impl Default for ServerSettings {
+    fn default() -> Self {
+        Self {
+            host: "127.0.0.1".to_string(),
+            port: 4000,
+            keepalive: Duration::from_secs(15),
+            max_body_bytes: 10 * 1024 * 1024,
+            allow_config_paths: false,
+            shutdown_grace: Duration::from_secs(30),
+            debug: false,
+            default_model: "massgen".to_string(),
+        }
+    }
+}
+
+/// Every panel the server can serve: the default and the named ones of the configs dir.
+#[derive(Debug, Clone, Default)]
+pub struct PanelCatalog {
+    pub default: Option<std::sync::Arc<PanelConfig>>,
+    pub named: BTreeMap<String, std::sync::Arc<PanelConfig>>,
+    /// Files of the configs dir that failed to load: name → why (no secrets in it).
+    pub unavailable: BTreeMap<String, String>,
+    pub configs_dir: Option<PathBuf>,
+}

@@ -1,0 +1,257 @@
+//! Everything that happens in a session is a [`SessionEvent`]. The HTTP edge renders them
+//! (reasoning lines, content deltas, metadata); the engine does not know how.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::providers::{FinishReason, ToolCall, Usage};
+
+/// An event with its place in the session.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionEvent {
+    /// 0, 1, 2, … within the session.
+    pub seq: u64,
+    /// Unix time in milliseconds.
+    pub at_ms: u64,
+    pub session_id: Arc<str>,
+    #[serde(flatten)]
+    pub kind: EventKind,
+}
+
+/// An agent as the session record names it: real id (never shown to other agents) and
+/// anonymous label (`agent1` …).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentRef {
+    pub agent_id: String,
+    pub label: String,
+}
+
+/// What an agent proposed. Text today; client tool calls later.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum AnswerContent {
+    Text { text: String },
+    ToolCalls { calls: Vec<ToolCall> },
+}
+
+impl AnswerContent {
+    /// The answer as other agents and the client read it.
+    pub fn as_text(&self) -> String {
+        match self {
+            Self::Text { text } => text.clone(),
+            Self::ToolCalls { calls } => calls
+                .iter()
+                .map(|c| format!("{}({})", c.name, c.arguments))
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+/// One stored answer: `answer_label` is `agent2.1`, `agent2.2`, …
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Answer {
+    #[serde(flatten)]
+    pub agent: AgentRef,
+    pub answer_label: String,
+    pub content: AnswerContent,
+}
+
+/// A counted vote.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VoteRecord {
+    pub voter: AgentRef,
+    /// The label voted for (`agent2`).
+    pub target_label: String,
+    pub target_agent_id: String,
+    pub reason: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TallyEntry {
+    pub label: String,
+    pub agent_id: String,
+    pub votes: u32,
+}
+
+/// Why the session stopped deliberating.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ConsensusReason {
+    /// Every live agent voted.
+    Converged,
+    /// Single agent, or `skip_coordination_rounds`.
+    SingleAgent,
+    /// The session timed out; the winner comes from the votes counted so far.
+    Timeout,
+}
+
+/// Why an agent failed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentError {
+    #[serde(flatten)]
+    pub agent: AgentRef,
+    /// `upstream`, `invalid_turns` or `turn_timeout`.
+    pub kind: AgentErrorKind,
+    pub message: String,
+    /// For upstream errors: provider, status and the provider's error kind.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<u16>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_kind: Option<crate::providers::ProviderErrorKind>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentErrorKind {
+    Upstream,
+    InvalidTurns,
+    TurnTimeout,
+}
+
+/// Which agent call spent the tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CallPhase {
+    Coordination,
+    Presentation,
+}
+
+/// How the final answer was produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PresentationMode {
+    /// The winner wrote it in a final call.
+    Presented,
+    /// `skip_final_presentation`: the stored winning answer as it stands.
+    Skipped,
+    /// The presentation call failed; the stored winning answer was used.
+    Fallback,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AgentSummary {
+    #[serde(flatten)]
+    pub agent: AgentRef,
+    pub provider: String,
+    pub model: String,
+    pub usage: Usage,
+    pub answers: u32,
+    pub failed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<AgentError>,
+}
+
+/// The outcome of a completed session.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionSummary {
+    pub winner: AgentRef,
+    pub consensus_reason: ConsensusReason,
+    /// The final answer as sent to the client.
+    pub final_answer: String,
+    pub finish_reason: FinishReason,
+    pub presentation: PresentationMode,
+    /// Every answer of the session, in order (`agent1.1`, `agent2.1`, `agent1.2`, …).
+    pub answers: Vec<Answer>,
+    /// The counted votes at consensus.
+    pub votes: Vec<VoteRecord>,
+    pub tally: Vec<TallyEntry>,
+    pub agents: Vec<AgentSummary>,
+    /// Sum over every upstream call of the session.
+    pub usage: Usage,
+    pub duration_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SessionErrorKind {
+    /// Every agent failed (or fewer than `min_live_agents` remain) and at least one failure
+    /// came from an upstream.
+    UpstreamFailed,
+    /// No agent could take part, or every agent failed to follow the protocol.
+    NoUsableAgent,
+    /// The session timed out before any answer existed.
+    Timeout,
+    /// The client went away.
+    Cancelled,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SessionError {
+    pub kind: SessionErrorKind,
+    pub message: String,
+    pub agent_errors: Vec<AgentError>,
+    /// Usage spent before the failure.
+    pub usage: Usage,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum EventKind {
+    SessionStarted {
+        agents: Vec<AgentRef>,
+    },
+    TurnStarted {
+        agent: AgentRef,
+        /// 1-based turn number of this agent.
+        turn: u32,
+        /// The answer labels (`agent2.1`, …) this turn sees.
+        answers_seen: Vec<String>,
+    },
+    AgentDelta {
+        agent: AgentRef,
+        text: String,
+    },
+    Answer {
+        answer: Answer,
+    },
+    Vote {
+        vote: VoteRecord,
+    },
+    VoteIgnored {
+        vote: VoteRecord,
+        /// Why the vote did not count (it was cast against an older answer set).
+        why: String,
+    },
+    TurnInvalid {
+        agent: AgentRef,
+        attempt: u32,
+        /// Which check failed (`no_workflow_tool`, `multiple_workflow_tools`, …).
+        check: String,
+        message: String,
+    },
+    AgentFailed {
+        error: AgentError,
+    },
+    Consensus {
+        winner: AgentRef,
+        reason: ConsensusReason,
+        tally: Vec<TallyEntry>,
+        votes: Vec<VoteRecord>,
+    },
+    PresentationStarted {
+        agent: AgentRef,
+    },
+    FinalDelta {
+        text: String,
+    },
+    /// The presentation call failed; the stored winning answer is used instead.
+    PresentationFailed {
+        agent: AgentRef,
+        message: String,
+    },
+    Usage {
+        agent: AgentRef,
+        phase: CallPhase,
+        usage: Usage,
+    },
+    SessionCompleted {
+        summary: Box<SessionSummary>,
+    },
+    SessionFailed {
+        error: SessionError,
+    },
+}

@@ -1,0 +1,14 @@
+//! massgen: several LLMs answer one question together, behind the OpenAI Chat Completions
+//! API.
+//!
+//! A request flows one way: [`server`] (HTTP edge) → [`coordination`] (the protocol engine)
+//! → [`providers`] (upstream wire formats). [`config`] loads panels; [`mock_upstream`] is the
+//! simulated model server used by `--demo`, tests and benchmarks; [`cli`] wires it together.
+
+pub mod cli;
+pub mod config;
+pub mod coordination;
+pub mod mock_upstream;
+pub mod providers;
+pub mod secret;
+pub mod server;

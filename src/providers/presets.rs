@@ -1,0 +1,133 @@
+//! Backend `type`s served by the Chat Completions client: default base URL and the
+//! environment variable(s) that hold the key.
+
+/// One backend type of the config.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Preset {
+    /// The `type` value in the config.
+    pub name: &'static str,
+    /// `None`: the config must give `base_url`.
+    pub default_base_url: Option<&'static str>,
+    /// Environment variables tried in order for the key.
+    pub key_vars: &'static [&'static str],
+    /// Whether a key is required (local servers need none).
+    pub key_required: bool,
+}
+
+const fn p(
+    name: &'static str,
+    default_base_url: Option<&'static str>,
+    key_vars: &'static [&'static str],
+    key_required: bool,
+) -> Preset {
+    Preset {
+        name,
+        default_base_url,
+        key_vars,
+        key_required,
+    }
+}
+
+/// Every Chat Completions backend type, in README order.
+pub const PRESETS: &[Preset] = &[
+    p(
+        "openai",
+        Some("https://api.openai.com/v1"),
+        &["OPENAI_API_KEY"],
+        true,
+    ),
+    p("chatcompletion", None, &[], false),
+    p("grok", Some("https://api.x.ai/v1"), &["XAI_API_KEY"], true),
+    p(
+        "groq",
+        Some("https://api.groq.com/openai/v1"),
+        &["GROQ_API_KEY"],
+        true,
+    ),
+    p(
+        "together",
+        Some("https://api.together.xyz/v1"),
+        &["TOGETHER_API_KEY"],
+        true,
+    ),
+    p(
+        "fireworks",
+        Some("https://api.fireworks.ai/inference/v1"),
+        &["FIREWORKS_API_KEY"],
+        true,
+    ),
+    p(
+        "cerebras",
+        Some("https://api.cerebras.ai/v1"),
+        &["CEREBRAS_API_KEY"],
+        true,
+    ),
+    p(
+        "openrouter",
+        Some("https://openrouter.ai/api/v1"),
+        &["OPENROUTER_API_KEY"],
+        true,
+    ),
+    p(
+        "moonshot",
+        Some("https://api.moonshot.ai/v1"),
+        &["MOONSHOT_API_KEY", "KIMI_API_KEY"],
+        true,
+    ),
+    p(
+        "kimi",
+        Some("https://api.moonshot.ai/v1"),
+        &["MOONSHOT_API_KEY", "KIMI_API_KEY"],
+        true,
+    ),
+    p(
+        "nebius",
+        Some("https://api.studio.nebius.ai/v1"),
+        &["NEBIUS_API_KEY"],
+        true,
+    ),
+    p(
+        "qwen",
+        Some("https://dashscope-intl.aliyuncs.com/compatible-mode/v1"),
+        &["QWEN_API_KEY", "DASHSCOPE_API_KEY"],
+        true,
+    ),
+    p(
+        "zai",
+        Some("https://api.z.ai/api/paas/v4"),
+        &["ZAI_API_KEY"],
+        true,
+    ),
+    p("poe", None, &["POE_API_KEY"], true),
+    p(
+        "vllm",
+        Some("http://localhost:8000/v1"),
+        &["VLLM_API_KEY"],
+        false,
+    ),
+    p(
+        "sglang",
+        Some("http://localhost:30000/v1"),
+        &["SGLANG_API_KEY"],
+        false,
+    ),
+    p(
+        "lmstudio",
+        Some("http://localhost:1234/v1"),
+        &["LMSTUDIO_API_KEY"],
+        false,
+    ),
+    p(
+        "ollama",
+        Some("http://localhost:11434/v1"),
+        &["OLLAMA_API_KEY"],
+        false,
+    ),
+];
+
+/// The preset for a config `type` (case-insensitive).
+pub fn find(backend_type: &str) -> Option<&'static Preset> {
+    PRESETS
+        .iter()
+        .find(|p| p.name.eq_ignore_ascii_case(backend_type))
+}
