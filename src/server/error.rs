@@ -1,0 +1,206 @@
+//! Every error a client can see, with its HTTP status and OpenAI's error shape
+//! (`{"error":{"message","type","param","code"}}`).
+
+use std::time::Duration;
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+use crate::coordination::{SessionError, SessionErrorKind};
+use crate::providers::ProviderErrorKind;
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ApiError {
+    /// 400: a request we cannot use.
+    InvalidRequest {
+        message: String,
+        param: Option<&'static str>,
+        code: &'static str,
+    },
+    /// 404: `massgen/<name>` that the server does not have.
+    ConfigNotFound { name: String, available: Vec<String> },
+    /// 503: `massgen/<name>` exists but failed to load.
+    ConfigUnavailable { name: String, reason: String },
+    /// 503: the server has no default configuration.
+    NoDefaultConfig { available: Vec<String> },
+    /// 404: no such route.
+    RouteNotFound { method: String, path: String },
+    /// 405.
+    MethodNotAllowed,
+    /// 413: body over the limit.
+    PayloadTooLarge { limit: usize },
+    /// The session failed (502 / 503 / 504 / 429).
+    Session(SessionError),
+    /// 500: a bug; the message is generic on purpose.
+    Internal,
+}
+
+impl ApiError {
+    pub fn invalid(message: impl Into<String>, param: Option<&'static str>, code: &'static str) -> Self {
+        Self::InvalidRequest {
+            message: message.into(),
+            param,
+            code,
+        }
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Self::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
+            Self::ConfigNotFound { .. } | Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::ConfigUnavailable { .. } | Self::NoDefaultConfig { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::Session(e) => session_status(e),
+            Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// OpenAI's `type` field.
+    pub fn error_type(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { .. }
+            | Self::ConfigNotFound { .. }
+            | Self::RouteNotFound { .. }
+            | Self::MethodNotAllowed
+            | Self::PayloadTooLarge { .. } => "invalid_request_error",
+            Self::ConfigUnavailable { .. } | Self::NoDefaultConfig { .. } => "server_error",
+            Self::Session(e) => match e.kind {
+                SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_error",
+                SessionErrorKind::UpstreamFailed => "upstream_error",
+                SessionErrorKind::NoUsableAgent => "server_error",
+                SessionErrorKind::Timeout => "timeout_error",
+                SessionErrorKind::Cancelled => "server_error",
+            },
+            Self::Internal => "server_error",
+        }
+    }
+
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::InvalidRequest { code, .. } => code,
+            Self::ConfigNotFound { .. } => "model_not_found",
+            Self::ConfigUnavailable { .. } => "config_unavailable",
+            Self::NoDefaultConfig { .. } => "no_default_config",
+            Self::RouteNotFound { .. } => "not_found",
+            Self::MethodNotAllowed => "method_not_allowed",
+            Self::PayloadTooLarge { .. } => "request_too_large",
+            Self::Session(e) => match e.kind {
+                SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_exceeded",
+                SessionErrorKind::UpstreamFailed => "upstream_failed",
+                SessionErrorKind::NoUsableAgent => "no_usable_agent",
+                SessionErrorKind::Timeout => "session_timeout",
+                SessionErrorKind::Cancelled => "session_cancelled",
+            },
+            Self::Internal => "internal_error",
+        }
+    }
+
+    pub fn param(&self) -> Option<&'static str> {
+        match self {
+            Self::InvalidRequest { param, .. } => *param,
+            Self::ConfigNotFound { .. } | Self::ConfigUnavailable { .. } => Some("model"),
+            _ => None,
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Self::InvalidRequest { message, .. } => message.clone(),
+            Self::ConfigNotFound { name, available } => format!(
+                "The model 'massgen/{name}' does not exist. Available: {}",
+                list_or_none(available)
+            ),
+            Self::ConfigUnavailable { name, reason } => {
+                format!("The configuration '{name}' could not be loaded: {reason}")
+            }
+            Self::NoDefaultConfig { available } => format!(
+                "This server has no default configuration; choose one with model 'massgen/<name>'. Available: {}",
+                list_or_none(available)
+            ),
+            Self::RouteNotFound { method, path } => format!("Unknown request URL: {method} {path}"),
+            Self::MethodNotAllowed => "Method not allowed for this URL".to_string(),
+            Self::PayloadTooLarge { limit } => {
+                format!("Request body is larger than the limit of {limit} bytes")
+            }
+            Self::Session(e) => session_message(e),
+            Self::Internal => "The server had an internal error".to_string(),
+        }
+    }
+
+    /// The error object (the value of the `error` key).
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "message": self.message(),
+            "type": self.error_type(),
+            "param": self.param(),
+            "code": self.code(),
+        })
+    }
+
+    /// How long a client should wait before retrying, when we know.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            Self::Session(e) if e.kind == SessionErrorKind::UpstreamFailed && all_rate_limited(e) => {
+                Some(Duration::from_secs(1))
+            }
+            _ => None,
+        }
+    }
+}
+
+fn list_or_none(items: &[String]) -> String {
+    if items.is_empty() {
+        "none".to_string()
+    } else {
+        items.join(", ")
+    }
+}
+
+fn all_rate_limited(e: &SessionError) -> bool {
+    !e.agent_errors.is_empty()
+        && e
+            .agent_errors
+            .iter()
+            .all(|a| a.upstream_kind == Some(ProviderErrorKind::RateLimited))
+}
+
+fn session_status(e: &SessionError) -> StatusCode {
+    match e.kind {
+        SessionErrorKind::UpstreamFailed if all_rate_limited(e) => StatusCode::TOO_MANY_REQUESTS,
+        SessionErrorKind::UpstreamFailed => StatusCode::BAD_GATEWAY,
+        SessionErrorKind::NoUsableAgent => StatusCode::SERVICE_UNAVAILABLE,
+        SessionErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+        // The client is gone; nobody reads this status.
+        SessionErrorKind::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
+    }
+}
+
+fn session_message(e: &SessionError) -> String {
+    if e.agent_errors.is_empty() {
+        return e.message.clone();
+    }
+    let details: Vec<String> = e
+        .agent_errors
+        .iter()
+        .map(|a| format!("{} ({}): {}", a.agent.label, a.agent.agent_id, a.message))
+        .collect();
+    format!("{} [{}]", e.message, details.join("; "))
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = json!({ "error": self.body() });
+        let mut response = (status, axum::Json(body)).into_response();
+        if let Some(wait) = self.retry_after() {
+            if let Ok(v) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}

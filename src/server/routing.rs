@@ -1,0 +1,128 @@
+//! Choosing the panel configuration from the request's `model` (protocol: "Choosing the
+//! configuration per request").
+
+use std::path::Path;
+use std::sync::Arc;
+
+use super::error::ApiError;
+use crate::config::{Env, PanelCatalog, PanelConfig};
+
+/// Model names clients can list.
+pub fn model_ids(catalog: &PanelCatalog) -> Vec<String> {
+    let mut ids = Vec::with_capacity(catalog.named.len() + 1);
+    if catalog.default.is_some() {
+        ids.push("massgen".to_string());
+    }
+    ids.extend(catalog.named.keys().map(|n| format!("massgen/{n}")));
+    ids
+}
+
+fn available(catalog: &PanelCatalog) -> Vec<String> {
+    model_ids(catalog)
+}
+
+/// Resolves `model` to a panel. `default_model` replaces every agent's model of the
+/// default panel when set (`MASSGEN_SERVER_DEFAULT_MODEL`).
+pub fn resolve(
+    model: &str,
+    catalog: &PanelCatalog,
+    allow_config_paths: bool,
+    default_model: Option<&str>,
+    env: &Env,
+) -> Result<Arc<PanelConfig>, ApiError> {
+    let default = || {
+        catalog.default.clone().ok_or_else(|| ApiError::NoDefaultConfig {
+            available: available(catalog),
+        })
+    };
+    let Some(rest) = model.strip_prefix("massgen/") else {
+        let panel = default()?;
+        return Ok(match default_model {
+            Some(m) => Arc::new(with_model(&panel, m)),
+            None => panel,
+        });
+    };
+
+    if let Some(m) = rest.strip_prefix("model:") {
+        let m = m.trim();
+        if m.is_empty() {
+            return Err(ApiError::invalid(
+                "'massgen/model:' needs a model name after the colon",
+                Some("model"),
+                "invalid_model",
+            ));
+        }
+        return Ok(Arc::new(with_model(default()?.as_ref(), m)));
+    }
+
+    if let Some(path) = rest.strip_prefix("path:") {
+        if !allow_config_paths {
+            return Err(ApiError::invalid(
+                "'massgen/path:' is disabled on this server (the operator can enable it with --allow-config-paths)",
+                Some("model"),
+                "config_paths_disabled",
+            ));
+        }
+        return crate::config::load_panel(Path::new(path), env)
+            .map(Arc::new)
+            .map_err(|e| ApiError::ConfigUnavailable {
+                name: path.to_string(),
+                reason: e.to_string(),
+            });
+    }
+
+    if !is_plain_name(rest) {
+        return Err(ApiError::invalid(
+            format!(
+                "'{rest}' is not a valid configuration name (letters, digits, '-', '_' and '.' only, no path syntax)"
+            ),
+            Some("model"),
+            "invalid_model",
+        ));
+    }
+    if let Some(panel) = catalog.named.get(rest) {
+        return Ok(panel.clone());
+    }
+    if let Some(reason) = catalog.unavailable.get(rest) {
+        return Err(ApiError::ConfigUnavailable {
+            name: rest.to_string(),
+            reason: reason.clone(),
+        });
+    }
+    Err(ApiError::ConfigNotFound {
+        name: rest.to_string(),
+        available: available(catalog),
+    })
+}
+
+fn is_plain_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && !name.contains("..")
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+fn with_model(panel: &PanelConfig, model: &str) -> PanelConfig {
+    let mut panel = panel.clone();
+    for agent in &mut panel.agents {
+        agent.backend.model = model.to_string();
+    }
+    panel
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_syntax_is_not_a_name() {
+        for bad in ["../etc", "a/b", "..", ".hidden", "a b", ""] {
+            assert!(!is_plain_name(bad), "{bad}");
+        }
+        for good in ["team", "team-2", "local_panel", "v1.2"] {
+            assert!(is_plain_name(good), "{good}");
+        }
+    }
+}

@@ -1,0 +1,105 @@
+"""The official `openai` Python SDK against a running massgen server, and every response
+checked against openapi.yaml. Started by tests/python_clients.rs with MASSGEN_BASE_URL."""
+
+import json
+import os
+import pathlib
+
+import httpx
+import jsonschema
+import openai
+import pytest
+import yaml
+
+BASE = os.environ["MASSGEN_BASE_URL"]
+SPEC = yaml.safe_load(
+    (pathlib.Path(__file__).resolve().parents[2] / "openapi.yaml").read_text()
+)
+
+
+def check(schema_name, instance):
+    schema = {"$ref": f"#/components/schemas/{schema_name}", "components": SPEC["components"]}
+    jsonschema.Draft202012Validator(schema).validate(instance)
+
+
+@pytest.fixture()
+def client():
+    return openai.OpenAI(base_url=f"{BASE}/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+MESSAGES = [
+    {"role": "system", "content": "Answer briefly."},
+    {"role": "user", "content": "Name three uses of a paperclip."},
+]
+
+
+def test_non_stream(client):
+    raw = client.chat.completions.with_raw_response.create(model="massgen", messages=MESSAGES)
+    assert raw.headers["x-massgen-session-id"].startswith("sess_")
+    completion = raw.parse()
+    assert completion.object == "chat.completion"
+    assert completion.choices[0].message.content.startswith("[simulated final answer]")
+    assert completion.choices[0].finish_reason == "stop"
+    assert completion.usage.total_tokens == completion.usage.prompt_tokens + completion.usage.completion_tokens
+    extra = completion.model_extra or {}
+    assert extra["massgen_metadata"]["winner"]["label"].startswith("agent")
+    check("ChatCompletion", json.loads(raw.text))
+
+
+def test_stream_with_usage(client):
+    stream = client.chat.completions.create(
+        model="massgen", messages=MESSAGES, stream=True, stream_options={"include_usage": True}
+    )
+    content, reasoning, finish, usage = "", "", None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            content += choice.delta.content or ""
+            reasoning += (choice.delta.model_extra or {}).get("reasoning_content") or ""
+            finish = choice.finish_reason or finish
+    assert content.startswith("[simulated final answer]")
+    assert "answered (agent" in reasoning and "voted for" in reasoning
+    assert finish == "stop"
+    assert usage is not None and usage.total_tokens > 0
+
+
+def test_stream_helper_accumulates(client):
+    with client.chat.completions.stream(model="massgen", messages=MESSAGES) as stream:
+        final = stream.get_final_completion()
+    assert final.choices[0].message.content.startswith("[simulated final answer]")
+
+
+def test_stream_chunks_match_openapi():
+    body = {"model": "massgen", "stream": True, "stream_options": {"include_usage": True}, "messages": MESSAGES}
+    with httpx.stream("POST", f"{BASE}/v1/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        saw_done = False
+        for line in r.iter_lines():
+            if not line.startswith("data: "):
+                continue
+            data = line[len("data: "):]
+            if data == "[DONE]":
+                saw_done = True
+                continue
+            check("ChatCompletionChunk", json.loads(data))
+    assert saw_done
+
+
+def test_errors_match_openapi_and_sdk_raises(client):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.chat.completions.create(model="massgen", messages=[])
+    assert err.value.code == "empty_array"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="massgen/does-not-exist", messages=MESSAGES)
+    for body, status in [(b"{nope", 400), (json.dumps({"model": "massgen"}).encode(), 400)]:
+        r = httpx.post(f"{BASE}/v1/chat/completions", content=body, headers={"content-type": "application/json"})
+        assert r.status_code == status
+        check("ErrorResponse", r.json())
+
+
+def test_health_and_models_match_openapi(client):
+    check("Health", httpx.get(f"{BASE}/health").json())
+    models = httpx.get(f"{BASE}/v1/models").json()
+    check("ModelList", models)
+    assert "massgen" in [m.id for m in client.models.list()]
