@@ -22,8 +22,8 @@ use massgen::providers::chat_completions::{
 };
 use massgen::providers::retry::CallPolicy;
 use massgen::providers::{
-    ChunkStream, FinishReason, Message, Provider, ProviderChunk, ProviderError,
-    ProviderErrorKind, ProviderRequest, ToolCall, ToolChoice, ToolSpec, Usage,
+    ChunkStream, FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
+    ProviderRequest, ToolCall, ToolChoice, ToolSpec, Usage,
 };
 use massgen::secret::Secret;
 use serde_json::{Value, json};
@@ -74,7 +74,10 @@ async fn decode(name: &str) -> (Vec<ProviderChunk>, Option<ProviderError>) {
     }
     let first = results[0].clone();
     for other in &results[1..] {
-        assert_eq!(&first, other, "{name}: result depends on how bytes are split");
+        assert_eq!(
+            &first, other,
+            "{name}: result depends on how bytes are split"
+        );
     }
     first
 }
@@ -386,7 +389,9 @@ async fn handle(State(script): State<Arc<Script>>, headers: HeaderMap, body: Byt
         }
         Reply::Slow(wait) => {
             tokio::time::sleep(wait).await;
-            sse(Body::from(String::from_utf8(fixture("text_include_usage.sse")).unwrap()))
+            sse(Body::from(
+                String::from_utf8(fixture("text_include_usage.sse")).unwrap(),
+            ))
         }
     }
 }
@@ -458,7 +463,11 @@ async fn request_shape_and_authorization() {
         parallel_tool_calls: Some(false),
     };
     let stream = provider.stream(request);
-    assert_eq!(script.count.load(Ordering::SeqCst), 0, "the call starts lazily");
+    assert_eq!(
+        script.count.load(Ordering::SeqCst),
+        0,
+        "the call starts lazily"
+    );
     let (chunks, error) = collect(stream).await;
     assert_eq!(error, None);
     assert_eq!(text_of(&chunks), "Hello, wörld");
@@ -510,7 +519,10 @@ async fn rate_limit_with_retry_after_is_retried_then_succeeds() {
     let (chunks, error) = collect(provider(&url, fast_policy(3), None).stream(hello())).await;
     assert_eq!(error, None);
     assert_eq!(text_of(&chunks), "Hello, wörld");
-    assert_eq!(chunks.last(), Some(&ProviderChunk::Finish(FinishReason::Stop)));
+    assert_eq!(
+        chunks.last(),
+        Some(&ProviderChunk::Finish(FinishReason::Stop))
+    );
     assert_eq!(script.count.load(Ordering::SeqCst), 2);
 }
 
@@ -547,7 +559,11 @@ async fn authentication_errors_are_not_retried_and_the_key_is_not_echoed() {
     let error = error.expect("an error");
     assert_eq!(error.kind, ProviderErrorKind::Authentication);
     assert_eq!(error.code.as_deref(), Some("invalid_api_key"));
-    assert!(!error.message.contains("sk-secret-key-42"), "{}", error.message);
+    assert!(
+        !error.message.contains("sk-secret-key-42"),
+        "{}",
+        error.message
+    );
     assert!(!error.to_string().contains("sk-secret-key-42"));
     assert!(!format!("{provider:?}").contains("sk-secret-key-42"));
     assert_eq!(script.count.load(Ordering::SeqCst), 1);

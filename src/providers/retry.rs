@@ -101,7 +101,12 @@ pub fn next_step(
 /// first, then `Retry-After` (seconds, may be fractional, or an HTTP date relative to
 /// `now`). Unparseable or negative values are ignored; a date in the past means no wait.
 pub fn parse_retry_after(headers: &HeaderMap, now: SystemTime) -> Option<Duration> {
-    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::trim)
+    };
     if let Some(ms) = header("retry-after-ms").and_then(parse_non_negative) {
         return Some(Duration::from_secs_f64(ms / 1000.0));
     }
@@ -162,7 +167,10 @@ mod tests {
         assert_eq!(backoff_delay(&p, 3, 0.5), Duration::from_millis(175));
         assert_eq!(backoff_delay(&p, 30, 1.0), Duration::from_millis(350));
         assert_eq!(backoff_delay(&p, 2, 0.0), Duration::ZERO);
-        assert_eq!(backoff_delay(&p, u32::MAX, 0.999), p.max_backoff.mul_f64(0.999));
+        assert_eq!(
+            backoff_delay(&p, u32::MAX, 0.999),
+            p.max_backoff.mul_f64(0.999)
+        );
         assert_eq!(backoff_delay(&p, 1, f64::NAN), Duration::ZERO);
     }
 
@@ -235,7 +243,10 @@ mod tests {
             "retry-after",
             HeaderValue::from_str(&date).unwrap_or(HeaderValue::from_static("x")),
         );
-        assert_eq!(parse_retry_after(&dated, now), Some(Duration::from_secs(30)));
+        assert_eq!(
+            parse_retry_after(&dated, now),
+            Some(Duration::from_secs(30))
+        );
         let past = httpdate::fmt_http_date(now - Duration::from_secs(30));
         let mut old = HeaderMap::new();
         old.insert(

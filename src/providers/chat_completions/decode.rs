@@ -162,10 +162,7 @@ impl Decoder {
         let chunk: ChunkWire = serde_json::from_str(data).map_err(|error| {
             self.error(
                 ProviderErrorKind::InvalidResponse,
-                format!(
-                    "malformed chunk ({error}): {}",
-                    errors::truncate(data)
-                ),
+                format!("malformed chunk ({error}): {}", errors::truncate(data)),
             )
         })?;
         self.on_chunk(chunk).map(Step::More)
@@ -295,5 +292,76 @@ fn map_finish_reason(reason: &str) -> FinishReason {
         "content_filter" => FinishReason::ContentFilter,
         // "stop", "eos", "end_turn" and anything new: the model ended on its own.
         _ => FinishReason::Stop,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(json: &str) -> Sse {
+        Sse::default().data(json)
+    }
+
+    #[test]
+    fn top_level_usage_wins_over_x_groq() {
+        let mut decoder = Decoder::new("groq".into());
+        let chunk = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],
+            "x_groq":{"usage":{"prompt_tokens":1,"completion_tokens":1}},
+            "usage":{"prompt_tokens":7,"completion_tokens":2}}"#;
+        assert!(decoder.on_event(data(chunk)).is_ok());
+        let Ok(Step::Done(chunks)) = decoder.on_event(data("[DONE]")) else {
+            panic!("[DONE] ends the stream");
+        };
+        assert_eq!(
+            chunks,
+            vec![
+                ProviderChunk::Usage(Usage {
+                    input_tokens: 7,
+                    output_tokens: 2,
+                    total_tokens: 9,
+                    ..Usage::default()
+                }),
+                ProviderChunk::Finish(FinishReason::Stop),
+            ]
+        );
+    }
+
+    #[test]
+    fn stop_with_tool_calls_becomes_tool_calls_and_other_choices_are_ignored() {
+        let mut decoder = Decoder::new("vllm".into());
+        let chunk = r#"{"choices":[
+            {"index":1,"delta":{"content":"other choice"},"finish_reason":"length"},
+            {"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{}"}}]},"finish_reason":"stop"}]}"#;
+        let Ok(Step::More(live)) = decoder.on_event(data(chunk)) else {
+            panic!("a chunk is not the end");
+        };
+        assert!(live.is_empty());
+        let Ok(end) = decoder.on_end_of_body() else {
+            panic!("a finish reason was seen");
+        };
+        assert_eq!(
+            end,
+            vec![
+                ProviderChunk::ToolCall(crate::providers::ToolCall {
+                    id: "call_0".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                }),
+                ProviderChunk::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn finish_reason_names() {
+        assert_eq!(map_finish_reason("length"), FinishReason::Length);
+        assert_eq!(map_finish_reason("tool_calls"), FinishReason::ToolCalls);
+        assert_eq!(map_finish_reason("function_call"), FinishReason::ToolCalls);
+        assert_eq!(
+            map_finish_reason("content_filter"),
+            FinishReason::ContentFilter
+        );
+        assert_eq!(map_finish_reason("eos"), FinishReason::Stop);
     }
 }

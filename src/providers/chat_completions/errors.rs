@@ -138,9 +138,8 @@ pub(crate) fn stream_error(provider: &str, info: ErrorInfo) -> ProviderError {
 /// Maps an HTTP status (and what the body says) to an error kind.
 pub(crate) fn classify_status(status: u16, info: &ErrorInfo) -> ProviderErrorKind {
     use ProviderErrorKind::*;
-    let says = |word: &str| {
-        info.code.as_deref() == Some(word) || info.error_type.as_deref() == Some(word)
-    };
+    let says =
+        |word: &str| info.code.as_deref() == Some(word) || info.error_type.as_deref() == Some(word);
     match status {
         401 | 403 => Authentication,
         429 => RateLimited,
@@ -262,7 +261,10 @@ mod tests {
             code: Some("insufficient_quota".into()),
             ..ErrorInfo::default()
         };
-        assert_eq!(classify_status(403, &quota), ProviderErrorKind::Authentication);
+        assert_eq!(
+            classify_status(403, &quota),
+            ProviderErrorKind::Authentication
+        );
         assert_eq!(classify_status(400, &quota), ProviderErrorKind::RateLimited);
         let too_long = ErrorInfo {
             message: "prompt is too long: 210000 tokens > 200000 maximum".into(),

@@ -107,7 +107,10 @@ pub fn http_client() -> Result<reqwest::Client, ProviderError> {
             ProviderError::new(
                 ProviderErrorKind::Connection,
                 "http",
-                format!("cannot build the HTTP client: {}", decode::error_chain(&error)),
+                format!(
+                    "cannot build the HTTP client: {}",
+                    decode::error_chain(&error)
+                ),
             )
         })?;
     // A concurrent first call may have won the race; either client is fine, keep one.

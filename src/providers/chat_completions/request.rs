@@ -119,7 +119,10 @@ mod tests {
         params.insert("temperature".into(), json!(0.2));
         params.insert("model".into(), json!("overridden"));
         params.insert("stream".into(), json!(false));
-        params.insert("stream_options".into(), json!({"include_obfuscation": false}));
+        params.insert(
+            "stream_options".into(),
+            json!({"include_obfuscation": false}),
+        );
         let request = ProviderRequest {
             messages: vec![
                 Message::system("s"),

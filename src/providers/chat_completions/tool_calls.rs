@@ -26,7 +26,10 @@ pub(crate) struct ToolCallAssembler {
 enum Target {
     New,
     /// `resent`: the delta repeats the call's id, so it may carry the arguments again.
-    Existing { slot: usize, resent: bool },
+    Existing {
+        slot: usize,
+        resent: bool,
+    },
 }
 
 impl ToolCallAssembler {
@@ -127,7 +130,12 @@ mod tests {
     use super::*;
     use crate::providers::chat_completions::wire::FunctionDeltaWire;
 
-    fn delta(index: Option<u32>, id: Option<&str>, name: Option<&str>, args: &str) -> ToolCallDeltaWire {
+    fn delta(
+        index: Option<u32>,
+        id: Option<&str>,
+        name: Option<&str>,
+        args: &str,
+    ) -> ToolCallDeltaWire {
         ToolCallDeltaWire {
             index,
             id: id.map(str::to_owned),
@@ -163,7 +171,10 @@ mod tests {
             delta(Some(0), None, None, "x\":1}"),
             delta(Some(1), None, None, "{}"),
         ]);
-        assert_eq!(calls, vec![call("a", "f", "{\"x\":1}"), call("b", "g", "{}")]);
+        assert_eq!(
+            calls,
+            vec![call("a", "f", "{\"x\":1}"), call("b", "g", "{}")]
+        );
     }
 
     #[test]
@@ -194,7 +205,11 @@ mod tests {
         ]);
         assert_eq!(
             calls,
-            vec![call("x", "f", "{}"), call("y", "g", "{}"), call("call_2", "h", "{}")]
+            vec![
+                call("x", "f", "{}"),
+                call("y", "g", "{}"),
+                call("call_2", "h", "{}")
+            ]
         );
     }
 

@@ -107,10 +107,7 @@ async fn attempt(
             let error = ProviderError::new(
                 ProviderErrorKind::Timeout,
                 provider,
-                format!(
-                    "no response headers within {:?}",
-                    policy.first_byte_timeout
-                ),
+                format!("no response headers within {:?}", policy.first_byte_timeout),
             );
             return Err(failed(error, None));
         }
