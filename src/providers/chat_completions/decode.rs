@@ -1,0 +1,367 @@
+//! Decoding a Chat Completions SSE body into [`ProviderChunk`]s.
+//!
+//! Text and reasoning go out as they arrive (the engine streams them live). Tool calls,
+//! usage and the finish reason are held until the stream's end (`[DONE]`, or the body's
+//! end after a finish reason) because usage usually comes after the finish chunk.
+//!
+//! `refusal` deltas are emitted as [`ProviderChunk::Text`]: the refusal is the model's
+//! answer, and dropping it would leave an agent with an empty answer and no reason.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use sse_stream::{Sse, SseStream};
+
+use super::errors::{self, ErrorInfo};
+use super::tool_calls::ToolCallAssembler;
+use super::wire::{ChunkWire, DeltaWire, UsageWire};
+use crate::providers::{
+    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, Usage,
+};
+
+/// Decodes an upstream SSE byte stream into provider-neutral chunks.
+///
+/// `idle_timeout` bounds the silence between two pieces of the body (SSE comments count
+/// as life: OpenRouter sends them while a slow model thinks). The stream ends after a
+/// `Finish` chunk or after the first error.
+pub fn decode_stream<S, E>(provider_name: String, body: S, idle_timeout: Duration) -> ChunkStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    Box::pin(async_stream::stream! {
+        let events = SseStream::from_bytes_stream(with_idle_timeout(body, idle_timeout));
+        let mut events = std::pin::pin!(events);
+        let mut decoder = Decoder::new(provider_name);
+        loop {
+            let step = match events.next().await {
+                Some(Ok(event)) => decoder.on_event(event),
+                Some(Err(error)) => Err(decoder.body_error(&error)),
+                None => decoder.on_end_of_body().map(Step::Done),
+            };
+            match step {
+                Ok(Step::More(chunks)) => {
+                    for chunk in chunks {
+                        yield Ok(chunk);
+                    }
+                }
+                Ok(Step::Done(chunks)) => {
+                    for chunk in chunks {
+                        yield Ok(chunk);
+                    }
+                    return;
+                }
+                Err(error) => {
+                    yield Err(error);
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// Why the byte stream under the SSE parser stopped.
+#[derive(Debug)]
+enum BodyError {
+    Idle(Duration),
+    Upstream(String),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Idle(limit) => write!(f, "no data from upstream for {limit:?}"),
+            Self::Upstream(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+fn with_idle_timeout<S, E>(
+    body: S,
+    idle_timeout: Duration,
+) -> impl Stream<Item = Result<Bytes, BodyError>> + Send
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    async_stream::stream! {
+        let mut body = std::pin::pin!(body);
+        loop {
+            match tokio::time::timeout(idle_timeout, body.next()).await {
+                Ok(Some(Ok(bytes))) => yield Ok(bytes),
+                Ok(Some(Err(error))) => {
+                    yield Err(BodyError::Upstream(error_chain(&error)));
+                    return;
+                }
+                Ok(None) => return,
+                Err(_) => {
+                    yield Err(BodyError::Idle(idle_timeout));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// An error and its sources, e.g. "error decoding response body: connection reset".
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}
+
+enum Step {
+    More(Vec<ProviderChunk>),
+    Done(Vec<ProviderChunk>),
+}
+
+/// The state of one stream: what must wait for the end.
+struct Decoder {
+    provider: String,
+    tool_calls: ToolCallAssembler,
+    usage: Option<Usage>,
+    finish: Option<FinishReason>,
+}
+
+impl Decoder {
+    fn new(provider: String) -> Self {
+        Self {
+            provider,
+            tool_calls: ToolCallAssembler::default(),
+            usage: None,
+            finish: None,
+        }
+    }
+
+    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+        let Some(data) = event.data else {
+            return Ok(Step::More(Vec::new()));
+        };
+        let data = data.trim();
+        if event.event.as_deref() == Some("error") {
+            return Err(self.error_event(data));
+        }
+        if data.is_empty() {
+            return Ok(Step::More(Vec::new()));
+        }
+        if data == "[DONE]" {
+            return Ok(Step::Done(self.complete()));
+        }
+        let chunk: ChunkWire = serde_json::from_str(data).map_err(|error| {
+            self.error(
+                ProviderErrorKind::InvalidResponse,
+                format!("malformed chunk ({error}): {}", errors::truncate(data)),
+            )
+        })?;
+        self.on_chunk(chunk).map(Step::More)
+    }
+
+    fn on_chunk(&mut self, chunk: ChunkWire) -> Result<Vec<ProviderChunk>, ProviderError> {
+        if let Some(error) = chunk.error {
+            return Err(errors::stream_error(
+                &self.provider,
+                ErrorInfo::from_field(error),
+            ));
+        }
+        // Groq repeats usage in x_groq; the top-level copy wins when both are there.
+        if let Some(usage) = chunk.usage.or(chunk.x_groq.and_then(|x| x.usage)) {
+            self.usage = Some(map_usage(&usage));
+        }
+        let mut out = Vec::new();
+        // Only the first choice: we never ask for n > 1.
+        for choice in chunk.choices.unwrap_or_default() {
+            if choice.index != 0 {
+                continue;
+            }
+            if let Some(delta) = choice.delta {
+                self.on_delta(delta, &mut out);
+            }
+            if let Some(reason) = choice.finish_reason.as_deref().filter(|r| !r.is_empty()) {
+                self.finish = Some(map_finish_reason(reason));
+            }
+        }
+        Ok(out)
+    }
+
+    fn on_delta(&mut self, delta: DeltaWire, out: &mut Vec<ProviderChunk>) {
+        let reasoning = [delta.reasoning_content, delta.reasoning];
+        for text in reasoning.into_iter().flatten().filter(|t| !t.is_empty()) {
+            out.push(ProviderChunk::Reasoning(text));
+        }
+        let text = [delta.content, delta.refusal];
+        for text in text.into_iter().flatten().filter(|t| !t.is_empty()) {
+            out.push(ProviderChunk::Text(text));
+        }
+        for call in delta.tool_calls.unwrap_or_default() {
+            self.tool_calls.apply(call);
+        }
+    }
+
+    fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
+        // A finish reason without [DONE] is a complete answer from a lax server; without
+        // either, the connection was cut.
+        if self.finish.is_some() {
+            Ok(self.complete())
+        } else {
+            Err(self.error(
+                ProviderErrorKind::Connection,
+                "stream ended early (no finish_reason and no [DONE])",
+            ))
+        }
+    }
+
+    /// The held-back chunks: tool calls in index order, the last usage, the finish.
+    fn complete(&mut self) -> Vec<ProviderChunk> {
+        let calls = std::mem::take(&mut self.tool_calls).finish();
+        let finish = match self.finish {
+            // Some servers (older vLLM, Ollama) say "stop" after calling tools.
+            Some(FinishReason::Stop) | None if !calls.is_empty() => FinishReason::ToolCalls,
+            Some(reason) => reason,
+            None => FinishReason::Stop,
+        };
+        let mut out: Vec<ProviderChunk> = calls.into_iter().map(ProviderChunk::ToolCall).collect();
+        out.extend(self.usage.take().map(ProviderChunk::Usage));
+        out.push(ProviderChunk::Finish(finish));
+        out
+    }
+
+    fn error_event(&self, data: &str) -> ProviderError {
+        let info = errors::parse_error_body(data);
+        errors::stream_error(&self.provider, info)
+    }
+
+    fn body_error(&self, error: &sse_stream::Error) -> ProviderError {
+        if let sse_stream::Error::Body(inner) = error {
+            return match inner.downcast_ref::<BodyError>() {
+                Some(BodyError::Idle(_)) => {
+                    self.error(ProviderErrorKind::Timeout, inner.to_string())
+                }
+                _ => self.error(
+                    ProviderErrorKind::Connection,
+                    format!("stream broken: {inner}"),
+                ),
+            };
+        }
+        self.error(
+            ProviderErrorKind::InvalidResponse,
+            format!("malformed SSE: {error}"),
+        )
+    }
+
+    fn error(&self, kind: ProviderErrorKind, message: impl Into<String>) -> ProviderError {
+        ProviderError::new(kind, self.provider.clone(), message)
+    }
+}
+
+fn map_usage(wire: &UsageWire) -> Usage {
+    let input = wire.prompt_tokens.unwrap_or(0);
+    let output = wire.completion_tokens.unwrap_or(0);
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: wire.total_tokens.unwrap_or(input + output),
+        cached_input_tokens: wire
+            .prompt_tokens_details
+            .as_ref()
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0),
+        reasoning_tokens: wire
+            .completion_tokens_details
+            .as_ref()
+            .and_then(|d| d.reasoning_tokens)
+            .unwrap_or(0),
+    }
+}
+
+fn map_finish_reason(reason: &str) -> FinishReason {
+    match reason {
+        "length" | "max_tokens" => FinishReason::Length,
+        "tool_calls" | "function_call" | "tool_use" => FinishReason::ToolCalls,
+        "content_filter" => FinishReason::ContentFilter,
+        // "stop", "eos", "end_turn" and anything new: the model ended on its own.
+        _ => FinishReason::Stop,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn data(json: &str) -> Sse {
+        Sse::default().data(json)
+    }
+
+    #[test]
+    fn top_level_usage_wins_over_x_groq() {
+        let mut decoder = Decoder::new("groq".into());
+        let chunk = r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}],
+            "x_groq":{"usage":{"prompt_tokens":1,"completion_tokens":1}},
+            "usage":{"prompt_tokens":7,"completion_tokens":2}}"#;
+        assert!(decoder.on_event(data(chunk)).is_ok());
+        let Ok(Step::Done(chunks)) = decoder.on_event(data("[DONE]")) else {
+            panic!("[DONE] ends the stream");
+        };
+        assert_eq!(
+            chunks,
+            vec![
+                ProviderChunk::Usage(Usage {
+                    input_tokens: 7,
+                    output_tokens: 2,
+                    total_tokens: 9,
+                    ..Usage::default()
+                }),
+                ProviderChunk::Finish(FinishReason::Stop),
+            ]
+        );
+    }
+
+    #[test]
+    fn stop_with_tool_calls_becomes_tool_calls_and_other_choices_are_ignored() {
+        let mut decoder = Decoder::new("vllm".into());
+        let chunk = r#"{"choices":[
+            {"index":1,"delta":{"content":"other choice"},"finish_reason":"length"},
+            {"index":0,"delta":{"tool_calls":[{"index":0,"function":{"name":"f","arguments":"{}"}}]},"finish_reason":"stop"}]}"#;
+        let Ok(Step::More(live)) = decoder.on_event(data(chunk)) else {
+            panic!("a chunk is not the end");
+        };
+        assert!(live.is_empty());
+        let Ok(end) = decoder.on_end_of_body() else {
+            panic!("a finish reason was seen");
+        };
+        assert_eq!(
+            end,
+            vec![
+                ProviderChunk::ToolCall(crate::providers::ToolCall {
+                    id: "call_0".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                }),
+                ProviderChunk::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn finish_reason_names() {
+        assert_eq!(map_finish_reason("length"), FinishReason::Length);
+        assert_eq!(map_finish_reason("tool_calls"), FinishReason::ToolCalls);
+        assert_eq!(map_finish_reason("function_call"), FinishReason::ToolCalls);
+        assert_eq!(
+            map_finish_reason("content_filter"),
+            FinishReason::ContentFilter
+        );
+        assert_eq!(map_finish_reason("eos"), FinishReason::Stop);
+    }
+}
