@@ -5,6 +5,7 @@
 //! Nothing here knows about coordination or about our own HTTP edge.
 
 pub mod chat_completions;
+pub mod factory;
 pub mod presets;
 pub mod retry;
 
@@ -15,6 +16,8 @@ use std::time::Duration;
 use futures::Stream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+pub use factory::{HttpProviders, ProviderFactory};
 
 /// Who wrote a message of the conversation sent upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

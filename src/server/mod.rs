@@ -27,16 +27,9 @@ use tower_http::trace::TraceLayer;
 pub use chat::SESSION_HEADER;
 use error::ApiError;
 
-use crate::config::{BackendConfig, Env, PanelCatalog, ServerSettings};
+use crate::config::{Env, PanelCatalog, ServerSettings};
 use crate::coordination::{Clock, SystemClock};
-use crate::providers::Provider;
-use crate::providers::retry::CallPolicy;
-
-/// Builds the provider for one agent's backend. The seam lets tests run the whole HTTP
-/// layer over scripted providers.
-pub trait ProviderFactory: Send + Sync {
-    fn build(&self, backend: &BackendConfig, policy: &CallPolicy) -> Result<Arc<dyn Provider>, String>;
-}
+use crate::providers::ProviderFactory;
 
 /// Shared by every request.
 #[derive(Clone)]
