@@ -1,5 +1,28 @@
 //! MassGen-style YAML panel configs (`agents:`, `orchestrator:`, `timeout_settings:`) and the
 //! server settings that come from flags and the environment.
+//!
+//! Loading: [`load_panel`] / [`parse_panel`] / [`load_catalog`] (see `load.rs` for the rules
+//! and the decisions taken), `${VAR}` expansion in `expand.rs`, the `--demo` panel in
+//! `demo.rs`.
+
+mod demo;
+mod error;
+pub mod expand;
+mod load;
+mod yaml;
+
+pub use demo::{DEMO_SOURCE, demo_panel};
+pub use error::ConfigError;
+pub use load::{load_catalog, load_panel, parse_panel, valid_panel_name};
+
+/// Environment lookup seam: the process environment in production ([`process_env`]), a map in
+/// tests.
+pub type Env = dyn Fn(&str) -> Option<String> + Send + Sync;
+
+/// Looks `name` up in the process environment (after `.env` was loaded by the CLI).
+pub fn process_env(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -1,0 +1,376 @@
+//! The command line: flag/env merging as a function, and the built binary black-box.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use massgen::cli::{Cli, Command as Sub, NO_CONFIG_HINT, ServeArgs, build_catalog, resolve_serve};
+
+type TestEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+fn env(pairs: &[(&str, &str)]) -> TestEnv {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Box::new(move |name| map.get(name).cloned())
+}
+
+fn serve_args(argv: &[&str]) -> ServeArgs {
+    let mut full = vec!["massgen", "serve"];
+    full.extend_from_slice(argv);
+    match Cli::try_parse_from(full) {
+        Ok(Cli {
+            command: Sub::Serve(args),
+        }) => args,
+        other => panic!("not a serve command: {other:?}"),
+    }
+}
+
+#[test]
+fn defaults_without_flags_or_env() {
+    let plan =
+        resolve_serve(&serve_args(&[]), env(&[]).as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(plan.settings, massgen::config::ServerSettings::default());
+    assert_eq!(plan.settings.host, "127.0.0.1");
+    assert_eq!(plan.settings.port, 4000);
+    assert_eq!(plan.default_config, None);
+    assert_eq!(plan.configs_dir, None);
+    assert!(!plan.demo);
+}
+
+#[test]
+fn env_fallbacks_apply() {
+    let e = env(&[
+        ("MASSGEN_SERVER_HOST", "0.0.0.0"),
+        ("MASSGEN_SERVER_PORT", "8080"),
+        ("MASSGEN_SERVER_DEFAULT_CONFIG", "team.yaml"),
+        ("MASSGEN_SERVER_DEFAULT_MODEL", "panel"),
+        ("MASSGEN_SERVER_DEBUG", "true"),
+        ("MASSGEN_SERVER_CONFIGS_DIR", "configs"),
+        ("MASSGEN_SERVER_ALLOW_CONFIG_PATHS", "1"),
+    ]);
+    let plan = resolve_serve(&serve_args(&[]), e.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(plan.settings.host, "0.0.0.0");
+    assert_eq!(plan.settings.port, 8080);
+    assert_eq!(plan.settings.default_model, "panel");
+    assert!(plan.settings.debug);
+    assert!(plan.settings.allow_config_paths);
+    assert_eq!(plan.default_config, Some(PathBuf::from("team.yaml")));
+    assert_eq!(plan.configs_dir, Some(PathBuf::from("configs")));
+}
+
+#[test]
+fn flags_win_over_env() {
+    let e = env(&[
+        ("MASSGEN_SERVER_HOST", "0.0.0.0"),
+        ("MASSGEN_SERVER_PORT", "8080"),
+        ("MASSGEN_SERVER_DEFAULT_CONFIG", "env.yaml"),
+        ("MASSGEN_SERVER_CONFIGS_DIR", "env-dir"),
+        ("MASSGEN_SERVER_DEBUG", "false"),
+    ]);
+    let args = serve_args(&[
+        "--host",
+        "::1",
+        "--port",
+        "0",
+        "--config",
+        "flag.yaml",
+        "--configs-dir",
+        "flag-dir",
+        "--debug",
+        "--demo",
+        "--keepalive-seconds",
+        "5",
+        "--max-body-bytes",
+        "1000",
+        "--shutdown-grace-seconds",
+        "2",
+        "--allow-config-paths",
+    ]);
+    let plan = resolve_serve(&args, e.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
+    let s = &plan.settings;
+    assert_eq!((s.host.as_str(), s.port), ("::1", 0));
+    assert!(s.debug && s.allow_config_paths && plan.demo);
+    assert_eq!(s.keepalive, Duration::from_secs(5));
+    assert_eq!(s.max_body_bytes, 1000);
+    assert_eq!(s.shutdown_grace, Duration::from_secs(2));
+    assert_eq!(plan.default_config, Some(PathBuf::from("flag.yaml")));
+    assert_eq!(plan.configs_dir, Some(PathBuf::from("flag-dir")));
+}
+
+#[test]
+fn bad_env_values_are_usage_errors() {
+    let e = env(&[("MASSGEN_SERVER_PORT", "http")]);
+    let err = resolve_serve(&serve_args(&[]), e.as_ref()).err();
+    assert!(
+        err.as_ref()
+            .is_some_and(|f| f.code == 2 && f.message.contains("MASSGEN_SERVER_PORT")),
+        "{err:?}"
+    );
+    let e = env(&[("MASSGEN_SERVER_DEBUG", "sometimes")]);
+    let err = resolve_serve(&serve_args(&[]), e.as_ref()).err();
+    assert!(
+        err.as_ref()
+            .is_some_and(|f| f.code == 2 && f.message.contains("MASSGEN_SERVER_DEBUG")),
+        "{err:?}"
+    );
+    let err = resolve_serve(
+        &serve_args(&["--keepalive-seconds", "0"]),
+        env(&[]).as_ref(),
+    )
+    .err();
+    assert!(err.is_some_and(|f| f.code == 2));
+}
+
+#[test]
+fn catalog_from_plan_demo_and_hint() {
+    let none = env(&[]);
+    let plan = resolve_serve(&serve_args(&[]), none.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
+    let err = build_catalog(&plan, None, none.as_ref()).err();
+    assert!(err.is_some_and(|f| f.code == 2 && f.message == NO_CONFIG_HINT));
+
+    let demo = build_catalog(&plan, Some("http://127.0.0.1:1/v1"), none.as_ref())
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(demo.default.as_ref().map(|p| p.name.as_str()), Some("demo"));
+    assert!(demo.named.is_empty());
+
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("team.yaml");
+    std::fs::write(
+        &file,
+        "agent: {id: solo, backend: {type: ollama, model: m}}",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let args = serve_args(&["--demo", "--config", &file.display().to_string()]);
+    let plan = resolve_serve(&args, none.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
+    let both = build_catalog(&plan, Some("http://127.0.0.1:1/v1"), none.as_ref())
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(both.default.as_ref().map(|p| p.name.as_str()), Some("team"));
+    assert_eq!(both.named.keys().collect::<Vec<_>>(), ["demo"]);
+}
+
+// ---- the binary ----
+
+fn massgen(dir: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_massgen"));
+    // A clean environment and an empty working directory: no MASSGEN_*, no keys, no .env.
+    cmd.env_clear().current_dir(dir);
+    cmd
+}
+
+fn run(cmd: &mut Command) -> Output {
+    // These invocations exit on their own (help, errors); the bound keeps a regression from
+    // hanging the suite.
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if child.try_wait().ok().flatten().is_some() {
+            return child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("massgen did not exit in time");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+#[test]
+fn help_and_version() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = run(massgen(dir.path()).arg("--help"));
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    assert!(
+        help.contains("serve") && help.contains("mock-upstream"),
+        "{help}"
+    );
+
+    let out = run(massgen(dir.path()).args(["serve", "--help"]));
+    let help = text(&out.stdout);
+    for flag in [
+        "--config",
+        "--configs-dir",
+        "--demo",
+        "--port",
+        "MASSGEN_SERVER_PORT",
+    ] {
+        assert!(help.contains(flag), "{flag} missing in {help}");
+    }
+
+    let out = run(massgen(dir.path()).arg("--version"));
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
+}
+
+#[test]
+fn bad_config_exits_2_naming_file_and_key() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let file = dir.path().join("team.yaml");
+    std::fs::write(
+        &file,
+        "agents:\n  - id: a\n    backend: {type: ollama, model: m}\n  - id: b\n    backend: {type: foo, model: m}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = run(massgen(dir.path()).args(["serve", "--port", "0", "--config", "team.yaml"]));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("team.yaml: agents[1].backend.type: unknown backend type 'foo'"),
+        "{stderr}"
+    );
+    assert!(text(&out.stdout).is_empty());
+}
+
+#[test]
+fn missing_key_exits_2_with_variable_name() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("p.yaml"),
+        "agent: {backend: {type: openai, model: m}}",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let out = run(massgen(dir.path()).args(["serve", "--port", "0", "--config", "p.yaml"]));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("set OPENAI_API_KEY"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn no_config_exits_2_with_hint() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let out = run(massgen(dir.path()).args(["serve", "--port", "0"]));
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("--config FILE") && stderr.contains("--demo"),
+        "{stderr}"
+    );
+}
+
+/// Reads the first stdout line of `child`, waiting at most 20 s.
+fn first_line(child: &mut Child) -> String {
+    let stdout = child.stdout.take().unwrap_or_else(|| panic!("no stdout"));
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(line) => line.trim_end().to_string(),
+        Err(_) => {
+            let _ = child.kill();
+            panic!("no address line in time");
+        }
+    }
+}
+
+fn http_get(addr: &str, path: &str) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response
+}
+
+/// Kills (or has already stopped) `child`, and reaps it within 10 s.
+fn wait_bounded(child: &mut Child) -> Option<std::process::ExitStatus> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn mock_upstream_prints_address_and_serves_health() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut child = massgen(dir.path())
+        .args(["mock-upstream", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let line = first_line(&mut child);
+    let addr = line
+        .strip_prefix("mock-upstream listening on http://")
+        .unwrap_or_else(|| panic!("unexpected line: {line}"))
+        .to_string();
+    assert!(
+        addr.starts_with("127.0.0.1:") && !addr.ends_with(":0"),
+        "{addr}"
+    );
+    let response = http_get(&addr, "/health");
+    let _ = child.kill();
+    wait_bounded(&mut child);
+    assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+    assert!(response.contains("ok"), "{response}");
+}
+
+#[cfg(unix)]
+#[test]
+fn serve_demo_announces_address_and_stops_on_sigterm() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let mut child = massgen(dir.path())
+        .args([
+            "serve",
+            "--demo",
+            "--port",
+            "0",
+            "--shutdown-grace-seconds",
+            "1",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn: {e}"));
+    let line = first_line(&mut child);
+    assert!(
+        line.starts_with("massgen listening on http://127.0.0.1:") && !line.ends_with(":0"),
+        "{line}"
+    );
+    let killed = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(killed, "could not send SIGTERM");
+    let status = wait_bounded(&mut child);
+    let mut stderr = String::new();
+    if let Some(mut err) = child.stderr.take() {
+        let _ = err.read_to_string(&mut stderr);
+    }
+    assert!(status.is_some_and(|s| s.success()), "{status:?}: {stderr}");
+    // The start-up log names the demo panel's agents, types and models.
+    assert!(
+        stderr.contains("sim-analyst(chatcompletion/sim-analyst:"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("config=<built-in demo>"), "{stderr}");
+}

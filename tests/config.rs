@@ -1,0 +1,778 @@
+//! Panel config loading: expansion, validation messages, params, keys, catalog.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use massgen::config::{
+    ConfigError, PanelConfig, demo_panel, load_catalog, load_panel, parse_panel,
+};
+use massgen::coordination::Strictness;
+use massgen::providers::presets::PRESETS;
+use serde_json::json;
+
+type TestEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+fn env(pairs: &[(&str, &str)]) -> TestEnv {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Box::new(move |name| map.get(name).cloned())
+}
+
+fn with_keys() -> TestEnv {
+    env(&[
+        ("OPENAI_API_KEY", "sk-env-openai"),
+        ("GROQ_API_KEY", "gsk-env"),
+    ])
+}
+
+fn parse(yaml: &str, env: &TestEnv) -> Result<PanelConfig, ConfigError> {
+    parse_panel("team", Path::new("team.yaml"), yaml, env.as_ref())
+}
+
+fn ok(yaml: &str) -> PanelConfig {
+    match parse(yaml, &with_keys()) {
+        Ok(panel) => panel,
+        Err(e) => panic!("expected a valid config, got: {e}"),
+    }
+}
+
+/// The error message, asserted to name the file and `key`, and to contain every `parts`.
+fn fails(yaml: &str, env: &TestEnv, key: &str, parts: &[&str]) -> String {
+    let e = match parse(yaml, env) {
+        Ok(_) => panic!("expected an error at {key}"),
+        Err(e) => e,
+    };
+    let msg = e.to_string();
+    assert_eq!(e.file, "team.yaml", "{msg}");
+    assert_eq!(e.key, key, "{msg}");
+    assert!(msg.starts_with(&format!("team.yaml: {key}: ")), "{msg}");
+    for part in parts {
+        assert!(msg.contains(part), "missing {part:?} in: {msg}");
+    }
+    msg
+}
+
+const GPT: &str = "
+agents:
+  - id: gpt
+    backend: {type: openai, model: gpt-4o-mini}
+";
+
+#[test]
+fn minimal_config_gets_defaults() {
+    let panel = ok(GPT);
+    assert_eq!(panel.name, "team");
+    assert_eq!(panel.source, Path::new("team.yaml"));
+    let b = &panel.agents[0].backend;
+    assert_eq!(b.backend_type, "openai");
+    assert_eq!(b.base_url, "https://api.openai.com/v1");
+    assert_eq!(
+        b.api_key.as_ref().map(|k| k.expose()),
+        Some("sk-env-openai")
+    );
+    assert!(b.params.is_empty());
+    assert_eq!(panel.orchestrator, Default::default());
+    assert_eq!(panel.call_policy, Default::default());
+}
+
+#[test]
+fn single_agent_form_and_generated_ids() {
+    let panel = ok("
+agent:
+  backend: {type: groq, model: llama-3.3-70b-versatile}
+  system_message: hi
+");
+    assert_eq!(panel.agents.len(), 1);
+    assert_eq!(panel.agents[0].id, "agent1");
+    assert_eq!(panel.agents[0].system_message.as_deref(), Some("hi"));
+
+    let panel = ok("
+agents:
+  - backend: {type: openai, model: a}
+  - id: named
+    backend: {type: openai, model: b}
+  - backend: {type: openai, model: c}
+");
+    let ids: Vec<&str> = panel.agents.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, ["agent1", "named", "agent3"]);
+}
+
+#[test]
+fn backend_type_is_case_insensitive_and_aliases_exist() {
+    let panel = ok("
+agents:
+  - id: a
+    backend: {type: OpenAI, model: m}
+  - id: b
+    backend: {type: kimi, model: m, api_key: k}
+  - id: c
+    backend: {type: Moonshot, model: m, api_key: k}
+");
+    let types: Vec<&str> = panel
+        .agents
+        .iter()
+        .map(|a| a.backend.backend_type.as_str())
+        .collect();
+    assert_eq!(types, ["openai", "kimi", "moonshot"]);
+}
+
+#[test]
+fn params_keep_types_and_case() {
+    let panel = ok("
+agents:
+  - id: gpt
+    backend:
+      type: openai
+      model: gpt-4o-mini
+      temperature: 0.7
+      top_p: 0.9
+      max_tokens: 100
+      stop: [\"a\", \"b\"]
+      logitBias: {\"50256\": -100}
+      reasoning_effort: low
+      parallel_tool_calls: false
+      seed: ~
+");
+    let params = &panel.agents[0].backend.params;
+    assert_eq!(params["temperature"], json!(0.7));
+    assert!(params["temperature"].is_f64());
+    assert_eq!(params["top_p"], json!(0.9));
+    assert_eq!(params["max_tokens"], json!(100));
+    assert!(params["max_tokens"].is_u64());
+    assert_eq!(params["stop"], json!(["a", "b"]));
+    assert_eq!(params["logitBias"], json!({"50256": -100}));
+    assert_eq!(params["reasoning_effort"], json!("low"));
+    assert_eq!(params["parallel_tool_calls"], json!(false));
+    assert_eq!(params["seed"], json!(null));
+    for key in ["type", "model", "api_key", "base_url"] {
+        assert!(!params.contains_key(key), "{key} leaked into params");
+    }
+}
+
+#[test]
+fn massgen_only_and_request_owned_keys_are_not_params() {
+    let panel = ok("
+agents:
+  - id: gpt
+    backend:
+      type: openai
+      model: m
+      enable_web_search: true
+      enable_code_interpreter: true
+      cwd: workspace
+      mcp_servers: [{name: gh, env: {TOKEN: \"${NOT_SET_ANYWHERE}\"}}]
+      allowed_tools: [a]
+      exclude_tools: [b]
+      custom_tools: []
+      stream: false
+      messages: []
+      temperature: 1
+");
+    let params = &panel.agents[0].backend.params;
+    assert_eq!(params.keys().collect::<Vec<_>>(), ["temperature"]);
+}
+
+#[test]
+fn expansion_everywhere_with_defaults() {
+    let e = env(&[
+        ("OPENAI_API_KEY", "sk-x"),
+        ("MODEL", "gpt-4.1"),
+        ("STOP", "END"),
+        ("HOST", "llm.local"),
+        ("TURN", "42"),
+    ]);
+    let panel = parse(
+        "
+agents:
+  - id: ${AGENT_ID:-gpt}
+    system_message: \"costs $5, $$HOME, ${MODEL}\"
+    backend:
+      type: openai
+      model: ${MODEL}
+      base_url: http://${HOST}:${PORT:-8000}/v1/
+      stop: [\"${STOP}\", fixed]
+      metadata: {who: \"${HOST}\", nested: {deep: \"${MODEL:-x}\"}}
+orchestrator:
+  agent_turn_timeout_seconds: ${TURN}
+  voting_sensitivity: ${SENS:-strict}
+",
+        &e,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let a = &panel.agents[0];
+    assert_eq!(a.id, "gpt");
+    assert_eq!(
+        a.system_message.as_deref(),
+        Some("costs $5, $HOME, gpt-4.1")
+    );
+    assert_eq!(a.backend.model, "gpt-4.1");
+    assert_eq!(a.backend.base_url, "http://llm.local:8000/v1");
+    assert_eq!(a.backend.params["stop"], json!(["END", "fixed"]));
+    assert_eq!(
+        a.backend.params["metadata"],
+        json!({"who": "llm.local", "nested": {"deep": "gpt-4.1"}})
+    );
+    assert_eq!(
+        panel.orchestrator.agent_turn_timeout,
+        Duration::from_secs(42)
+    );
+    assert_eq!(panel.orchestrator.voting_sensitivity, Strictness::Strict);
+}
+
+#[test]
+fn unset_variable_is_an_error_naming_it_and_the_key() {
+    fails(
+        "
+agents:
+  - id: gpt
+    backend:
+      type: openai
+      model: m
+      stop: [a, \"${MISSING_STOP}\"]
+",
+        &with_keys(),
+        "agents[0].backend.stop[1]",
+        &["MISSING_STOP", "not set"],
+    );
+    fails(
+        "
+agents:
+  - id: gpt
+    backend: {type: openai, model: m, api_key: \"${MY_KEY}\"}
+",
+        &env(&[]),
+        "agents[0].backend.api_key",
+        &["MY_KEY"],
+    );
+}
+
+#[test]
+fn ignored_sections_are_not_expanded_or_validated() {
+    let panel = ok(&format!(
+        "{GPT}\nui: {{display_type: \"${{NOPE}}\"}}\nlogging: {{level: 3}}\n"
+    ));
+    assert_eq!(panel.agents.len(), 1);
+}
+
+#[test]
+fn api_key_from_config_wins_over_env_and_fallback_vars_in_order() {
+    let panel = ok("
+agents:
+  - id: gpt
+    backend: {type: openai, model: m, api_key: sk-config}
+");
+    assert_eq!(
+        panel.agents[0].backend.api_key.as_ref().map(|k| k.expose()),
+        Some("sk-config")
+    );
+
+    let e = env(&[("KIMI_API_KEY", "kimi-2"), ("OPENAI_API_KEY", "x")]);
+    let panel =
+        parse("agent: {backend: {type: kimi, model: m}}", &e).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        panel.agents[0].backend.api_key.as_ref().map(|k| k.expose()),
+        Some("kimi-2")
+    );
+
+    let e = env(&[("KIMI_API_KEY", "kimi-2"), ("MOONSHOT_API_KEY", "moon-1")]);
+    let panel =
+        parse("agent: {backend: {type: kimi, model: m}}", &e).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        panel.agents[0].backend.api_key.as_ref().map(|k| k.expose()),
+        Some("moon-1")
+    );
+
+    // An empty expansion counts as "not given": the env variable is used.
+    let panel = ok("agent: {backend: {type: openai, model: m, api_key: \"${UNSET:-}\"}}");
+    assert_eq!(
+        panel.agents[0].backend.api_key.as_ref().map(|k| k.expose()),
+        Some("sk-env-openai")
+    );
+}
+
+#[test]
+fn local_backends_need_no_key() {
+    let panel = parse(
+        "agent: {backend: {type: ollama, model: llama3.2}}",
+        &env(&[]),
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(panel.agents[0].backend.api_key, None);
+    assert_eq!(
+        panel.agents[0].backend.base_url,
+        "http://localhost:11434/v1"
+    );
+}
+
+#[test]
+fn missing_key_names_the_variables() {
+    fails(
+        "agents: [{id: g, backend: {type: groq, model: m}}]",
+        &env(&[("OPENAI_API_KEY", "x")]),
+        "agents[0].backend",
+        &["no API key: set GROQ_API_KEY (environment or .env) or backend.api_key"],
+    );
+    fails(
+        "agents: [{id: k, backend: {type: moonshot, model: m}}]",
+        &env(&[]),
+        "agents[0].backend",
+        &["MOONSHOT_API_KEY or KIMI_API_KEY"],
+    );
+}
+
+#[test]
+fn base_url_override_and_trailing_slash() {
+    let panel =
+        ok("agent: {backend: {type: openai, model: m, base_url: \"https://proxy.example/v1//\"}}");
+    assert_eq!(panel.agents[0].backend.base_url, "https://proxy.example/v1");
+}
+
+#[test]
+fn base_url_required_for_chatcompletion_and_poe() {
+    fails(
+        "agents: [{id: a, backend: {type: chatcompletion, model: m}}]",
+        &with_keys(),
+        "agents[0].backend.base_url",
+        &["base_url is required for backend type 'chatcompletion'"],
+    );
+    fails(
+        "agents: [{id: a, backend: {type: poe, model: m, api_key: k}}]",
+        &with_keys(),
+        "agents[0].backend.base_url",
+        &["required", "'poe'"],
+    );
+    fails(
+        "agents: [{id: a, backend: {type: chatcompletion, model: m, base_url: localhost:8080}}]",
+        &with_keys(),
+        "agents[0].backend.base_url",
+        &["http://"],
+    );
+}
+
+#[test]
+fn no_agents() {
+    for yaml in ["ui: {}", "agents: []", "", "agents:"] {
+        fails(yaml, &with_keys(), "agents", &["no agents"]);
+    }
+    fails("agents: {id: a}", &with_keys(), "agents", &["list"]);
+    fails(
+        &format!("{GPT}agent: {{backend: {{type: openai, model: m}}}}"),
+        &with_keys(),
+        "agent",
+        &["not both"],
+    );
+}
+
+#[test]
+fn duplicate_and_empty_ids() {
+    fails(
+        "
+agents:
+  - id: gpt
+    backend: {type: openai, model: a}
+  - id: gpt
+    backend: {type: openai, model: b}
+",
+        &with_keys(),
+        "agents[1].id",
+        &["duplicate agent id 'gpt'", "agents[0]"],
+    );
+    fails(
+        "
+agents:
+  - backend: {type: openai, model: a}
+  - id: agent1
+    backend: {type: openai, model: b}
+",
+        &with_keys(),
+        "agents[1].id",
+        &["duplicate agent id 'agent1'"],
+    );
+    fails(
+        "agents: [{id: \"  \", backend: {type: openai, model: a}}]",
+        &with_keys(),
+        "agents[0].id",
+        &["empty agent id"],
+    );
+}
+
+#[test]
+fn missing_backend_type_and_model() {
+    fails(
+        "agents: [{id: a}]",
+        &with_keys(),
+        "agents[0].backend",
+        &["missing backend"],
+    );
+    fails(
+        "agents: [{id: a, backend: {model: m}}]",
+        &with_keys(),
+        "agents[0].backend.type",
+        &["missing backend type", "openai"],
+    );
+    fails(
+        "agents: [{id: a, backend: {type: openai}}]",
+        &with_keys(),
+        "agents[0].backend.model",
+        &["missing model"],
+    );
+    fails(
+        "agents: [{id: a, backend: {type: openai, model: \"\"}}]",
+        &with_keys(),
+        "agents[0].backend.model",
+        &["missing model"],
+    );
+}
+
+#[test]
+fn unknown_backend_type_lists_known_ones() {
+    let msg = fails(
+        "
+agents:
+  - id: a
+    backend: {type: openai, model: m}
+  - id: b
+    backend: {type: foo, model: m}
+",
+        &with_keys(),
+        "agents[1].backend.type",
+        &["unknown backend type 'foo' (known: openai, chatcompletion,"],
+    );
+    for preset in PRESETS {
+        assert!(
+            msg.contains(preset.name),
+            "{} not listed in {msg}",
+            preset.name
+        );
+    }
+}
+
+#[test]
+fn orchestrator_values_map_into_options() {
+    let panel = ok(&format!(
+        "{GPT}  - id: b
+    backend: {{type: openai, model: m}}
+orchestrator:
+  voting_sensitivity: Balanced
+  answer_novelty_requirement: strict
+  max_new_answers_per_agent: 3
+  skip_coordination_rounds: true
+  skip_final_presentation: \"true\"
+  min_live_agents: 2
+  agent_turn_timeout_seconds: 90
+  snapshot_storage: snapshots
+timeout_settings:
+  orchestrator_timeout_seconds: 600
+  presentation_timeout_seconds: 1.5
+"
+    ));
+    let o = &panel.orchestrator;
+    assert_eq!(o.voting_sensitivity, Strictness::Balanced);
+    assert_eq!(o.answer_novelty_requirement, Strictness::Strict);
+    assert_eq!(o.max_new_answers_per_agent, Some(3));
+    assert!(o.skip_coordination_rounds);
+    assert!(o.skip_final_presentation);
+    assert_eq!(o.min_live_agents, 2);
+    assert_eq!(o.session_timeout, Duration::from_secs(600));
+    assert_eq!(o.agent_turn_timeout, Duration::from_secs(90));
+    assert_eq!(o.presentation_timeout, Duration::from_millis(1500));
+}
+
+#[test]
+fn turn_timeout_accepted_under_timeout_settings_but_not_conflicting() {
+    let panel = ok(&format!(
+        "{GPT}timeout_settings: {{agent_turn_timeout_seconds: 77}}"
+    ));
+    assert_eq!(
+        panel.orchestrator.agent_turn_timeout,
+        Duration::from_secs(77)
+    );
+    fails(
+        &format!(
+            "{GPT}orchestrator: {{agent_turn_timeout_seconds: 10}}\ntimeout_settings: {{agent_turn_timeout_seconds: 20}}"
+        ),
+        &with_keys(),
+        "timeout_settings.agent_turn_timeout_seconds",
+        &["conflicts with orchestrator.agent_turn_timeout_seconds"],
+    );
+}
+
+#[test]
+fn invalid_orchestrator_values() {
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "orchestrator: {voting_sensitivity: loose}",
+            "orchestrator.voting_sensitivity",
+            &["unknown value 'loose'", "lenient, balanced, strict"],
+        ),
+        (
+            "orchestrator: {answer_novelty_requirement: 3}",
+            "orchestrator.answer_novelty_requirement",
+            &["unknown value '3'"],
+        ),
+        (
+            "orchestrator: {min_live_agents: 0}",
+            "orchestrator.min_live_agents",
+            &["between 1 and the number of agents (1), got 0"],
+        ),
+        (
+            "orchestrator: {min_live_agents: 2}",
+            "orchestrator.min_live_agents",
+            &["got 2"],
+        ),
+        (
+            "orchestrator: {agent_turn_timeout_seconds: 0}",
+            "orchestrator.agent_turn_timeout_seconds",
+            &["positive number of seconds"],
+        ),
+        (
+            "orchestrator: {presentation_timeout_seconds: -5}",
+            "orchestrator.presentation_timeout_seconds",
+            &["positive", "-5"],
+        ),
+        (
+            "timeout_settings: {orchestrator_timeout_seconds: soon}",
+            "timeout_settings.orchestrator_timeout_seconds",
+            &["must be a number"],
+        ),
+        (
+            "orchestrator: {skip_final_presentation: maybe}",
+            "orchestrator.skip_final_presentation",
+            &["true or false"],
+        ),
+        (
+            "orchestrator: {max_new_answers_per_agent: 0}",
+            "orchestrator.max_new_answers_per_agent",
+            &["between 1"],
+        ),
+        (
+            "orchestrator: {voting_sensitivty: strict}",
+            "orchestrator.voting_sensitivty",
+            &["unknown key", "voting_sensitivity", "min_live_agents"],
+        ),
+        (
+            "timeout_settings: {orchestrator_timeout: 5}",
+            "timeout_settings.orchestrator_timeout",
+            &["unknown key", "orchestrator_timeout_seconds"],
+        ),
+        ("orchestrator: [1]", "orchestrator", &["must be a mapping"]),
+    ];
+    for (section, key, parts) in cases {
+        fails(&format!("{GPT}{section}\n"), &with_keys(), key, parts);
+    }
+}
+
+#[test]
+fn retry_section_maps_into_call_policy() {
+    let panel = ok(&format!(
+        "{GPT}retry:
+  max_attempts: 5
+  initial_backoff_ms: 250
+  max_backoff_ms: 4000
+  max_retry_after_seconds: 0
+  connect_timeout_seconds: 3
+  first_byte_timeout_seconds: 45
+  idle_timeout_seconds: 30
+"
+    ));
+    let p = &panel.call_policy;
+    assert_eq!(p.max_attempts, 5);
+    assert_eq!(p.initial_backoff, Duration::from_millis(250));
+    assert_eq!(p.max_backoff, Duration::from_secs(4));
+    assert_eq!(p.max_retry_after, Duration::ZERO);
+    assert_eq!(p.connect_timeout, Duration::from_secs(3));
+    assert_eq!(p.first_byte_timeout, Duration::from_secs(45));
+    assert_eq!(p.idle_timeout, Duration::from_secs(30));
+
+    fails(
+        &format!("{GPT}retry: {{max_attempts: 0}}"),
+        &with_keys(),
+        "retry.max_attempts",
+        &["between 1"],
+    );
+    fails(
+        &format!("{GPT}retry: {{idle_timeout_seconds: 0}}"),
+        &with_keys(),
+        "retry.idle_timeout_seconds",
+        &["positive"],
+    );
+    fails(
+        &format!("{GPT}retry: {{max_atempts: 2}}"),
+        &with_keys(),
+        "retry.max_atempts",
+        &["unknown key", "max_attempts"],
+    );
+    fails(
+        &format!("{GPT}retry: {{initial_backoff_ms: 5000, max_backoff_ms: 100}}"),
+        &with_keys(),
+        "retry.max_backoff_ms",
+        &["initial_backoff_ms"],
+    );
+}
+
+#[test]
+fn invalid_yaml_names_the_file() {
+    let e = parse("agents: [\n  - id: a\n  backend", &with_keys()).err();
+    let msg = e.map(|e| e.to_string()).unwrap_or_default();
+    assert!(msg.starts_with("team.yaml: invalid YAML"), "{msg}");
+}
+
+#[test]
+fn secrets_never_in_debug_or_errors() {
+    let e = env(&[("GROQ_API_KEY", "gsk-SECRET-ENV")]);
+    let panel = parse(
+        "
+agents:
+  - id: a
+    backend: {type: openai, model: m, api_key: sk-SECRET-INLINE}
+  - id: b
+    backend: {type: groq, model: m}
+",
+        &e,
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let debug = format!("{panel:?} {:#?}", panel);
+    assert!(!debug.contains("SECRET"), "{debug}");
+    assert!(debug.contains("Secret(***)"));
+
+    // A later error in the same file must not quote the key either.
+    let err = parse(
+        "
+agents:
+  - id: a
+    backend: {type: openai, model: m, api_key: sk-SECRET-INLINE}
+  - id: a
+    backend: {type: openai, model: m, api_key: sk-SECRET-INLINE}
+",
+        &e,
+    )
+    .err()
+    .map(|e| format!("{e} {e:?}"))
+    .unwrap_or_default();
+    assert!(
+        err.contains("duplicate") && !err.contains("SECRET"),
+        "{err}"
+    );
+}
+
+#[test]
+fn demo_panel_shape() {
+    let panel = demo_panel("http://127.0.0.1:5555/v1/");
+    assert_eq!(panel.name, "demo");
+    assert_eq!(panel.source, Path::new("<built-in demo>"));
+    let ids: Vec<&str> = panel.agents.iter().map(|a| a.id.as_str()).collect();
+    assert_eq!(ids, ["sim-analyst", "sim-critic", "sim-synthesizer"]);
+    for a in &panel.agents {
+        assert_eq!(a.backend.backend_type, "chatcompletion");
+        assert_eq!(a.backend.base_url, "http://127.0.0.1:5555/v1");
+        assert!(a.backend.api_key.is_none());
+        assert!(
+            a.backend.model.starts_with(&format!("{}:", a.id)),
+            "{}",
+            a.backend.model
+        );
+        assert!(a.backend.model.contains("ttft_ms="));
+        assert!(a.system_message.as_deref().is_some_and(|m| !m.is_empty()));
+    }
+}
+
+fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {name}: {e}"));
+    path
+}
+
+#[test]
+fn load_panel_uses_file_stem_and_reports_unreadable_files() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    let path = write(dir.path(), "my-team.yml", GPT);
+    let panel = load_panel(&path, with_keys().as_ref()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(panel.name, "my-team");
+    assert_eq!(panel.source, path);
+
+    let missing = dir.path().join("nope.yaml");
+    let e = load_panel(&missing, with_keys().as_ref())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("nope.yaml") && e.contains("cannot read"), "{e}");
+}
+
+#[test]
+fn catalog_lists_good_files_and_broken_ones_as_unavailable() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    write(dir.path(), "good.yaml", GPT);
+    write(dir.path(), "also_good.yml", GPT);
+    write(
+        dir.path(),
+        "broken.yaml",
+        "agents: [{id: a, backend: {type: foo, model: m}}]",
+    );
+    write(dir.path(), "notes.txt", "not a config");
+    write(dir.path(), "bad name.yaml", GPT);
+    let default = write(dir.path(), "good.yaml", GPT);
+
+    let catalog = load_catalog(Some(&default), Some(dir.path()), with_keys().as_ref())
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        catalog.default.as_ref().map(|p| p.name.as_str()),
+        Some("good")
+    );
+    assert_eq!(
+        catalog.named.keys().collect::<Vec<_>>(),
+        ["also_good", "good"]
+    );
+    assert_eq!(catalog.unavailable.keys().collect::<Vec<_>>(), ["broken"]);
+    let why = &catalog.unavailable["broken"];
+    assert!(
+        why.contains("broken.yaml")
+            && why.contains("agents[0].backend.type")
+            && why.contains("'foo'"),
+        "{why}"
+    );
+    assert_eq!(catalog.configs_dir.as_deref(), Some(dir.path()));
+
+    // A broken default is fatal, unlike a broken named config.
+    let bad_default = dir.path().join("broken.yaml");
+    let e = load_catalog(Some(&bad_default), None, with_keys().as_ref())
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+    assert!(e.contains("broken.yaml: agents[0].backend.type"), "{e}");
+}
+
+#[test]
+fn shipped_example_configs_all_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+    let mut vars: Vec<(&str, &str)> = PRESETS
+        .iter()
+        .flat_map(|p| p.key_vars.iter().map(|v| (*v, "test-key")))
+        .collect();
+    vars.push(("MY_KEY", "my-key"));
+    let e = env(&vars);
+    let catalog = load_catalog(None, Some(&dir), e.as_ref()).unwrap_or_else(|e| panic!("{e}"));
+    assert!(catalog.unavailable.is_empty(), "{:?}", catalog.unavailable);
+    for name in [
+        "three-agent-panel",
+        "local-panel",
+        "single-agent",
+        "openai-compatible",
+        "simulated",
+    ] {
+        assert!(catalog.named.contains_key(name), "{name} missing");
+    }
+    let sim = &catalog.named["simulated"];
+    assert_eq!(sim.agents[0].backend.base_url, "http://127.0.0.1:9000/v1");
+    let compat = &catalog.named["openai-compatible"];
+    assert_eq!(
+        compat.agents[0]
+            .backend
+            .api_key
+            .as_ref()
+            .map(|k| k.expose()),
+        Some("my-key")
+    );
+}
