@@ -15,6 +15,8 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use crate::providers::HttpProviders;
+use crate::server::AppState;
 
 use crate::config::{
     ConfigError, Env, PanelCatalog, PanelConfig, ServerSettings, demo_panel, load_catalog,
@@ -319,7 +321,11 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     );
     spawn_signal_watcher(stop_tx)?;
     announce(&format!("massgen listening on http://{addr}"));
-    let result = crate::server::serve(listener, catalog, settings, stopped(stop_rx)).await;
+    let http = crate::providers::chat_completions::http_client()
+        .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
+    let env: Arc<Env> = Arc::new(process_env);
+    let state = AppState::new(catalog, settings, Arc::new(HttpProviders::new(http)), env);
+    let result = crate::server::serve(listener, state, stopped(stop_rx)).await;
     result.map_err(|e| Fatal::runtime(format!("server failed: {e:#}")))
 }
 

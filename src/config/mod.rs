@@ -109,10 +109,3 @@ pub struct PanelCatalog {
     pub unavailable: BTreeMap<String, String>,
     pub configs_dir: Option<PathBuf>,
 }
-
-// TEMPORARY until the loader lands (replaced at merge).
-pub type Env = dyn Fn(&str) -> Option<String> + Send + Sync;
-pub fn load_panel(path: &std::path::Path, env: &Env) -> Result<PanelConfig, String> {
-    let _ = env;
-    Err(format!("{}: loader not merged yet", path.display()))
-}
