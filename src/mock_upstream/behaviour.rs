@@ -2,6 +2,21 @@
 //!
 //! Everything a test or demo wants the simulator to do is packed into the `model` string so
 //! that any OpenAI client (and our own server's YAML configs) can drive it unchanged.
+//!
+//! ```text
+//! model   = name [ ":" [ option *( "," option ) ] ]   ; name = text before the first ":"
+//! option  = key "=" value                              ; spaces around key/value ignored
+//! ttft_ms=N        delay before the first chunk (30)    token_ms=N   delay between chunks (5)
+//! words=N          answer length in words, >= 1 (30)
+//! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy                    (auto)
+//! vote=first|last|<label>   label not offered -> first                        (first)
+//! fault=none|429|500|503|context|hang|hang_headers|drop|malformed|error_chunk  (none)
+//! fault_times=N    only the first N requests with this exact model string fault
+//! retry_after=S    retry-after seconds (429 default 1; 503 only when given)
+//! retry_after_ms=MS  sends retry-after-ms (and no default retry-after)
+//! reasoning=on|off (off)   usage=on|off (on)
+//! ```
+//! Unknown keys, repeated keys, bad values and an empty name are a 400 naming the option.
 
 use std::time::Duration;
 
@@ -165,7 +180,13 @@ impl Behaviour {
                     "bad_vote" => Policy::BadVote,
                     "double_vote" => Policy::DoubleVote,
                     "copy" => Policy::Copy,
-                    _ => return Err(invalid(key, value, "expected auto, answer, vote, no_tool, bad_vote, double_vote or copy")),
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            value,
+                            "expected auto, answer, vote, no_tool, bad_vote, double_vote or copy",
+                        ));
+                    }
                 }
             }
             "vote" => {
@@ -188,7 +209,13 @@ impl Behaviour {
                     "drop" => Fault::Drop,
                     "malformed" => Fault::Malformed,
                     "error_chunk" => Fault::ErrorChunk,
-                    _ => return Err(invalid(key, value, "expected none, 429, 500, 503, context, hang, hang_headers, drop, malformed or error_chunk")),
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            value,
+                            "expected none, 429, 500, 503, context, hang, hang_headers, drop, malformed or error_chunk",
+                        ));
+                    }
                 }
             }
             "fault_times" => self.fault_times = Some(number(key, value, u64::MAX)?),
@@ -229,6 +256,7 @@ fn invalid(key: &str, value: &str, why: &str) -> OptionError {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use super::*;
 

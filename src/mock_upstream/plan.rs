@@ -102,7 +102,8 @@ fn content_text(content: Option<&Value>) -> String {
     }
 }
 
-/// Characters of a message's text plus its tool calls' arguments.
+/// Characters of a message's text (string content, or the sum of its parts' `text`) plus
+/// its tool calls' `function.arguments`.
 fn message_chars(m: &Value) -> usize {
     let args: usize = m
         .get("tool_calls")
@@ -115,7 +116,16 @@ fn message_chars(m: &Value) -> usize {
                 .sum()
         })
         .unwrap_or(0);
-    content_text(m.get("content")).chars().count() + args
+    let text: usize = match m.get("content") {
+        Some(Value::String(s)) => s.chars().count(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|p| p.get("text").and_then(Value::as_str))
+            .map(|t| t.chars().count())
+            .sum(),
+        _ => 0,
+    };
+    text + args
 }
 
 fn offered(tools: Option<&Value>) -> Offered {
@@ -128,7 +138,12 @@ fn offered(tools: Option<&Value>) -> Offered {
                 let labels = tool
                     .pointer("/function/parameters/properties/agent_id/enum")
                     .and_then(Value::as_array)
-                    .map(|e| e.iter().filter_map(Value::as_str).map(String::from).collect())
+                    .map(|e| {
+                        e.iter()
+                            .filter_map(Value::as_str)
+                            .map(String::from)
+                            .collect()
+                    })
                     .unwrap_or_default();
                 o.vote = Some(labels);
             }
@@ -201,6 +216,7 @@ fn vote_call(label: &str) -> ToolCall {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use super::*;
 
@@ -214,8 +230,10 @@ mod tests {
     fn workflow(labels: &[&str]) -> Value {
         let mut tools = vec![json!({"type":"function","function":{"name":"new_answer"}})];
         if !labels.is_empty() {
-            tools.push(json!({"type":"function","function":{"name":"vote","parameters":
-                {"properties":{"agent_id":{"type":"string","enum":labels}}}}}));
+            tools.push(
+                json!({"type":"function","function":{"name":"vote","parameters":
+                {"properties":{"agent_id":{"type":"string","enum":labels}}}}}),
+            );
         }
         Value::Array(tools)
     }
@@ -224,7 +242,12 @@ mod tests {
         match p.reply {
             Reply::Tools(c) => c
                 .into_iter()
-                .map(|c| (c.name.to_string(), serde_json::from_str(&c.arguments).unwrap()))
+                .map(|c| {
+                    (
+                        c.name.to_string(),
+                        serde_json::from_str(&c.arguments).unwrap(),
+                    )
+                })
                 .collect(),
             Reply::Text(t) => panic!("text: {t}"),
         }
@@ -232,6 +255,17 @@ mod tests {
 
     fn beh(model: &str) -> Behaviour {
         Behaviour::parse(model).unwrap()
+    }
+
+    #[test]
+    fn prompt_tokens_count_parts_and_tool_arguments() {
+        let body = json!({"model": "m", "messages": [
+            {"role": "user", "content": [{"type": "text", "text": "abcd"}, {"type": "text", "text": "é"}]},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c", "type": "function",
+                "function": {"name": "f", "arguments": "{\"a\":1}"}}]}]});
+        // 4 + 1 + 7 = 12 chars -> 3 tokens (a separator between parts would make it 4).
+        let req = parse_request(body.to_string().as_bytes()).unwrap();
+        assert_eq!(req.prompt_tokens, 3);
     }
 
     #[test]
@@ -246,12 +280,26 @@ mod tests {
         let r = request(workflow(&[]), "<original_message>Q?</original_message>");
         let c = calls(plan(&beh("a"), &r));
         assert_eq!(c[0].0, "new_answer");
-        assert!(c[0].1["content"].as_str().unwrap().starts_with("[simulated] "));
+        assert!(
+            c[0].1["content"]
+                .as_str()
+                .unwrap()
+                .starts_with("[simulated] ")
+        );
         let r = request(workflow(&["agent1", "agent3"]), "x");
         assert_eq!(calls(plan(&beh("a"), &r))[0].1["agent_id"], "agent1");
-        assert_eq!(calls(plan(&beh("a:vote=last"), &r))[0].1["agent_id"], "agent3");
-        assert_eq!(calls(plan(&beh("a:vote=agent3"), &r))[0].1["agent_id"], "agent3");
-        assert_eq!(calls(plan(&beh("a:vote=agent7"), &r))[0].1["agent_id"], "agent1");
+        assert_eq!(
+            calls(plan(&beh("a:vote=last"), &r))[0].1["agent_id"],
+            "agent3"
+        );
+        assert_eq!(
+            calls(plan(&beh("a:vote=agent3"), &r))[0].1["agent_id"],
+            "agent3"
+        );
+        assert_eq!(
+            calls(plan(&beh("a:vote=agent7"), &r))[0].1["agent_id"],
+            "agent1"
+        );
         let p = plan(&beh("a"), &request(json!(null), "Q?"));
         assert!(matches!(p.reply, Reply::Text(t) if t.starts_with("[simulated final answer] ")));
     }
@@ -264,8 +312,14 @@ mod tests {
         );
         let c = calls(plan(&beh("a:policy=double_vote"), &r));
         assert_eq!(c.len(), 2);
-        assert_eq!(calls(plan(&beh("a:policy=bad_vote"), &r))[0].1["agent_id"], "agent99");
-        assert_eq!(calls(plan(&beh("a:policy=copy"), &r))[0].1["content"], "copied text");
+        assert_eq!(
+            calls(plan(&beh("a:policy=bad_vote"), &r))[0].1["agent_id"],
+            "agent99"
+        );
+        assert_eq!(
+            calls(plan(&beh("a:policy=copy"), &r))[0].1["content"],
+            "copied text"
+        );
         assert_eq!(calls(plan(&beh("a:policy=answer"), &r))[0].0, "new_answer");
         let p = plan(&beh("a:policy=no_tool,reasoning=on"), &r);
         assert!(matches!(p.reply, Reply::Text(t) if t.starts_with("[simulated] ")));

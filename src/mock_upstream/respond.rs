@@ -9,6 +9,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::StreamExt;
+use serde::Serialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -117,7 +118,10 @@ fn render(ctx: &Ctx, plan: &Plan) -> Rendered {
     let merge_role = tools && plan.reasoning.is_none();
     if !merge_role {
         let content = if tools { Value::Null } else { json!("") };
-        events.push(event(json!({"role": "assistant", "content": content}), false));
+        events.push(event(
+            json!({"role": "assistant", "content": content}),
+            false,
+        ));
     }
     if let Some(r) = &plan.reasoning {
         message["reasoning_content"] = json!(r);
@@ -192,7 +196,7 @@ fn short_id() -> String {
     s[s.len() - 24..].to_string()
 }
 
-/// Splits `s` into pieces of about [`FRAGMENT_BYTES`], never inside a character.
+/// Splits `s` into pieces of about `FRAGMENT_BYTES` bytes, never inside a character.
 pub fn fragments(s: &str) -> Vec<&str> {
     let mut out = Vec::new();
     let mut start = 0;
@@ -208,8 +212,22 @@ pub fn fragments(s: &str) -> Vec<&str> {
     out
 }
 
-fn sse(v: &Value) -> Bytes {
-    Bytes::from(format!("data: {v}\n\n"))
+/// Top-level keys in OpenAI's order (serde_json's `Value` would sort them).
+#[derive(Clone, Serialize)]
+struct Envelope {
+    id: String,
+    object: &'static str,
+    created: u64,
+    model: String,
+    system_fingerprint: Option<String>,
+    choices: Value,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<Value>,
+}
+
+fn sse(v: &impl Serialize) -> Bytes {
+    let json = serde_json::to_string(v).unwrap_or_default();
+    Bytes::from(format!("data: {json}\n\n"))
 }
 
 fn mid_stream_error() -> Value {
@@ -224,18 +242,27 @@ fn mid_stream_error() -> Value {
 /// The SSE response. Headers go out at once; the body waits `ttft` before the first chunk.
 pub fn stream(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Response {
     let r = render(&ctx, plan);
-    let base = json!({"id": r.id, "object": "chat.completion.chunk", "created": r.created,
-        "model": ctx.model, "system_fingerprint": null, "choices": []});
+    let envelope = Envelope {
+        id: r.id,
+        object: "chat.completion.chunk",
+        created: r.created,
+        model: ctx.model,
+        system_fingerprint: None,
+        choices: json!([]),
+        usage: None,
+    };
     let usage_chunk = (ctx.include_usage && ctx.behaviour.usage).then(|| {
-        let mut v = base.clone();
-        v["usage"] = r.usage.clone();
-        sse(&v)
+        sse(&Envelope {
+            usage: Some(r.usage.clone()),
+            ..envelope.clone()
+        })
     });
     let chunk = move |delta: Value, finish: Option<&str>| {
-        let mut v = base.clone();
-        v["choices"] = json!([{"index": 0, "delta": delta, "logprobs": null,
-            "finish_reason": finish}]);
-        sse(&v)
+        sse(&Envelope {
+            choices: json!([{"index": 0, "delta": delta, "logprobs": null,
+                "finish_reason": finish}]),
+            ..envelope.clone()
+        })
     };
     let (fault, ttft, gap) = (ctx.fault, ctx.behaviour.ttft, ctx.behaviour.token_delay);
     let events = r.events;
@@ -301,17 +328,19 @@ pub async fn complete(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Respons
         () = tokio::time::sleep(delay) => {}
         () = ctx.shutdown.cancelled() => return shutting_down(),
     }
-    let json_body = |bytes: Body| {
-        ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
+    let json_body =
+        |bytes: Body| ([(header::CONTENT_TYPE, "application/json")], bytes).into_response();
+    let full = Envelope {
+        id: r.id,
+        object: "chat.completion",
+        created: r.created,
+        model: ctx.model,
+        system_fingerprint: None,
+        choices: json!([{"index": 0, "message": r.message, "logprobs": null,
+            "finish_reason": r.finish_reason}]),
+        usage: b.usage.then_some(r.usage),
     };
-    let mut full = json!({"id": r.id, "object": "chat.completion", "created": r.created,
-        "model": ctx.model, "system_fingerprint": null,
-        "choices": [{"index": 0, "message": r.message, "logprobs": null,
-            "finish_reason": r.finish_reason}]});
-    if b.usage {
-        full["usage"] = r.usage;
-    }
-    let text = full.to_string();
+    let text = serde_json::to_string(&full).unwrap_or_default();
     match ctx.fault {
         Fault::Hang => {
             let shutdown = ctx.shutdown.clone();
@@ -356,6 +385,7 @@ pub fn shutting_down() -> Response {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use super::*;
 

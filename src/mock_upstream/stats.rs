@@ -93,7 +93,10 @@ impl Stats {
 }
 
 fn counters<'a>(s: &'a mut Snapshot, name: &str) -> [&'a mut Counters; 2] {
-    [&mut s.totals, s.by_model.entry(name.to_string()).or_default()]
+    [
+        &mut s.totals,
+        s.by_model.entry(name.to_string()).or_default(),
+    ]
 }
 
 /// Lives as long as the response (moved into the body stream for SSE).
@@ -144,6 +147,7 @@ impl Drop for RequestGuard {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use super::*;
 

@@ -5,33 +5,142 @@
 //! share little more than the quoted question.
 
 const ADJECTIVES: &[&str] = &[
-    "Clear", "Careful", "Practical", "Historical", "Concrete", "Rigorous", "Simple", "Balanced",
-    "Thorough", "Precise", "Modern", "Classic", "Empirical", "Structured", "Focused", "Detailed",
-    "Measured", "Pragmatic", "Candid", "Robust", "Concise", "Transparent", "Layered", "Grounded",
-    "Nuanced", "Systematic", "Flexible", "Tested", "Explicit", "Holistic",
+    "Clear",
+    "Careful",
+    "Practical",
+    "Historical",
+    "Concrete",
+    "Rigorous",
+    "Simple",
+    "Balanced",
+    "Thorough",
+    "Precise",
+    "Modern",
+    "Classic",
+    "Empirical",
+    "Structured",
+    "Focused",
+    "Detailed",
+    "Measured",
+    "Pragmatic",
+    "Candid",
+    "Robust",
+    "Concise",
+    "Transparent",
+    "Layered",
+    "Grounded",
+    "Nuanced",
+    "Systematic",
+    "Flexible",
+    "Tested",
+    "Explicit",
+    "Holistic",
 ];
 const NOUNS: &[&str] = &[
-    "definitions", "evidence", "examples", "context", "assumptions", "tradeoffs", "sources",
-    "metrics", "comparisons", "constraints", "observations", "principles", "analogies",
-    "experiments", "diagrams", "summaries", "references", "estimates", "scenarios", "benchmarks",
-    "checklists", "timelines", "counterexamples", "models", "datasets", "narratives",
-    "heuristics", "proofs", "caveats", "categories",
+    "definitions",
+    "evidence",
+    "examples",
+    "context",
+    "assumptions",
+    "tradeoffs",
+    "sources",
+    "metrics",
+    "comparisons",
+    "constraints",
+    "observations",
+    "principles",
+    "analogies",
+    "experiments",
+    "diagrams",
+    "summaries",
+    "references",
+    "estimates",
+    "scenarios",
+    "benchmarks",
+    "checklists",
+    "timelines",
+    "counterexamples",
+    "models",
+    "datasets",
+    "narratives",
+    "heuristics",
+    "proofs",
+    "caveats",
+    "categories",
 ];
 const VERBS: &[&str] = &[
-    "anchor", "support", "clarify", "strengthen", "frame", "guide", "reveal", "sharpen",
-    "justify", "simplify", "illuminate", "organize", "validate", "highlight", "inform", "shape",
-    "improve", "balance", "ground", "connect", "expose", "refine", "confirm", "motivate",
-    "steer", "streamline", "contextualize", "explain", "quantify", "prioritize",
+    "anchor",
+    "support",
+    "clarify",
+    "strengthen",
+    "frame",
+    "guide",
+    "reveal",
+    "sharpen",
+    "justify",
+    "simplify",
+    "illuminate",
+    "organize",
+    "validate",
+    "highlight",
+    "inform",
+    "shape",
+    "improve",
+    "balance",
+    "ground",
+    "connect",
+    "expose",
+    "refine",
+    "confirm",
+    "motivate",
+    "steer",
+    "streamline",
+    "contextualize",
+    "explain",
+    "quantify",
+    "prioritize",
 ];
 const OBJECTS: &[&str] = &[
-    "conclusions", "understanding", "decisions", "judgement", "reasoning", "interpretation",
-    "recommendations", "outcomes", "insight", "accuracy", "trust", "planning", "clarity",
-    "learning", "answers", "choices", "priorities", "results", "arguments", "intuition",
-    "design", "policy", "communication", "forecasts", "strategy", "teaching", "debate",
-    "research", "review", "consensus",
+    "conclusions",
+    "understanding",
+    "decisions",
+    "judgement",
+    "reasoning",
+    "interpretation",
+    "recommendations",
+    "outcomes",
+    "insight",
+    "accuracy",
+    "trust",
+    "planning",
+    "clarity",
+    "learning",
+    "answers",
+    "choices",
+    "priorities",
+    "results",
+    "arguments",
+    "intuition",
+    "design",
+    "policy",
+    "communication",
+    "forecasts",
+    "strategy",
+    "teaching",
+    "debate",
+    "research",
+    "review",
+    "consensus",
 ];
 const OPENERS: &[&str] = &[
-    "On", "Regarding", "Answering", "About", "Considering", "Addressing", "Concerning", "For",
+    "On",
+    "Regarding",
+    "Answering",
+    "About",
+    "Considering",
+    "Addressing",
+    "Concerning",
+    "For",
 ];
 
 /// Longest question quote, in words: a long question would otherwise dominate the answer
@@ -46,12 +155,22 @@ pub fn answer(seed: &str, question: &str, words: usize) -> String {
 
 /// The presentation (final answer) text: starts with `[simulated final answer]`.
 pub fn final_answer(seed: &str, question: &str, words: usize) -> String {
-    compose("[simulated final answer]", &format!("final\n{seed}"), question, words)
+    compose(
+        "[simulated final answer]",
+        &format!("final\n{seed}"),
+        question,
+        words,
+    )
 }
 
 /// A short reasoning trace streamed as `reasoning_content` with `reasoning=on`.
 pub fn reasoning(seed: &str, question: &str) -> String {
-    compose("[simulated reasoning]", &format!("reasoning\n{seed}"), question, 16)
+    compose(
+        "[simulated reasoning]",
+        &format!("reasoning\n{seed}"),
+        question,
+        16,
+    )
 }
 
 /// The original question: between `<original_message>` tags when present (the coordination
@@ -151,7 +270,9 @@ struct Deck {
 
 impl Deck {
     fn new(len: usize) -> Self {
-        Self { order: Vec::with_capacity(len) }
+        Self {
+            order: Vec::with_capacity(len),
+        }
     }
 
     fn draw(&mut self, rng: &mut SplitMix) -> usize {
@@ -187,14 +308,14 @@ fn fnv1a(s: &str) -> u64 {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use super::*;
     use std::collections::HashSet;
 
     fn jaccard(a: &str, b: &str) -> f64 {
-        let set = |s: &str| -> HashSet<String> {
-            s.split_whitespace().map(str::to_lowercase).collect()
-        };
+        let set =
+            |s: &str| -> HashSet<String> { s.split_whitespace().map(str::to_lowercase).collect() };
         let (a, b) = (set(a), set(b));
         a.intersection(&b).count() as f64 / a.union(&b).count() as f64
     }
@@ -214,7 +335,9 @@ mod tests {
     fn same_seed_same_text_different_seeds_dissimilar() {
         let q = "Explain how vaccines train the immune system";
         assert_eq!(answer("sim-a", q, 30), answer("sim-a", q, 30));
-        let names = ["sim-a", "sim-b", "sim-c", "agent1", "agent2", "gpt", "claude"];
+        let names = [
+            "sim-a", "sim-b", "sim-c", "agent1", "agent2", "gpt", "claude",
+        ];
         for (i, x) in names.iter().enumerate() {
             for y in &names[i + 1..] {
                 let j = jaccard(&answer(x, q, 30), &answer(y, q, 30));
