@@ -1,15 +1,157 @@
 //! A simulated OpenAI-compatible model server whose behaviour is chosen by the model name.
+//!
+//! Used by `massgen serve --demo`, black-box tests and benchmarks. The `model` string of a
+//! request is `<name>[:key=value[,key=value…]]` (grammar in [`behaviour`]); every text it
+//! writes is marked `[simulated]`, and every response carries `x-massgen-simulated: true`.
+
+pub mod behaviour;
+pub mod plan;
+pub mod respond;
+pub mod stats;
+pub mod text;
 
 use std::future::Future;
+use std::sync::Arc;
 
+use axum::extract::State;
+use axum::http::{HeaderValue, StatusCode};
+use axum::response::Response;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use bytes::Bytes;
+use serde_json::json;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+use behaviour::{Behaviour, Fault};
+use stats::Stats;
+
+/// Names listed by `GET /v1/models`; any other name works too.
+const EXAMPLE_MODELS: &[&str] = &["sim-a", "sim-b", "sim-c"];
+
+#[derive(Clone, Default)]
+struct App {
+    stats: Arc<Stats>,
+    /// Cancelled on shutdown so that hanging responses end and graceful shutdown completes.
+    shutdown: CancellationToken,
+}
+
+/// The simulator's routes, with fresh counters.
+pub fn router() -> Router {
+    router_with(App::default())
+}
+
+fn router_with(app: App) -> Router {
+    Router::new()
+        .route("/v1/chat/completions", post(chat))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/mock/stats", get(stats))
+        .route("/mock/reset", post(reset))
+        .layer(axum::middleware::map_response(mark_simulated))
+        .with_state(app)
+}
 
 /// Serves the simulator on `listener` until `shutdown` resolves.
 pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let _ = listener;
-    shutdown.await;
-    Ok(())
+    let app = App::default();
+    let token = app.shutdown.clone();
+    axum::serve(listener, router_with(app))
+        .with_graceful_shutdown(async move {
+            shutdown.await;
+            token.cancel();
+        })
+        .await
+}
+
+async fn mark_simulated(mut response: Response) -> Response {
+    response
+        .headers_mut()
+        .insert("x-massgen-simulated", HeaderValue::from_static("true"));
+    response
+}
+
+async fn models(State(app): State<App>) -> Json<serde_json::Value> {
+    let seen = app.stats.snapshot().by_model.into_keys();
+    let mut names: Vec<String> = EXAMPLE_MODELS.iter().map(|s| s.to_string()).collect();
+    names.extend(seen.filter(|n| !n.is_empty() && !EXAMPLE_MODELS.contains(&n.as_str())));
+    let data: Vec<_> = names
+        .iter()
+        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "massgen-simulator"}))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
+}
+
+async fn stats(State(app): State<App>) -> Json<stats::Snapshot> {
+    Json(app.stats.snapshot())
+}
+
+async fn reset(State(app): State<App>) -> Json<stats::Snapshot> {
+    app.stats.reset();
+    Json(app.stats.snapshot())
+}
+
+async fn chat(State(app): State<App>, body: Bytes) -> Response {
+    let req = match plan::parse_request(&body) {
+        Ok(req) => req,
+        Err(e) => {
+            let model = serde_json::from_slice::<serde_json::Value>(&body)
+                .ok()
+                .and_then(|v| v.get("model")?.as_str().map(String::from))
+                .unwrap_or_default();
+            app.stats.begin(behaviour::name_of(&model)).finish();
+            return bad_request(&e.message, e.param, None);
+        }
+    };
+    let mut guard = app.stats.begin(behaviour::name_of(&req.model));
+    let b = match Behaviour::parse(&req.model) {
+        Ok(b) => b,
+        Err(e) => {
+            guard.finish();
+            return bad_request(&e.message, Some("model"), Some(e.code));
+        }
+    };
+    let fault = if b.fault != Fault::None && app.stats.should_fault(&req.model, b.fault_times) {
+        guard.mark_faulted();
+        b.fault
+    } else {
+        Fault::None
+    };
+    if let Some(response) = respond::fault_response(&b, fault, req.prompt_tokens) {
+        guard.finish();
+        return response;
+    }
+    if fault == Fault::HangHeaders {
+        // Never answers; the guard counts a cancel when the client gives up.
+        app.shutdown.cancelled().await;
+        drop(guard);
+        return respond::shutting_down();
+    }
+    let plan = plan::plan(&b, &req);
+    let ctx = respond::Ctx {
+        model: req.model.clone(),
+        prompt_tokens: req.prompt_tokens,
+        include_usage: req.include_usage,
+        behaviour: b,
+        fault,
+        shutdown: app.shutdown.clone(),
+    };
+    if req.stream {
+        respond::stream(ctx, &plan, guard)
+    } else {
+        respond::complete(ctx, &plan, guard).await
+    }
+}
+
+fn bad_request(message: &str, param: Option<&str>, code: Option<&str>) -> Response {
+    respond::api_error(
+        StatusCode::BAD_REQUEST,
+        message,
+        "invalid_request_error",
+        param,
+        code,
+    )
 }

@@ -1,0 +1,310 @@
+//! The model-name grammar: `<name>[:key=value[,key=value…]]`.
+//!
+//! Everything a test or demo wants the simulator to do is packed into the `model` string so
+//! that any OpenAI client (and our own server's YAML configs) can drive it unchanged.
+//!
+//! ```text
+//! model   = name [ ":" [ option *( "," option ) ] ]   ; name = text before the first ":"
+//! option  = key "=" value                              ; spaces around key/value ignored
+//! ttft_ms=N        delay before the first chunk (30)    token_ms=N   delay between chunks (5)
+//! words=N          answer length in words, >= 1 (30)
+//! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy                    (auto)
+//! vote=first|last|<label>   label not offered -> first                        (first)
+//! fault=none|429|500|503|context|hang|hang_headers|drop|malformed|error_chunk  (none)
+//! fault_times=N    only the first N requests with this exact model string fault
+//! retry_after=S    retry-after seconds (429 default 1; 503 only when given)
+//! retry_after_ms=MS  sends retry-after-ms (and no default retry-after)
+//! reasoning=on|off (off)   usage=on|off (on)
+//! ```
+//! Unknown keys, repeated keys, bad values and an empty name are a 400 naming the option.
+
+use std::time::Duration;
+
+/// Keys accepted after the `:`; an unknown key is a 400 so typos never pass silently.
+pub const KNOWN_KEYS: &[&str] = &[
+    "ttft_ms",
+    "token_ms",
+    "words",
+    "policy",
+    "vote",
+    "fault",
+    "fault_times",
+    "retry_after",
+    "retry_after_ms",
+    "reasoning",
+    "usage",
+];
+
+const MAX_WORDS: usize = 100_000;
+const MAX_DELAY_MS: u64 = 3_600_000;
+
+/// What the simulated model does with one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Behaviour {
+    /// The part before the first `:`; seeds the simulated text and keys the stats.
+    pub name: String,
+    pub ttft: Duration,
+    pub token_delay: Duration,
+    pub words: usize,
+    pub policy: Policy,
+    pub vote: VoteChoice,
+    pub fault: Fault,
+    /// Only the first N requests with the exact same model string fault.
+    pub fault_times: Option<u64>,
+    pub retry_after_s: Option<u64>,
+    pub retry_after_ms: Option<u64>,
+    pub reasoning: bool,
+    pub usage: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Auto,
+    Answer,
+    Vote,
+    NoTool,
+    BadVote,
+    DoubleVote,
+    Copy,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VoteChoice {
+    First,
+    Last,
+    Label(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    None,
+    RateLimit,
+    ServerError,
+    Unavailable,
+    Context,
+    Hang,
+    HangHeaders,
+    Drop,
+    Malformed,
+    ErrorChunk,
+}
+
+/// A rejected model string; `code` is the OpenAI-style error code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OptionError {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Self {
+            name: String::new(),
+            ttft: Duration::from_millis(30),
+            token_delay: Duration::from_millis(5),
+            words: 30,
+            policy: Policy::Auto,
+            vote: VoteChoice::First,
+            fault: Fault::None,
+            fault_times: None,
+            retry_after_s: None,
+            retry_after_ms: None,
+            reasoning: false,
+            usage: true,
+        }
+    }
+}
+
+/// The name part of a model string (used for stats even when the options are invalid).
+pub fn name_of(model: &str) -> &str {
+    model.split_once(':').map_or(model, |(name, _)| name).trim()
+}
+
+impl Behaviour {
+    pub fn parse(model: &str) -> Result<Self, OptionError> {
+        let (name, options) = model.split_once(':').unwrap_or((model, ""));
+        let name = name.trim();
+        if name.is_empty() {
+            return Err(OptionError {
+                code: "invalid_model",
+                message: format!("simulated model `{model}` has an empty name"),
+            });
+        }
+        let mut b = Behaviour {
+            name: name.to_string(),
+            ..Behaviour::default()
+        };
+        let mut seen: Vec<&str> = Vec::new();
+        for part in options.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let Some((key, value)) = part.split_once('=') else {
+                return Err(invalid(part, "", "options are written key=value"));
+            };
+            let (key, value) = (key.trim(), value.trim());
+            if !KNOWN_KEYS.contains(&key) {
+                return Err(OptionError {
+                    code: "unknown_option",
+                    message: format!(
+                        "unknown simulator option `{key}` in model `{model}`; known options: {}",
+                        KNOWN_KEYS.join(", ")
+                    ),
+                });
+            }
+            if seen.contains(&key) {
+                return Err(invalid(key, value, "the option is given twice"));
+            }
+            seen.push(key);
+            b.set(key, value)?;
+        }
+        Ok(b)
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<(), OptionError> {
+        match key {
+            "ttft_ms" => self.ttft = Duration::from_millis(number(key, value, MAX_DELAY_MS)?),
+            "token_ms" => {
+                self.token_delay = Duration::from_millis(number(key, value, MAX_DELAY_MS)?);
+            }
+            "words" => {
+                let n = number(key, value, MAX_WORDS as u64)?;
+                if n == 0 {
+                    return Err(invalid(key, value, "must be at least 1"));
+                }
+                self.words = n as usize;
+            }
+            "policy" => {
+                self.policy = match value {
+                    "auto" => Policy::Auto,
+                    "answer" => Policy::Answer,
+                    "vote" => Policy::Vote,
+                    "no_tool" => Policy::NoTool,
+                    "bad_vote" => Policy::BadVote,
+                    "double_vote" => Policy::DoubleVote,
+                    "copy" => Policy::Copy,
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            value,
+                            "expected auto, answer, vote, no_tool, bad_vote, double_vote or copy",
+                        ));
+                    }
+                }
+            }
+            "vote" => {
+                self.vote = match value {
+                    "" => return Err(invalid(key, value, "expected first, last or a label")),
+                    "first" => VoteChoice::First,
+                    "last" => VoteChoice::Last,
+                    label => VoteChoice::Label(label.to_string()),
+                }
+            }
+            "fault" => {
+                self.fault = match value {
+                    "none" => Fault::None,
+                    "429" => Fault::RateLimit,
+                    "500" => Fault::ServerError,
+                    "503" => Fault::Unavailable,
+                    "context" => Fault::Context,
+                    "hang" => Fault::Hang,
+                    "hang_headers" => Fault::HangHeaders,
+                    "drop" => Fault::Drop,
+                    "malformed" => Fault::Malformed,
+                    "error_chunk" => Fault::ErrorChunk,
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            value,
+                            "expected none, 429, 500, 503, context, hang, hang_headers, drop, malformed or error_chunk",
+                        ));
+                    }
+                }
+            }
+            "fault_times" => self.fault_times = Some(number(key, value, u64::MAX)?),
+            "retry_after" => self.retry_after_s = Some(number(key, value, 86_400)?),
+            "retry_after_ms" => self.retry_after_ms = Some(number(key, value, MAX_DELAY_MS)?),
+            "reasoning" => self.reasoning = switch(key, value)?,
+            "usage" => self.usage = switch(key, value)?,
+            _ => return Err(invalid(key, value, "unsupported")),
+        }
+        Ok(())
+    }
+}
+
+fn number(key: &str, value: &str, max: u64) -> Result<u64, OptionError> {
+    match value.parse::<u64>() {
+        Ok(n) if n <= max => Ok(n),
+        _ => Err(invalid(
+            key,
+            value,
+            &format!("expected a whole number from 0 to {max}"),
+        )),
+    }
+}
+
+fn switch(key: &str, value: &str) -> Result<bool, OptionError> {
+    match value {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err(invalid(key, value, "expected on or off")),
+    }
+}
+
+fn invalid(key: &str, value: &str, why: &str) -> OptionError {
+    OptionError {
+        code: "invalid_option_value",
+        message: format!("simulator option `{key}={value}`: {why}"),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_name_uses_defaults() {
+        let b = Behaviour::parse("sim-a").unwrap();
+        assert_eq!(b.name, "sim-a");
+        assert_eq!(b.ttft, Duration::from_millis(30));
+        assert_eq!(b.token_delay, Duration::from_millis(5));
+        assert_eq!(b.words, 30);
+        assert_eq!(b.policy, Policy::Auto);
+        assert_eq!(b.fault, Fault::None);
+        assert!(b.usage && !b.reasoning);
+    }
+
+    #[test]
+    fn options_are_parsed() {
+        let b = Behaviour::parse(
+            "sim-a:ttft_ms=300, token_ms=20,vote=agent2,fault=429,fault_times=2,retry_after_ms=50,reasoning=on,usage=off,policy=copy,words=7",
+        )
+        .unwrap();
+        assert_eq!(b.ttft, Duration::from_millis(300));
+        assert_eq!(b.token_delay, Duration::from_millis(20));
+        assert_eq!(b.vote, VoteChoice::Label("agent2".into()));
+        assert_eq!(b.fault, Fault::RateLimit);
+        assert_eq!(b.fault_times, Some(2));
+        assert_eq!(b.retry_after_ms, Some(50));
+        assert_eq!(b.policy, Policy::Copy);
+        assert_eq!(b.words, 7);
+        assert!(b.reasoning && !b.usage);
+    }
+
+    #[test]
+    fn bad_options_are_named() {
+        let e = Behaviour::parse("sim:colour=red").unwrap_err();
+        assert_eq!(e.code, "unknown_option");
+        assert!(e.message.contains("`colour`"), "{}", e.message);
+        let e = Behaviour::parse("sim:words=many").unwrap_err();
+        assert!(e.message.contains("words=many"), "{}", e.message);
+        assert!(Behaviour::parse("sim:fault=teapot").is_err());
+        assert!(Behaviour::parse("sim:words").is_err());
+        assert!(Behaviour::parse("sim:words=1,words=2").is_err());
+        assert!(Behaviour::parse(":words=1").is_err());
+    }
+
+    #[test]
+    fn name_ignores_options() {
+        assert_eq!(name_of("sim-b:fault=500"), "sim-b");
+        assert_eq!(name_of("plain"), "plain");
+    }
+}

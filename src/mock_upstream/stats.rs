@@ -1,0 +1,183 @@
+//! Request counters for `GET /mock/stats`, and the per-model-string `fault_times` counters.
+//!
+//! `cancelled` is what black-box tests rely on to prove that our server abandons upstream
+//! calls when its own client goes away, so it is counted by a drop guard owned by the
+//! response body: dropped before [`RequestGuard::finish`] means the client left early.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::Serialize;
+
+#[derive(Debug, Default, Clone, Copy, Serialize, PartialEq, Eq)]
+pub struct Counters {
+    pub requests: u64,
+    pub active: u64,
+    pub completed: u64,
+    pub cancelled: u64,
+    pub faulted: u64,
+}
+
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Snapshot {
+    #[serde(flatten)]
+    pub totals: Counters,
+    pub by_model: BTreeMap<String, Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// Bumped by reset, so requests that began before it do not count after it.
+    epoch: u64,
+    snapshot: Snapshot,
+    fault_seen: HashMap<String, u64>,
+}
+
+#[derive(Debug, Default)]
+pub struct Stats {
+    inner: Mutex<Inner>,
+}
+
+impl Stats {
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves plain counters, still usable.
+        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Counts a new request for model `name` (the part before `:`).
+    pub fn begin(self: &Arc<Self>, name: &str) -> RequestGuard {
+        let mut inner = self.lock();
+        let epoch = inner.epoch;
+        for c in counters(&mut inner.snapshot, name) {
+            c.requests += 1;
+            c.active += 1;
+        }
+        RequestGuard {
+            stats: Arc::clone(self),
+            name: name.to_string(),
+            epoch,
+            finished: false,
+        }
+    }
+
+    /// Whether a request with this exact model string should fault, given `fault_times`.
+    pub fn should_fault(&self, model: &str, times: Option<u64>) -> bool {
+        let mut inner = self.lock();
+        let seen = inner.fault_seen.entry(model.to_string()).or_default();
+        *seen += 1;
+        times.is_none_or(|n| *seen <= n)
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        self.lock().snapshot.clone()
+    }
+
+    /// Zeroes every counter except `active` (requests still running stay visible).
+    pub fn reset(&self) {
+        let mut inner = self.lock();
+        inner.epoch += 1;
+        inner.fault_seen.clear();
+        let s = &mut inner.snapshot;
+        s.totals = Counters {
+            active: s.totals.active,
+            ..Counters::default()
+        };
+        s.by_model.retain(|_, c| c.active > 0);
+        for c in s.by_model.values_mut() {
+            *c = Counters {
+                active: c.active,
+                ..Counters::default()
+            };
+        }
+    }
+}
+
+fn counters<'a>(s: &'a mut Snapshot, name: &str) -> [&'a mut Counters; 2] {
+    [
+        &mut s.totals,
+        s.by_model.entry(name.to_string()).or_default(),
+    ]
+}
+
+/// Lives as long as the response (moved into the body stream for SSE).
+#[derive(Debug)]
+pub struct RequestGuard {
+    stats: Arc<Stats>,
+    name: String,
+    epoch: u64,
+    finished: bool,
+}
+
+impl RequestGuard {
+    pub fn mark_faulted(&self) {
+        let mut inner = self.stats.lock();
+        if inner.epoch == self.epoch {
+            for c in counters(&mut inner.snapshot, &self.name) {
+                c.faulted += 1;
+            }
+        }
+    }
+
+    /// The server has produced the whole response.
+    pub fn finish(&mut self) {
+        self.end(false);
+    }
+
+    fn end(&mut self, cancelled: bool) {
+        if std::mem::replace(&mut self.finished, true) {
+            return;
+        }
+        let mut inner = self.stats.lock();
+        let current = inner.epoch == self.epoch;
+        for c in counters(&mut inner.snapshot, &self.name) {
+            c.active = c.active.saturating_sub(1);
+            if current && cancelled {
+                c.cancelled += 1;
+            } else if current {
+                c.completed += 1;
+            }
+        }
+    }
+}
+
+impl Drop for RequestGuard {
+    fn drop(&mut self) {
+        self.end(true);
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+mod tests {
+    use super::*;
+
+    #[test]
+    fn guard_counts_completed_and_cancelled() {
+        let stats = Arc::new(Stats::default());
+        let mut a = stats.begin("a");
+        let b = stats.begin("b");
+        assert_eq!(stats.snapshot().totals.active, 2);
+        a.finish();
+        drop(a);
+        drop(b);
+        let s = stats.snapshot();
+        assert_eq!((s.totals.requests, s.totals.active), (2, 0));
+        assert_eq!((s.totals.completed, s.totals.cancelled), (1, 1));
+        assert_eq!(s.by_model["b"].cancelled, 1);
+        assert_eq!(s.by_model["a"].completed, 1);
+    }
+
+    #[test]
+    fn reset_keeps_active_and_forgets_old_requests() {
+        let stats = Arc::new(Stats::default());
+        let old = stats.begin("a");
+        assert!(stats.should_fault("a:fault=500,fault_times=1", Some(1)));
+        assert!(!stats.should_fault("a:fault=500,fault_times=1", Some(1)));
+        stats.reset();
+        assert!(stats.should_fault("a:fault=500,fault_times=1", Some(1)));
+        assert_eq!(stats.snapshot().totals.active, 1);
+        drop(old);
+        let s = stats.snapshot();
+        assert_eq!(s.totals, Counters::default());
+    }
+}
