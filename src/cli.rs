@@ -12,11 +12,11 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::providers::HttpProviders;
+use crate::server::AppState;
 use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
-use crate::providers::HttpProviders;
-use crate::server::AppState;
 
 use crate::config::{
     ConfigError, Env, PanelCatalog, PanelConfig, ServerSettings, demo_panel, load_catalog,

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The real binary on port 0, its agents on the real simulator (`massgen mock-upstream`),
 //! everything over loopback HTTP.
 
@@ -25,7 +26,11 @@ struct Setup {
 fn setup(models: &[&str], orchestrator: &str, extra: &[&str]) -> Setup {
     let mock = mock_upstream();
     let dir = tempfile::tempdir().expect("tempdir");
-    let default = write(dir.path(), "team.yaml", &panel_yaml(&mock.url, models, orchestrator));
+    let default = write(
+        dir.path(),
+        "team.yaml",
+        &panel_yaml(&mock.url, models, orchestrator),
+    );
     let configs = dir.path().join("configs");
     std::fs::create_dir(&configs).expect("configs dir");
     write(
@@ -40,7 +45,12 @@ fn setup(models: &[&str], orchestrator: &str, extra: &[&str]) -> Setup {
     write(&configs, "fast.yaml", &panel_yaml(&mock.url, &FAST, ""));
     let default = default.to_string_lossy().to_string();
     let configs = configs.to_string_lossy().to_string();
-    let mut args = vec!["--config", default.as_str(), "--configs-dir", configs.as_str()];
+    let mut args = vec![
+        "--config",
+        default.as_str(),
+        "--configs-dir",
+        configs.as_str(),
+    ];
     args.extend_from_slice(extra);
     let server = serve(&args);
     Setup {
@@ -100,7 +110,10 @@ async fn stream_sends_role_deliberation_content_finish_usage_done_in_order() {
             .unwrap()
             .starts_with("text/event-stream")
     );
-    let session = response.headers()["x-massgen-session-id"].to_str().unwrap().to_string();
+    let session = response.headers()["x-massgen-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
     assert!(session.starts_with("sess_"), "{session}");
     let sse = parse_sse(&response.text().await.unwrap());
     assert!(sse.done, "no [DONE]: {}", sse.raw);
@@ -136,7 +149,10 @@ async fn stream_sends_role_deliberation_content_finish_usage_done_in_order() {
             "finish"
         } else if c[0]["delta"].get("reasoning_content").is_some() {
             "reasoning"
-        } else if c[0]["delta"]["content"].as_str().is_some_and(|t| !t.is_empty()) {
+        } else if c[0]["delta"]["content"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+        {
             "content"
         } else {
             "other"
@@ -144,14 +160,24 @@ async fn stream_sends_role_deliberation_content_finish_usage_done_in_order() {
     };
     let kinds: Vec<&str> = sse.events.iter().map(kind).collect();
     let first_content = kinds.iter().position(|k| *k == "content").expect("content");
-    let last_reasoning = kinds.iter().rposition(|k| *k == "reasoning").expect("reasoning");
+    let last_reasoning = kinds
+        .iter()
+        .rposition(|k| *k == "reasoning")
+        .expect("reasoning");
     assert!(last_reasoning < first_content, "{kinds:?}");
-    assert!(kinds.iter().filter(|k| **k == "content").count() > 3, "{kinds:?}");
+    assert!(
+        kinds.iter().filter(|k| **k == "content").count() > 3,
+        "{kinds:?}"
+    );
     assert_eq!(&kinds[kinds.len() - 2..], ["finish", "usage"], "{kinds:?}");
     let finish = &sse.events[sse.events.len() - 2];
     assert_eq!(finish["choices"][0]["finish_reason"], "stop");
     assert_eq!(finish["massgen_metadata"]["session_id"], session.as_str());
-    assert!(sse.content().starts_with("[simulated final answer]"), "{}", sse.content());
+    assert!(
+        sse.content().starts_with("[simulated final answer]"),
+        "{}",
+        sse.content()
+    );
     let usage = &sse.events[sse.events.len() - 1]["usage"];
     assert!(usage["total_tokens"].as_u64().unwrap() > 0);
 }
@@ -161,13 +187,26 @@ async fn non_stream_returns_the_answer_the_deliberation_and_metadata() {
     let s = setup(&FAST, "", &[]);
     let response = post(&s.server.url, &question(false)).await;
     assert_eq!(response.status(), 200);
-    let session = response.headers()["x-massgen-session-id"].to_str().unwrap().to_string();
+    let session = response.headers()["x-massgen-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["object"], "chat.completion");
     let message = &body["choices"][0]["message"];
     assert_eq!(message["role"], "assistant");
-    assert!(message["content"].as_str().unwrap().starts_with("[simulated final answer]"));
-    assert!(message["reasoning_content"].as_str().unwrap().contains("answered (agent"));
+    assert!(
+        message["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("[simulated final answer]")
+    );
+    assert!(
+        message["reasoning_content"]
+            .as_str()
+            .unwrap()
+            .contains("answered (agent")
+    );
     assert_eq!(body["choices"][0]["finish_reason"], "stop");
     let meta = &body["massgen_metadata"];
     assert_eq!(meta["session_id"], session.as_str());
@@ -181,11 +220,21 @@ async fn non_stream_returns_the_answer_the_deliberation_and_metadata() {
 #[tokio::test]
 async fn summed_usage_equals_what_the_upstream_reported() {
     let s = setup(&FAST, "", &[]);
-    let body: Value = post(&s.server.url, &question(false)).await.json().await.unwrap();
+    let body: Value = post(&s.server.url, &question(false))
+        .await
+        .json()
+        .await
+        .unwrap();
     let stats = mock_stats(&s.mock).await;
     let usage = &body["usage"];
-    assert_eq!(usage["prompt_tokens"], stats["prompt_tokens"], "{usage} vs {stats}");
-    assert_eq!(usage["completion_tokens"], stats["completion_tokens"], "{usage} vs {stats}");
+    assert_eq!(
+        usage["prompt_tokens"], stats["prompt_tokens"],
+        "{usage} vs {stats}"
+    );
+    assert_eq!(
+        usage["completion_tokens"], stats["completion_tokens"],
+        "{usage} vs {stats}"
+    );
     assert_eq!(
         usage["total_tokens"].as_u64().unwrap(),
         usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
@@ -202,11 +251,7 @@ async fn summed_usage_equals_what_the_upstream_reported() {
 
 #[tokio::test]
 async fn client_disconnect_cancels_every_upstream_call() {
-    let slow = [
-        "s1:ttft_ms=20000",
-        "s2:ttft_ms=20000",
-        "s3:ttft_ms=20000",
-    ];
+    let slow = ["s1:ttft_ms=20000", "s2:ttft_ms=20000", "s3:ttft_ms=20000"];
     let s = setup(&slow, "", &[]);
     let mut response = post(&s.server.url, &question(true)).await;
     assert_eq!(response.status(), 200);
@@ -280,7 +325,12 @@ async fn every_bad_input_gets_an_openai_error() {
             .send()
     };
     expect_error(raw("{not json").await.unwrap(), 400, "invalid_json").await;
-    expect_error(raw(r#"{"model":"massgen"}"#).await.unwrap(), 400, "missing_required_parameter").await;
+    expect_error(
+        raw(r#"{"model":"massgen"}"#).await.unwrap(),
+        400,
+        "missing_required_parameter",
+    )
+    .await;
     expect_error(raw(r#"{"messages":[]}"#).await.unwrap(), 400, "empty_array").await;
     let msgs = json!([{"role": "user", "content": "hi"}]);
     let unknown = expect_error(
@@ -290,22 +340,37 @@ async fn every_bad_input_gets_an_openai_error() {
     )
     .await;
     let message = unknown["error"]["message"].as_str().unwrap();
-    assert!(message.contains("massgen/fast") && message.contains("massgen/timeout"), "{message}");
+    assert!(
+        message.contains("massgen/fast") && message.contains("massgen/timeout"),
+        "{message}"
+    );
     expect_error(
-        post(url, &json!({"model": "massgen/../etc/passwd", "messages": msgs})).await,
+        post(
+            url,
+            &json!({"model": "massgen/../etc/passwd", "messages": msgs}),
+        )
+        .await,
         400,
         "invalid_model",
     )
     .await;
     expect_error(
-        post(url, &json!({"model": "massgen/path:/etc/passwd", "messages": msgs})).await,
+        post(
+            url,
+            &json!({"model": "massgen/path:/etc/passwd", "messages": msgs}),
+        )
+        .await,
         400,
         "config_paths_disabled",
     )
     .await;
     let big = "x".repeat(5000);
     expect_error(
-        post(url, &json!({"messages": [{"role": "user", "content": big}]})).await,
+        post(
+            url,
+            &json!({"messages": [{"role": "user", "content": big}]}),
+        )
+        .await,
         413,
         "request_too_large",
     )
@@ -314,19 +379,50 @@ async fn every_bad_input_gets_an_openai_error() {
         {"type": "function", "function": {"name": "new_answer", "parameters": {"type": "object"}}}
     ]});
     let body = expect_error(post(url, &collision).await, 400, "tool_name_collision").await;
-    assert!(body["error"]["message"].as_str().unwrap().contains("new_answer"));
-    expect_error(c.get(format!("{url}/v1/nope")).send().await.unwrap(), 404, "not_found").await;
-    expect_error(c.get(&chat).send().await.unwrap(), 405, "method_not_allowed").await;
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("new_answer")
+    );
+    expect_error(
+        c.get(format!("{url}/v1/nope")).send().await.unwrap(),
+        404,
+        "not_found",
+    )
+    .await;
+    expect_error(
+        c.get(&chat).send().await.unwrap(),
+        405,
+        "method_not_allowed",
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn session_failures_map_to_502_503_504_and_429() {
     let s = setup(&FAST, "", &[]);
     let url = &s.server.url;
-    let ask = |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
-    expect_error(post(url, &ask("massgen/model:down:fault=500")).await, 502, "upstream_failed").await;
-    expect_error(post(url, &ask("massgen/model:mute:policy=no_tool")).await, 503, "no_usable_agent").await;
-    expect_error(post(url, &ask("massgen/timeout")).await, 504, "session_timeout").await;
+    let ask =
+        |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+    expect_error(
+        post(url, &ask("massgen/model:down:fault=500")).await,
+        502,
+        "upstream_failed",
+    )
+    .await;
+    expect_error(
+        post(url, &ask("massgen/model:mute:policy=no_tool")).await,
+        503,
+        "no_usable_agent",
+    )
+    .await;
+    expect_error(
+        post(url, &ask("massgen/timeout")).await,
+        504,
+        "session_timeout",
+    )
+    .await;
     let limited = post(url, &ask("massgen/model:busy:fault=429,retry_after=0")).await;
     assert!(limited.headers().contains_key("retry-after"));
     expect_error(limited, 429, "rate_limit_exceeded").await;
@@ -340,7 +436,7 @@ async fn a_rate_limited_call_is_retried_and_the_session_completes() {
     let response = post(&s.server.url, &body).await;
     assert_eq!(response.status(), 200);
     let stats = mock_stats(&s.mock).await;
-    let model = &stats["by_model"]["flaky:fault=429,fault_times=1,retry_after=0"];
+    let model = &stats["by_model"]["flaky"];
     assert!(model["requests"].as_u64().unwrap() >= 4, "{stats}");
 }
 
@@ -362,13 +458,36 @@ async fn an_error_after_the_stream_started_is_sent_in_band() {
 async fn health_and_models_list_every_configuration() {
     let s = setup(&FAST, "", &[]);
     let c = client();
-    let health: Value = c.get(format!("{}/health", s.server.url)).send().await.unwrap().json().await.unwrap();
+    let health: Value = c
+        .get(format!("{}/health", s.server.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health["status"], "ok");
     assert!(health["version"].is_string());
-    let models: Value = c.get(format!("{}/v1/models", s.server.url)).send().await.unwrap().json().await.unwrap();
-    let ids: Vec<&str> = models["data"].as_array().unwrap().iter().map(|m| m["id"].as_str().unwrap()).collect();
+    let models: Value = c
+        .get(format!("{}/v1/models", s.server.url))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let ids: Vec<&str> = models["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["id"].as_str().unwrap())
+        .collect();
     assert_eq!(ids, ["massgen", "massgen/fast", "massgen/timeout"]);
-    let named = post(&s.server.url, &json!({"model": "massgen/fast", "messages": [{"role": "user", "content": "hi"}]})).await;
+    let named = post(
+        &s.server.url,
+        &json!({"model": "massgen/fast", "messages": [{"role": "user", "content": "hi"}]}),
+    )
+    .await;
     assert_eq!(named.status(), 200);
 }
 

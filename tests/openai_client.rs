@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! A real OpenAI client crate (`async-openai`) against `massgen serve --demo`.
 
 mod support;
@@ -49,7 +50,10 @@ async fn async_openai_gets_a_consensus_answer_streaming_and_not() {
     assert!(content.starts_with("[simulated final answer]"), "{content}");
     assert_eq!(choice.finish_reason, Some(FinishReason::Stop));
     let usage = response.usage.unwrap();
-    assert_eq!(usage.total_tokens, usage.prompt_tokens + usage.completion_tokens);
+    assert_eq!(
+        usage.total_tokens,
+        usage.prompt_tokens + usage.completion_tokens
+    );
 
     let mut stream = client.chat().create_stream(request(true)).await.unwrap();
     let mut text = String::new();

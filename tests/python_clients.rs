@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Runs the official `openai` Python SDK (tests/python/test_openai_sdk.py, with pytest)
 //! against the real binary. `.ci/run` installs the packages and sets
 //! MASSGEN_REQUIRE_PYTHON=1 so that a missing package fails instead of skipping.
@@ -22,7 +23,14 @@ fn openai_python_sdk_and_openapi_conformance() {
     }
     let server = support::serve(&["--demo"]);
     let status = Command::new(&python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/python/test_openai_sdk.py"])
+        .args([
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/python/test_openai_sdk.py",
+        ])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("MASSGEN_BASE_URL", &server.url)
         .status()

@@ -251,6 +251,7 @@ pub fn stream(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Response {
         choices: json!([]),
         usage: None,
     };
+    let reported_usage = r.usage.clone();
     let usage_chunk = (ctx.include_usage && ctx.behaviour.usage).then(|| {
         sse(&Envelope {
             usage: Some(r.usage.clone()),
@@ -299,6 +300,7 @@ pub fn stream(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Response {
         }
         yield chunk(json!({}), Some(finish_reason));
         if let Some(u) = usage_chunk {
+            guard.report_usage(&reported_usage);
             yield u;
         }
         guard.finish();
@@ -322,6 +324,7 @@ pub fn stream(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Response {
 pub async fn complete(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Response {
     let r = render(&ctx, plan);
     let b = &ctx.behaviour;
+    let reported_usage = r.usage.clone();
     let steps = u32::try_from(r.events.len().saturating_sub(1)).unwrap_or(u32::MAX);
     let delay = b.ttft + b.token_delay.saturating_mul(steps);
     tokio::select! {
@@ -338,7 +341,7 @@ pub async fn complete(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Respons
         system_fingerprint: None,
         choices: json!([{"index": 0, "message": r.message, "logprobs": null,
             "finish_reason": r.finish_reason}]),
-        usage: b.usage.then_some(r.usage),
+        usage: b.usage.then(|| r.usage.clone()),
     };
     let text = serde_json::to_string(&full).unwrap_or_default();
     match ctx.fault {
@@ -368,6 +371,9 @@ pub async fn complete(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Respons
             json_body(Body::from(mid_stream_error().to_string()))
         }
         _ => {
+            if b.usage {
+                guard.report_usage(&reported_usage);
+            }
             guard.finish();
             json_body(Body::from(text))
         }

@@ -16,6 +16,9 @@ pub struct Counters {
     pub completed: u64,
     pub cancelled: u64,
     pub faulted: u64,
+    /// Token usage reported to clients, so tests can check that a server sums it exactly.
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
 }
 
 #[derive(Debug, Default, Clone, Serialize)]
@@ -114,6 +117,23 @@ impl RequestGuard {
         if inner.epoch == self.epoch {
             for c in counters(&mut inner.snapshot, &self.name) {
                 c.faulted += 1;
+            }
+        }
+    }
+
+    /// Counts the usage the response reports to the client.
+    pub fn report_usage(&self, usage: &serde_json::Value) {
+        let get = |k: &str| {
+            usage
+                .get(k)
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0)
+        };
+        let mut inner = self.stats.lock();
+        if inner.epoch == self.epoch {
+            for c in counters(&mut inner.snapshot, &self.name) {
+                c.prompt_tokens += get("prompt_tokens");
+                c.completion_tokens += get("completion_tokens");
             }
         }
     }

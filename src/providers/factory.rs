@@ -11,8 +11,11 @@ use crate::config::BackendConfig;
 /// Builds the provider for one agent's backend. The seam lets tests run the whole HTTP
 /// layer over scripted providers.
 pub trait ProviderFactory: Send + Sync {
-    fn build(&self, backend: &BackendConfig, policy: &CallPolicy)
-    -> Result<Arc<dyn Provider>, String>;
+    fn build(
+        &self,
+        backend: &BackendConfig,
+        policy: &CallPolicy,
+    ) -> Result<Arc<dyn Provider>, String>;
 }
 
 /// The real providers, over one shared connection pool.

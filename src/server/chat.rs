@@ -20,8 +20,7 @@ use super::render::{ChunkHeader, Narrator, metadata_json};
 use super::request::{self, ChatRequest};
 use super::routing;
 use crate::coordination::{
-    EventKind, SessionAgent, SessionError, SessionErrorKind, SessionEvent, SessionSpec,
-    run_session,
+    EventKind, SessionAgent, SessionError, SessionErrorKind, SessionEvent, SessionSpec, run_session,
 };
 use crate::providers::Usage;
 
@@ -83,12 +82,9 @@ pub async fn chat_completions(
     let (tx, rx) = mpsc::channel(EVENT_BUFFER);
     // A child of the server's token: shutdown past the grace period cancels it too.
     let cancel = state.sessions_cancel.child_token();
-    state.sessions.spawn(run_session(
-        spec,
-        tx,
-        cancel.clone(),
-        state.clock.clone(),
-    ));
+    state
+        .sessions
+        .spawn(run_session(spec, tx, cancel.clone(), state.clock.clone()));
     // Dropping the guard (client gone, handler dropped) cancels every upstream call.
     let guard = cancel.drop_guard();
 
@@ -98,7 +94,14 @@ pub async fn chat_completions(
         model: request.model.clone(),
     };
     let mut response = if request.stream {
-        stream_response(request, header, rx, guard, state.settings.keepalive, session_id.clone())
+        stream_response(
+            request,
+            header,
+            rx,
+            guard,
+            state.settings.keepalive,
+            session_id.clone(),
+        )
     } else {
         collect_response(request, header, rx, guard, session_id.clone()).await?
     };

@@ -19,7 +19,10 @@ pub enum ApiError {
         code: &'static str,
     },
     /// 404: `massgen/<name>` that the server does not have.
-    ConfigNotFound { name: String, available: Vec<String> },
+    ConfigNotFound {
+        name: String,
+        available: Vec<String>,
+    },
     /// 503: `massgen/<name>` exists but failed to load.
     ConfigUnavailable { name: String, reason: String },
     /// 503: the server has no default configuration.
@@ -37,7 +40,11 @@ pub enum ApiError {
 }
 
 impl ApiError {
-    pub fn invalid(message: impl Into<String>, param: Option<&'static str>, code: &'static str) -> Self {
+    pub fn invalid(
+        message: impl Into<String>,
+        param: Option<&'static str>,
+        code: &'static str,
+    ) -> Self {
         Self::InvalidRequest {
             message: message.into(),
             param,
@@ -144,7 +151,9 @@ impl ApiError {
     /// How long a client should wait before retrying, when we know.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
-            Self::Session(e) if e.kind == SessionErrorKind::UpstreamFailed && all_rate_limited(e) => {
+            Self::Session(e)
+                if e.kind == SessionErrorKind::UpstreamFailed && all_rate_limited(e) =>
+            {
                 Some(Duration::from_secs(1))
             }
             _ => None,
@@ -162,8 +171,7 @@ fn list_or_none(items: &[String]) -> String {
 
 fn all_rate_limited(e: &SessionError) -> bool {
     !e.agent_errors.is_empty()
-        && e
-            .agent_errors
+        && e.agent_errors
             .iter()
             .all(|a| a.upstream_kind == Some(ProviderErrorKind::RateLimited))
 }
@@ -196,10 +204,11 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let body = json!({ "error": self.body() });
         let mut response = (status, axum::Json(body)).into_response();
-        if let Some(wait) = self.retry_after() {
-            if let Ok(v) = HeaderValue::from_str(&wait.as_secs().max(1).to_string()) {
-                response.headers_mut().insert(header::RETRY_AFTER, v);
-            }
+        if let Some(v) = self
+            .retry_after()
+            .and_then(|wait| HeaderValue::from_str(&wait.as_secs().max(1).to_string()).ok())
+        {
+            response.headers_mut().insert(header::RETRY_AFTER, v);
         }
         response
     }

@@ -79,7 +79,9 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .with_state(state)
-        .layer(CatchPanicLayer::custom(|_| ApiError::Internal.into_response()))
+        .layer(CatchPanicLayer::custom(|_| {
+            ApiError::Internal.into_response()
+        }))
         .layer(TraceLayer::new_for_http())
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
@@ -127,7 +129,10 @@ pub async fn serve(
         stopping.cancelled().await;
         sessions.close();
         if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
-            tracing::warn!(grace_seconds = grace.as_secs(), "grace period over: cancelling running sessions");
+            tracing::warn!(
+                grace_seconds = grace.as_secs(),
+                "grace period over: cancelling running sessions"
+            );
             sessions_cancel.cancel();
         }
         // Streams end with an error chunk once cancelled; give them a moment to flush.

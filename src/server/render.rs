@@ -40,7 +40,11 @@ impl Narrator {
         }
         let line = summary_line(event)?;
         // A summary line after streamed agent text starts on its own line.
-        let prefix = if self.last_speaker.take().is_some() { "\n" } else { "" };
+        let prefix = if self.last_speaker.take().is_some() {
+            "\n"
+        } else {
+            ""
+        };
         Some(format!("{prefix}{line}\n"))
     }
 }
@@ -57,7 +61,10 @@ fn summary_line(event: &EventKind) -> Option<String> {
                 .join(", ")
         ),
         EventKind::Answer { answer } => {
-            format!("[{}] answered ({})", answer.agent.label, answer.answer_label)
+            format!(
+                "[{}] answered ({})",
+                answer.agent.label, answer.answer_label
+            )
         }
         EventKind::Vote { vote } => format!(
             "[{}] voted for {}: {}",
@@ -82,7 +89,11 @@ fn summary_line(event: &EventKind) -> Option<String> {
             one_line(message)
         ),
         EventKind::AgentFailed { error } => {
-            format!("[{}] failed: {}", error.agent.label, one_line(&error.message))
+            format!(
+                "[{}] failed: {}",
+                error.agent.label,
+                one_line(&error.message)
+            )
         }
         EventKind::Consensus { winner, tally, .. } => {
             let votes: Vec<String> = tally

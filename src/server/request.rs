@@ -189,7 +189,9 @@ fn parse_messages(value: Option<&Value>) -> Result<SessionInput, ApiError> {
             other => {
                 return Err(message_error(
                     i,
-                    &format!("has unknown role '{other}' (expected system, developer, user, assistant or tool)"),
+                    &format!(
+                        "has unknown role '{other}' (expected system, developer, user, assistant or tool)"
+                    ),
                 ));
             }
         }
@@ -252,7 +254,10 @@ fn content_text(index: usize, content: Option<&Value>) -> Result<String, ApiErro
             }
             Ok(texts.join("\n"))
         }
-        Some(_) => Err(message_error(index, "'content' must be a string or an array of parts")),
+        Some(_) => Err(message_error(
+            index,
+            "'content' must be a string or an array of parts",
+        )),
     }
 }
 
@@ -266,7 +271,8 @@ fn tool_calls(index: usize, value: Option<&Value>) -> Result<Vec<ToolCall>, ApiE
         .iter()
         .map(|c| {
             let function = c.get("function");
-            let text = |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
+            let text =
+                |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
             ToolCall {
                 id: text(c.get("id")),
                 name: text(function.and_then(|f| f.get("name"))),
@@ -309,21 +315,31 @@ mod tests {
             Err(e) => e.code(),
             Ok(_) => "ok",
         };
-        assert_eq!(code(serde_json::json!({"model": "massgen"})), "missing_required_parameter");
+        assert_eq!(
+            code(serde_json::json!({"model": "massgen"})),
+            "missing_required_parameter"
+        );
         assert_eq!(code(serde_json::json!({"messages": []})), "empty_array");
         assert_eq!(
             code(serde_json::json!({"messages": [{"role": "assistant", "content": "x"}]})),
             "missing_user_message"
         );
         assert_eq!(
-            code(serde_json::json!({"messages": [{"role": "user", "content": "x"}],
-                "tools": [{"type": "function", "function": {"name": "vote"}}]})),
+            code(
+                serde_json::json!({"messages": [{"role": "user", "content": "x"}],
+                "tools": [{"type": "function", "function": {"name": "vote"}}]})
+            ),
             "tool_name_collision"
         );
         assert_eq!(
-            code(serde_json::json!({"messages": [{"role": "user", "content": "x"}], "massgen": {"deliberation": "loud"}})),
+            code(
+                serde_json::json!({"messages": [{"role": "user", "content": "x"}], "massgen": {"deliberation": "loud"}})
+            ),
             "invalid_value"
         );
-        assert_eq!(parse(b"{not json").err().map(|e| e.code()), Some("invalid_json"));
+        assert_eq!(
+            parse(b"{not json").err().map(|e| e.code()),
+            Some("invalid_json")
+        );
     }
 }

@@ -31,9 +31,12 @@ pub fn resolve(
     env: &Env,
 ) -> Result<Arc<PanelConfig>, ApiError> {
     let default = || {
-        catalog.default.clone().ok_or_else(|| ApiError::NoDefaultConfig {
-            available: available(catalog),
-        })
+        catalog
+            .default
+            .clone()
+            .ok_or_else(|| ApiError::NoDefaultConfig {
+                available: available(catalog),
+            })
     };
     let Some(rest) = model.strip_prefix("massgen/") else {
         let panel = default()?;

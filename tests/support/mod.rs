@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Black-box helpers: start the real `massgen` binary (server or simulator) on port 0,
 //! read the address it prints, and kill it when the test ends.
 #![allow(dead_code)]
@@ -57,15 +58,13 @@ pub fn spawn(args: &[&str], prefix: &str, cwd: Option<&Path>) -> Proc {
     let mut child = cmd.spawn().expect("start massgen");
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = mpsc::channel();
-    let prefix = prefix.to_string();
+    let wanted = prefix.to_string();
     std::thread::spawn(move || {
         let mut sent = false;
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if !sent {
-                if let Some(rest) = line.strip_prefix(&prefix) {
-                    let _ = tx.send(rest.trim().to_string());
-                    sent = true;
-                }
+            if let Some(rest) = line.strip_prefix(&wanted).filter(|_| !sent) {
+                let _ = tx.send(rest.trim().to_string());
+                sent = true;
             }
         }
     });
@@ -133,8 +132,10 @@ pub fn parse_sse(raw: &str) -> Sse {
                 if data == "[DONE]" {
                     sse.done = true;
                 } else {
-                    sse.events
-                        .push(serde_json::from_str(data).unwrap_or_else(|e| panic!("bad chunk {data}: {e}")));
+                    sse.events.push(
+                        serde_json::from_str(data)
+                            .unwrap_or_else(|e| panic!("bad chunk {data}: {e}")),
+                    );
                 }
             } else if line.starts_with(':') {
                 sse.comments += 1;
