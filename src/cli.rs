@@ -74,7 +74,7 @@ pub struct ServeArgs {
     /// Debug logging, including prompt and answer text [env: MASSGEN_SERVER_DEBUG]
     #[arg(long)]
     pub debug: bool,
-    /// Name of the default config in GET /v1/models [env: MASSGEN_SERVER_DEFAULT_MODEL] [default: massgen]
+    /// Replace every agent's model of the default config with NAME [env: MASSGEN_SERVER_DEFAULT_MODEL]
     #[arg(long, value_name = "NAME")]
     pub default_model: Option<String>,
 }
@@ -169,7 +169,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
             .default_model
             .clone()
             .or_else(|| var("MASSGEN_SERVER_DEFAULT_MODEL"))
-            .unwrap_or(defaults.default_model),
+            .filter(|m| !m.trim().is_empty()),
     };
     Ok(ServePlan {
         settings,

@@ -58,7 +58,7 @@ fn env_fallbacks_apply() {
     let plan = resolve_serve(&serve_args(&[]), e.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(plan.settings.host, "0.0.0.0");
     assert_eq!(plan.settings.port, 8080);
-    assert_eq!(plan.settings.default_model, "panel");
+    assert_eq!(plan.settings.default_model.as_deref(), Some("panel"));
     assert!(plan.settings.debug);
     assert!(plan.settings.allow_config_paths);
     assert_eq!(plan.default_config, Some(PathBuf::from("team.yaml")));

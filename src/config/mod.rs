@@ -81,8 +81,9 @@ pub struct ServerSettings {
     pub shutdown_grace: Duration,
     /// Log prompt and answer text.
     pub debug: bool,
-    /// Overrides the default config's name shown in `GET /v1/models` (`MASSGEN_SERVER_DEFAULT_MODEL`).
-    pub default_model: String,
+    /// Replaces every agent's model of the default config for requests that use it
+    /// (`MASSGEN_SERVER_DEFAULT_MODEL`, MassGen's "default model override").
+    pub default_model: Option<String>,
 }
 
 impl Default for ServerSettings {
@@ -95,7 +96,7 @@ impl Default for ServerSettings {
             allow_config_paths: false,
             shutdown_grace: Duration::from_secs(30),
             debug: false,
-            default_model: "massgen".to_string(),
+            default_model: None,
         }
     }
 }

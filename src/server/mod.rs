@@ -65,8 +65,7 @@ impl AppState {
     }
 
     fn default_model(&self) -> Option<&str> {
-        let m = self.settings.default_model.trim();
-        (!m.is_empty() && m != "massgen").then_some(m)
+        self.settings.default_model.as_deref()
     }
 }
 
