@@ -779,3 +779,31 @@ async fn agent_text_is_streamed_when_asked() {
     // `new_answer` without content takes the streamed text.
     assert_eq!(run.summary().answers[0].content.as_text(), "thinking aloud");
 }
+
+#[tokio::test(start_paused = true)]
+async fn cancellation_wins_over_a_client_that_stopped_reading() {
+    let a = member("a", "Alpha: four.", 1, "agent1");
+    // Room for one event only, and nobody reads: the session blocks on its second event.
+    let (tx, _rx) = tokio::sync::mpsc::channel(1);
+    let cancel = CancellationToken::new();
+    let trigger = cancel.clone();
+    let session = run_session(
+        spec(&[("a", &a)], opts()),
+        tx,
+        cancel,
+        std::sync::Arc::new(FixedClock),
+    );
+    let canceller = async move {
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        trigger.cancel();
+    };
+    let joined = tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(session, canceller).0
+    })
+    .await
+    .expect("the session ended after the cancellation");
+    assert_eq!(
+        joined.map(|_| ()).map_err(|e| e.kind),
+        Err(SessionErrorKind::Cancelled)
+    );
+}

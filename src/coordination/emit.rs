@@ -4,11 +4,13 @@ use std::sync::Arc;
 use std::time::UNIX_EPOCH;
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use super::events::{EventKind, SessionEvent};
 use super::session::Clock;
 
-/// The receiver is gone: the client left, so the session is cancelled.
+/// The receiver is gone (the client left) or the session was cancelled while waiting for
+/// room in the channel: either way the session stops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ClientGone;
 
@@ -16,6 +18,7 @@ pub struct Emitter {
     tx: mpsc::Sender<SessionEvent>,
     session_id: Arc<str>,
     clock: Arc<dyn Clock>,
+    cancel: CancellationToken,
     seq: u64,
 }
 
@@ -24,18 +27,26 @@ impl Emitter {
         tx: mpsc::Sender<SessionEvent>,
         session_id: Arc<str>,
         clock: Arc<dyn Clock>,
+        cancel: CancellationToken,
     ) -> Self {
         Self {
             tx,
             session_id,
             clock,
+            cancel,
             seq: 0,
         }
     }
 
+    /// Waits for room in the channel, but not past a cancellation: a client that stopped
+    /// reading must not keep the session (and its upstream calls) alive.
     pub async fn emit(&mut self, kind: EventKind) -> Result<(), ClientGone> {
         let event = self.stamp(kind);
-        self.tx.send(event).await.map_err(|_| ClientGone)
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(ClientGone),
+            sent = self.tx.send(event) => sent.map_err(|_| ClientGone),
+        }
     }
 
     /// Best effort, without waiting for room in the channel (used once the session is

@@ -29,29 +29,31 @@ pub(super) async fn run(
     clock: Arc<dyn Clock>,
 ) -> Result<SessionSummary, SessionError> {
     let started = Instant::now();
-    let mut emitter = Emitter::new(events, spec.session_id.clone(), clock.clone());
+    let mut emitter = Emitter::new(
+        events,
+        spec.session_id.clone(),
+        clock.clone(),
+        cancel.clone(),
+    );
     let mut session = Session::new(spec, clock);
     let outcome = session.run(&mut emitter, &cancel, started).await;
     // Stop every upstream call before the last event goes out.
     session.running.clear();
-    match &outcome {
-        Ok(summary) => {
-            let kind = EventKind::SessionCompleted {
-                summary: Box::new(summary.clone()),
-            };
-            let _ = emitter.emit(kind).await;
-        }
-        Err(error) if error.kind == SessionErrorKind::Cancelled => {
-            emitter.emit_now(EventKind::SessionFailed {
-                error: error.clone(),
-            });
-        }
-        Err(error) => {
-            let kind = EventKind::SessionFailed {
-                error: error.clone(),
-            };
-            let _ = emitter.emit(kind).await;
-        }
+    let last = match &outcome {
+        Ok(summary) => EventKind::SessionCompleted {
+            summary: Box::new(summary.clone()),
+        },
+        Err(error) => EventKind::SessionFailed {
+            error: error.clone(),
+        },
+    };
+    // After a cancellation nobody may be reading: deliver the last event only if there is
+    // room for it right now.
+    let cancelled = matches!(&outcome, Err(e) if e.kind == SessionErrorKind::Cancelled);
+    if cancelled || cancel.is_cancelled() {
+        emitter.emit_now(last);
+    } else {
+        let _ = emitter.emit(last).await;
     }
     outcome
 }
