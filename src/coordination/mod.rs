@@ -25,6 +25,7 @@ pub mod events;
 pub mod options;
 mod present;
 pub mod prompt;
+mod record;
 pub mod session;
 mod validate;
 
