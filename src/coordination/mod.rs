@@ -2,10 +2,32 @@
 //! answers, vote, and let the winner present (see `docs/protocol.md` in the shared docs and
 //! the README). Plain Rust over the [`Provider`](crate::providers::Provider) trait: no HTTP
 //! types in here, so it is tested with scripted providers and paused time.
+//!
+//! Choices where the protocol is silent:
+//! - Votes are checked against the labels offered in the turn (what the agent saw);
+//!   `new_answer` duplicates and near-duplicates against the latest answers *now*, the
+//!   agent's own included. A vote without `reason` is accepted with an empty reason.
+//! - `new_answer` with blank `content` uses the text streamed in that attempt.
+//! - An invalid attempt of a turn that became stale is still retried in that turn; its
+//!   eventual vote is then discarded as usual.
+//! - `skip_coordination_rounds`: only the first agent takes part (the others are not in
+//!   the record), and `min_live_agents` is taken as 1.
+//! - A winner that has failed still gets the presentation call; an empty presentation
+//!   counts as failed. On failure the stored answer follows whatever was already streamed.
+//! - At the session timeout the running turns are dropped without events; the presentation
+//!   then runs under `presentation_timeout` only.
+//! - `max_new_answers_per_agent: 0` with no answer to vote for fails that agent.
 
+mod call;
+mod emit;
+mod engine;
 pub mod events;
 pub mod options;
+mod present;
+pub mod prompt;
+mod record;
 pub mod session;
+mod validate;
 
 pub use events::*;
 pub use options::*;

@@ -1,0 +1,80 @@
+//! Numbers and timestamps events and hands them to the client's channel.
+
+use std::sync::Arc;
+use std::time::UNIX_EPOCH;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::events::{EventKind, SessionEvent};
+use super::session::Clock;
+
+/// The receiver is gone (the client left) or the session was cancelled while waiting for
+/// room in the channel: either way the session stops.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientGone;
+
+pub struct Emitter {
+    tx: mpsc::Sender<SessionEvent>,
+    session_id: Arc<str>,
+    clock: Arc<dyn Clock>,
+    cancel: CancellationToken,
+    seq: u64,
+}
+
+impl Emitter {
+    pub fn new(
+        tx: mpsc::Sender<SessionEvent>,
+        session_id: Arc<str>,
+        clock: Arc<dyn Clock>,
+        cancel: CancellationToken,
+    ) -> Self {
+        Self {
+            tx,
+            session_id,
+            clock,
+            cancel,
+            seq: 0,
+        }
+    }
+
+    /// Waits for room in the channel, but not past a cancellation: a client that stopped
+    /// reading must not keep the session (and its upstream calls) alive.
+    pub async fn emit(&mut self, kind: EventKind) -> Result<(), ClientGone> {
+        let event = self.stamp(kind);
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(ClientGone),
+            sent = self.tx.send(event) => sent.map_err(|_| ClientGone),
+        }
+    }
+
+    /// Best effort, without waiting for room in the channel (used once the session is
+    /// cancelled, when nobody may be reading any more).
+    pub fn emit_now(&mut self, kind: EventKind) {
+        let event = self.stamp(kind);
+        let _ = self.tx.try_send(event);
+    }
+
+    /// Resolves when the receiver is dropped.
+    pub async fn closed(&self) {
+        self.tx.closed().await
+    }
+
+    fn stamp(&mut self, kind: EventKind) -> SessionEvent {
+        let at_ms = self
+            .clock
+            .now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+            .unwrap_or(0);
+        let event = SessionEvent {
+            seq: self.seq,
+            at_ms,
+            session_id: self.session_id.clone(),
+            kind,
+        };
+        self.seq += 1;
+        event
+    }
+}

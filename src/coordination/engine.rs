@@ -1,0 +1,589 @@
+//! The session loop (protocol: "The session loop"). Every agent's current attempt is a
+//! future in one `FuturesUnordered` polled by the session future itself: nothing is
+//! spawned, so dropping the set (or the session) drops every upstream stream at once.
+
+use std::sync::Arc;
+
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use tokio::sync::mpsc;
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+
+use super::call::{AttemptDone, CallError, Gathered, attempt};
+use super::emit::{ClientGone, Emitter};
+use super::events::*;
+use super::options::OrchestratorOptions;
+use super::prompt::{self, Instructions};
+use super::record::agent_summary;
+use super::session::{Clock, SessionAgent, SessionInput, SessionSpec};
+use super::validate::{Action, Invalid, Rules, validate};
+use crate::providers::{
+    Message, ProviderError, ProviderRequest, Role, ToolChoice, ToolSpec, Usage,
+};
+
+pub(super) async fn run(
+    spec: SessionSpec,
+    events: mpsc::Sender<SessionEvent>,
+    cancel: CancellationToken,
+    clock: Arc<dyn Clock>,
+) -> Result<SessionSummary, SessionError> {
+    let started = Instant::now();
+    let mut emitter = Emitter::new(
+        events,
+        spec.session_id.clone(),
+        clock.clone(),
+        cancel.clone(),
+    );
+    let mut session = Session::new(spec, clock);
+    let outcome = session.run(&mut emitter, &cancel, started).await;
+    // Stop every upstream call before the last event goes out.
+    session.running.clear();
+    let last = match &outcome {
+        Ok(summary) => EventKind::SessionCompleted {
+            summary: Box::new(summary.clone()),
+        },
+        Err(error) => EventKind::SessionFailed {
+            error: error.clone(),
+        },
+    };
+    // After a cancellation nobody may be reading: deliver the last event only if there is
+    // room for it right now.
+    let cancelled = matches!(&outcome, Err(e) if e.kind == SessionErrorKind::Cancelled);
+    if cancelled || cancel.is_cancelled() {
+        emitter.emit_now(last);
+    } else {
+        let _ = emitter.emit(last).await;
+    }
+    outcome
+}
+
+pub(super) enum Status {
+    /// Not in a turn and not waiting on a vote (before the first turn; a single agent
+    /// after its answer).
+    Idle,
+    Running(Turn),
+    /// Its vote counts; waits for a new answer or the end.
+    Voted,
+    Failed,
+}
+
+pub(super) struct Turn {
+    number: u32,
+    attempt: u32,
+    /// `Session::version` when the turn started: a vote counts only if nothing changed.
+    seen_version: u64,
+    deadline: Instant,
+    messages: Vec<Message>,
+    tools: Vec<ToolSpec>,
+    vote_labels: Vec<String>,
+    offer_new_answer: bool,
+}
+
+pub(super) struct AgentState {
+    pub(super) spec: SessionAgent,
+    pub(super) who: AgentRef,
+    pub(super) status: Status,
+    turns: u32,
+    pub(super) answers: u32,
+    /// Index of the latest answer in `Session::answers`.
+    pub(super) latest: Option<usize>,
+    pub(super) vote: Option<VoteRecord>,
+    pub(super) usage: Usage,
+    pub(super) error: Option<AgentError>,
+}
+
+pub(super) struct Session {
+    pub(super) agents: Vec<AgentState>,
+    pub(super) options: OrchestratorOptions,
+    pub(super) input: SessionInput,
+    pub(super) clock: Arc<dyn Clock>,
+    /// Alone (one agent, or `skip_coordination_rounds`): answer once, no votes.
+    single: bool,
+    pub(super) min_live: usize,
+    stream_agent_text: bool,
+    /// Every answer of the session, in order.
+    pub(super) answers: Vec<Answer>,
+    /// Bumped on every new answer.
+    version: u64,
+    pub(super) usage: Usage,
+    pub(super) running: FuturesUnordered<BoxFuture<'static, AttemptDone>>,
+    delta_tx: mpsc::Sender<(usize, String)>,
+    delta_rx: mpsc::Receiver<(usize, String)>,
+}
+
+enum Step {
+    Cancel,
+    Timeout,
+    Delta(usize, String),
+    Done(AttemptDone),
+}
+
+impl Session {
+    fn new(spec: SessionSpec, clock: Arc<dyn Clock>) -> Self {
+        let mut agents = spec.agents;
+        // `skip_coordination_rounds` is a pass-through to the first agent: the others take
+        // no part at all (and are not listed in the record).
+        if spec.options.skip_coordination_rounds {
+            agents.truncate(1);
+        }
+        let min_live = if spec.options.skip_coordination_rounds {
+            1
+        } else {
+            spec.options.min_live_agents.max(1)
+        };
+        let (delta_tx, delta_rx) = mpsc::channel(64);
+        Self {
+            single: agents.len() == 1,
+            agents: agents
+                .into_iter()
+                .enumerate()
+                .map(|(i, spec)| AgentState {
+                    who: AgentRef {
+                        agent_id: spec.id.clone(),
+                        label: format!("agent{}", i + 1),
+                    },
+                    spec,
+                    status: Status::Idle,
+                    turns: 0,
+                    answers: 0,
+                    latest: None,
+                    vote: None,
+                    usage: Usage::default(),
+                    error: None,
+                })
+                .collect(),
+            options: spec.options,
+            input: spec.input,
+            clock,
+            min_live,
+            stream_agent_text: spec.stream_agent_text,
+            answers: Vec::new(),
+            version: 0,
+            usage: Usage::default(),
+            running: FuturesUnordered::new(),
+            delta_tx,
+            delta_rx,
+        }
+    }
+
+    async fn run(
+        &mut self,
+        em: &mut Emitter,
+        cancel: &CancellationToken,
+        started: Instant,
+    ) -> Result<SessionSummary, SessionError> {
+        let agents = self.agents.iter().map(|a| a.who.clone()).collect();
+        self.send(em, EventKind::SessionStarted { agents }).await?;
+        if self.agents.len() < self.min_live {
+            return Err(self.error(
+                SessionErrorKind::NoUsableAgent,
+                format!(
+                    "the panel has {} agent(s), fewer than min_live_agents ({})",
+                    self.agents.len(),
+                    self.min_live
+                ),
+            ));
+        }
+        let deadline = started + self.options.session_timeout;
+        let reason = self.coordinate(em, cancel, deadline).await?;
+        // At a timeout this cancels the turns still running.
+        self.running.clear();
+        let Some(winner) = self.pick_winner() else {
+            return Err(self.error(
+                SessionErrorKind::Timeout,
+                format!(
+                    "the session timed out after {}s before any agent answered",
+                    self.options.session_timeout.as_secs()
+                ),
+            ));
+        };
+        let consensus = EventKind::Consensus {
+            winner: self.agents[winner].who.clone(),
+            reason,
+            tally: self.tally(),
+            votes: self.counted_votes(),
+        };
+        self.send(em, consensus).await?;
+        let presented = self.present(winner, em, cancel).await?;
+        Ok(SessionSummary {
+            winner: self.agents[winner].who.clone(),
+            consensus_reason: reason,
+            final_answer: presented.text,
+            finish_reason: presented.finish,
+            presentation: presented.mode,
+            answers: self.answers.clone(),
+            votes: self.counted_votes(),
+            tally: self.tally(),
+            agents: self.agents.iter().map(agent_summary).collect(),
+            usage: self.usage,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        })
+    }
+
+    async fn coordinate(
+        &mut self,
+        em: &mut Emitter,
+        cancel: &CancellationToken,
+        deadline: Instant,
+    ) -> Result<ConsensusReason, SessionError> {
+        for i in 0..self.agents.len() {
+            self.start_turn(i, em).await?;
+        }
+        loop {
+            if let Some(error) = self.too_few_live() {
+                return Err(error);
+            }
+            if self.single && !self.answers.is_empty() {
+                return Ok(ConsensusReason::SingleAgent);
+            }
+            if self.converged() {
+                return Ok(ConsensusReason::Converged);
+            }
+            if self.running.is_empty() {
+                // Unreachable by the rules above; fail rather than wait for the timeout.
+                return Err(self.error(
+                    SessionErrorKind::NoUsableAgent,
+                    "no agent can take a turn".into(),
+                ));
+            }
+            let step = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => Step::Cancel,
+                _ = em.closed() => Step::Cancel,
+                Some((i, text)) = self.delta_rx.recv() => Step::Delta(i, text),
+                _ = sleep_until(deadline) => Step::Timeout,
+                Some(done) = self.running.next() => Step::Done(done),
+            };
+            match step {
+                Step::Cancel => return Err(self.cancelled()),
+                Step::Timeout => return Ok(ConsensusReason::Timeout),
+                Step::Delta(i, text) => self.send_delta(i, text, em).await?,
+                Step::Done(done) => {
+                    // The attempt's last deltas may still sit in the channel: keep order.
+                    while let Ok((i, text)) = self.delta_rx.try_recv() {
+                        self.send_delta(i, text, em).await?;
+                    }
+                    self.on_attempt(done, em).await?;
+                }
+            }
+        }
+    }
+
+    async fn send_delta(
+        &mut self,
+        i: usize,
+        text: String,
+        em: &mut Emitter,
+    ) -> Result<(), SessionError> {
+        let agent = self.agents[i].who.clone();
+        self.send(em, EventKind::AgentDelta { agent, text }).await
+    }
+
+    async fn start_turn(&mut self, i: usize, em: &mut Emitter) -> Result<(), SessionError> {
+        let shown = self.shown_answers();
+        let vote_labels: Vec<String> = if self.single {
+            Vec::new()
+        } else {
+            shown.iter().map(|a| a.label.clone()).collect()
+        };
+        let offer_new_answer = self.limit_reached(i).is_none();
+        if !offer_new_answer && vote_labels.is_empty() {
+            let message = "max_new_answers_per_agent is used up and there is no answer to vote for";
+            return self
+                .fail(i, AgentErrorKind::InvalidTurns, message.into(), None, em)
+                .await;
+        }
+        let agent = &self.agents[i];
+        let how = Instructions {
+            label: &agent.who.label,
+            single: self.single,
+            voting: self.options.voting_sensitivity,
+            novelty: self.options.answer_novelty_requirement,
+            now: self.clock.now(),
+        };
+        let system = prompt::coordination_system(
+            agent.spec.system_message.as_deref(),
+            self.input.extra_system.as_deref(),
+            &how,
+        );
+        let messages = vec![
+            Message::system(system),
+            Message::user(prompt::coordination_user(&self.input, &shown)),
+        ];
+        let turn = Turn {
+            number: agent.turns + 1,
+            attempt: 1,
+            seen_version: self.version,
+            deadline: Instant::now() + self.options.agent_turn_timeout,
+            messages,
+            tools: prompt::workflow_tools(offer_new_answer, &vote_labels),
+            vote_labels,
+            offer_new_answer,
+        };
+        let started = EventKind::TurnStarted {
+            agent: agent.who.clone(),
+            turn: turn.number,
+            answers_seen: self.latest_answer_labels(),
+        };
+        self.send(em, started).await?;
+        self.launch(i, &turn);
+        let agent = &mut self.agents[i];
+        agent.turns = turn.number;
+        agent.status = Status::Running(turn);
+        Ok(())
+    }
+
+    fn launch(&mut self, i: usize, turn: &Turn) {
+        let request = ProviderRequest {
+            messages: turn.messages.clone(),
+            tools: turn.tools.clone(),
+            // Not `Required`: many local servers reject it; validation asks again instead.
+            tool_choice: Some(ToolChoice::Auto),
+            parallel_tool_calls: None,
+        };
+        let provider = self.agents[i].spec.provider.clone();
+        let deltas = self.stream_agent_text.then(|| self.delta_tx.clone());
+        self.running.push(Box::pin(attempt(
+            i,
+            provider,
+            request,
+            turn.deadline,
+            deltas,
+        )));
+    }
+
+    async fn on_attempt(
+        &mut self,
+        done: AttemptDone,
+        em: &mut Emitter,
+    ) -> Result<(), SessionError> {
+        let i = done.agent;
+        if let Some(usage) = done.gathered.usage {
+            self.record_usage(i, CallPhase::Coordination, usage, em)
+                .await?;
+        }
+        match done.result {
+            Err(CallError::Provider(e)) => {
+                let message = e.message.clone();
+                return self
+                    .fail(i, AgentErrorKind::Upstream, message, Some(&e), em)
+                    .await;
+            }
+            Err(CallError::TimedOut) => {
+                let message = format!(
+                    "the turn took longer than agent_turn_timeout ({}s)",
+                    self.options.agent_turn_timeout.as_secs()
+                );
+                return self
+                    .fail(i, AgentErrorKind::TurnTimeout, message, None, em)
+                    .await;
+            }
+            Ok(()) => {}
+        }
+        let Status::Running(turn) = &self.agents[i].status else {
+            return Ok(());
+        };
+        let current = self.shown_answers();
+        let rules = Rules {
+            vote_labels: &turn.vote_labels,
+            answer_limit_reached: self.limit_reached(i),
+            current: &current,
+            novelty: self.options.answer_novelty_requirement,
+        };
+        let checked = validate(&rules, &done.gathered.text, &done.gathered.tool_calls);
+        match checked {
+            Err(invalid) => self.on_invalid(i, invalid, done.gathered, em).await,
+            Ok(Action::NewAnswer(text)) => self.on_answer(i, text, em).await,
+            Ok(Action::Vote { target, reason }) => self.on_vote(i, target, reason, em).await,
+        }
+    }
+
+    async fn on_invalid(
+        &mut self,
+        i: usize,
+        invalid: Invalid,
+        gathered: Gathered,
+        em: &mut Emitter,
+    ) -> Result<(), SessionError> {
+        let Status::Running(turn) = &self.agents[i].status else {
+            return Ok(());
+        };
+        let attempt = turn.attempt;
+        let event = EventKind::TurnInvalid {
+            agent: self.agents[i].who.clone(),
+            attempt,
+            check: invalid.check.into(),
+            message: invalid.message.clone(),
+        };
+        self.send(em, event).await?;
+        if attempt >= self.options.max_attempts_per_turn {
+            let message = format!(
+                "{attempt} invalid attempts in one turn; last: {}",
+                invalid.message
+            );
+            return self
+                .fail(i, AgentErrorKind::InvalidTurns, message, None, em)
+                .await;
+        }
+        let Status::Running(mut turn) = std::mem::replace(&mut self.agents[i].status, Status::Idle)
+        else {
+            return Ok(());
+        };
+        if gathered.tool_calls.is_empty() {
+            if !gathered.text.trim().is_empty() {
+                turn.messages.push(Message::assistant(gathered.text));
+            }
+            turn.messages
+                .push(Message::user(prompt::missing_tool_reminder(
+                    turn.offer_new_answer,
+                    !turn.vote_labels.is_empty(),
+                )));
+        } else {
+            let results: Vec<Message> = gathered
+                .tool_calls
+                .iter()
+                .map(|c| Message::tool_result(&c.id, format!("Error: {}", invalid.message)))
+                .collect();
+            turn.messages.push(Message {
+                role: Role::Assistant,
+                content: gathered.text,
+                tool_calls: gathered.tool_calls,
+                tool_call_id: None,
+            });
+            turn.messages.extend(results);
+        }
+        turn.attempt += 1;
+        self.launch(i, &turn);
+        self.agents[i].status = Status::Running(turn);
+        Ok(())
+    }
+
+    async fn on_answer(
+        &mut self,
+        i: usize,
+        text: String,
+        em: &mut Emitter,
+    ) -> Result<(), SessionError> {
+        let agent = &mut self.agents[i];
+        agent.answers += 1;
+        let answer = Answer {
+            agent: agent.who.clone(),
+            answer_label: format!("{}.{}", agent.who.label, agent.answers),
+            content: AnswerContent::Text { text },
+        };
+        agent.latest = Some(self.answers.len());
+        agent.status = Status::Idle;
+        self.answers.push(answer.clone());
+        self.version += 1;
+        self.send(em, EventKind::Answer { answer }).await?;
+        if self.single {
+            return Ok(());
+        }
+        // Waiting agents restart now; running ones when their turn ends (their turn's
+        // `seen_version` is stale, so a vote from it will be discarded).
+        let mut restart = Vec::new();
+        for (j, agent) in self.agents.iter_mut().enumerate() {
+            agent.vote = None;
+            if j == i || matches!(agent.status, Status::Voted) {
+                restart.push(j);
+            }
+        }
+        for j in restart {
+            self.start_turn(j, em).await?;
+        }
+        Ok(())
+    }
+
+    async fn on_vote(
+        &mut self,
+        i: usize,
+        target: String,
+        reason: String,
+        em: &mut Emitter,
+    ) -> Result<(), SessionError> {
+        let Status::Running(turn) = &self.agents[i].status else {
+            return Ok(());
+        };
+        let fresh = turn.seen_version == self.version;
+        let target_agent_id = self
+            .agents
+            .iter()
+            .find(|a| a.who.label == target)
+            .map(|a| a.who.agent_id.clone())
+            .unwrap_or_default();
+        let vote = VoteRecord {
+            voter: self.agents[i].who.clone(),
+            target_label: target,
+            target_agent_id,
+            reason,
+        };
+        if fresh {
+            self.agents[i].vote = Some(vote.clone());
+            self.agents[i].status = Status::Voted;
+            return self.send(em, EventKind::Vote { vote }).await;
+        }
+        let newest = self
+            .answers
+            .last()
+            .map(|a| a.answer_label.clone())
+            .unwrap_or_default();
+        let why = format!("cast before the newest answer ({newest}) was seen");
+        self.agents[i].status = Status::Idle;
+        self.send(em, EventKind::VoteIgnored { vote, why }).await?;
+        self.start_turn(i, em).await
+    }
+
+    async fn fail(
+        &mut self,
+        i: usize,
+        kind: AgentErrorKind,
+        message: String,
+        upstream: Option<&ProviderError>,
+        em: &mut Emitter,
+    ) -> Result<(), SessionError> {
+        let agent = &mut self.agents[i];
+        let error = AgentError {
+            agent: agent.who.clone(),
+            kind,
+            message,
+            provider: upstream.map(|e| e.provider.clone()),
+            status: upstream.and_then(|e| e.status),
+            upstream_kind: upstream.map(|e| e.kind),
+        };
+        agent.status = Status::Failed;
+        agent.vote = None;
+        agent.error = Some(error.clone());
+        self.send(em, EventKind::AgentFailed { error }).await
+    }
+
+    pub(super) async fn record_usage(
+        &mut self,
+        i: usize,
+        phase: CallPhase,
+        usage: Usage,
+        em: &mut Emitter,
+    ) -> Result<(), SessionError> {
+        self.agents[i].usage.add(&usage);
+        self.usage.add(&usage);
+        let agent = self.agents[i].who.clone();
+        self.send(
+            em,
+            EventKind::Usage {
+                agent,
+                phase,
+                usage,
+            },
+        )
+        .await
+    }
+
+    pub(super) async fn send(
+        &mut self,
+        em: &mut Emitter,
+        kind: EventKind,
+    ) -> Result<(), SessionError> {
+        em.emit(kind).await.map_err(|ClientGone| self.cancelled())
+    }
+}

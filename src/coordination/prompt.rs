@@ -1,0 +1,262 @@
+//! Prompt text and workflow tool schemas (protocol: "One agent turn", "Winner and final
+//! presentation"). The block delimiters of the user message are a contract: the simulated
+//! upstream (`mock_upstream`) parses them, so change them in both places or not at all.
+
+use std::time::SystemTime;
+
+use serde_json::json;
+
+use super::options::Strictness;
+use super::session::SessionInput;
+use crate::providers::{Message, Role, ToolSpec};
+
+pub const NEW_ANSWER: &str = "new_answer";
+pub const VOTE: &str = "vote";
+
+/// One answer as the prompt shows it: the agent's label (`agent2`) and its latest text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShownAnswer {
+    pub label: String,
+    pub text: String,
+}
+
+/// `new_answer`, then `vote` (only when `vote_labels` is not empty).
+pub fn workflow_tools(offer_new_answer: bool, vote_labels: &[String]) -> Vec<ToolSpec> {
+    let mut tools = Vec::new();
+    if offer_new_answer {
+        tools.push(ToolSpec {
+            name: NEW_ANSWER.into(),
+            description:
+                "Submit a new answer to the original message that improves on the current answers."
+                    .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {"content": {"type": "string"}},
+                "required": ["content"]
+            }),
+        });
+    }
+    if !vote_labels.is_empty() {
+        tools.push(ToolSpec {
+            name: VOTE.into(),
+            description:
+                "Vote for the agent whose current answer should be presented as the final answer."
+                    .into(),
+            parameters: json!({
+                "type": "object",
+                "properties": {
+                    "agent_id": {"type": "string", "enum": vote_labels},
+                    "reason": {"type": "string"}
+                },
+                "required": ["agent_id", "reason"]
+            }),
+        });
+    }
+    tools
+}
+
+/// Settings that shape the coordination instructions.
+#[derive(Debug, Clone, Copy)]
+pub struct Instructions<'a> {
+    pub label: &'a str,
+    /// Alone (single agent or `skip_coordination_rounds`): answer only, no voting.
+    pub single: bool,
+    pub voting: Strictness,
+    pub novelty: Strictness,
+    pub now: SystemTime,
+}
+
+/// The system message of a coordination turn.
+pub fn coordination_system(
+    agent_system: Option<&str>,
+    extra_system: Option<&str>,
+    how: &Instructions<'_>,
+) -> String {
+    let date = format!(
+        "Current date and time: {}.",
+        httpdate::fmt_http_date(how.now)
+    );
+    let instructions = if how.single {
+        format!(
+            "Answer the original message below. Submit your complete answer by calling `{NEW_ANSWER}` \
+             with the answer as `content`; end your turn with exactly that one tool call.\n{date}"
+        )
+    } else {
+        let well = match how.voting {
+            Strictness::Lenient => "reasonably well",
+            Strictness::Balanced => "well, with no significant errors or gaps",
+            Strictness::Strict => {
+                "fully: correct, complete and clear, with nothing important left to improve"
+            }
+        };
+        let novelty = match how.novelty {
+            Strictness::Lenient => "",
+            Strictness::Balanced => {
+                " A new answer must differ meaningfully from the current answers, not just rephrase them."
+            }
+            Strictness::Strict => {
+                " Only submit a new answer that is substantially different and better (new content, \
+                 a different approach or corrected errors); otherwise vote."
+            }
+        };
+        format!(
+            "You are {label}, one of several agents answering the same message. Below are the \
+             original message and the current answers of all agents (yours included).\n\
+             If the best current answer already addresses the original message {well}, call \
+             `{VOTE}` with its label and a short reason. Otherwise call `{NEW_ANSWER}` with a \
+             better, complete answer that combines the strengths of the current answers and \
+             fixes their weaknesses.{novelty}\n\
+             You must end your turn with exactly one tool call: either `{VOTE}` or `{NEW_ANSWER}`.\n\
+             {date}",
+            label = how.label,
+        )
+    };
+    join_system(agent_system, extra_system, &instructions)
+}
+
+/// The user message of a coordination turn.
+pub fn coordination_user(input: &SessionInput, answers: &[ShownAnswer]) -> String {
+    context_blocks(input, answers)
+}
+
+/// The system message of the presentation call.
+pub fn presentation_system(
+    agent_system: Option<&str>,
+    extra_system: Option<&str>,
+    label: &str,
+    now: SystemTime,
+) -> String {
+    let instructions = format!(
+        "You are {label}. Several agents answered the original message below and your answer was \
+         chosen. Write the final answer to the original message for the user. You may integrate \
+         the best points of the other answers. Do not mention the agents, their answers, the votes \
+         or this selection process.\nCurrent date and time: {}.",
+        httpdate::fmt_http_date(now)
+    );
+    join_system(agent_system, extra_system, &instructions)
+}
+
+/// The user message of the presentation call: the context, which answer is the presenter's
+/// own, and the votes with their reasons (`votes` holds `(voter label, target label, reason)`).
+pub fn presentation_user(
+    input: &SessionInput,
+    answers: &[ShownAnswer],
+    own_label: &str,
+    votes: &[(String, String, String)],
+) -> String {
+    let mut out = context_blocks(input, answers);
+    out.push_str(&format!(
+        "\nYour own answer is the one labelled {own_label}.\n<votes>\n"
+    ));
+    if votes.is_empty() {
+        out.push_str("No votes were cast.\n");
+    }
+    for (voter, target, reason) in votes {
+        out.push_str(&format!("{voter} voted for {target}: {reason}\n"));
+    }
+    out.push_str("</votes>");
+    out
+}
+
+/// The short user message sent when an attempt ended without a workflow tool call.
+pub fn missing_tool_reminder(offer_new_answer: bool, offer_vote: bool) -> String {
+    let tools = match (offer_new_answer, offer_vote) {
+        (true, true) => format!("`{VOTE}` or `{NEW_ANSWER}`"),
+        (false, true) => format!("`{VOTE}`"),
+        _ => format!("`{NEW_ANSWER}`"),
+    };
+    format!("You did not call a tool. Finish your turn now with exactly one call to {tools}.")
+}
+
+fn join_system(agent_system: Option<&str>, extra_system: Option<&str>, tail: &str) -> String {
+    [agent_system, extra_system]
+        .into_iter()
+        .flatten()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .chain([tail])
+        .collect::<Vec<_>>()
+        .join("\n\n")
+}
+
+fn context_blocks(input: &SessionInput, answers: &[ShownAnswer]) -> String {
+    let mut out = String::new();
+    if !input.history.is_empty() {
+        out.push_str("<conversation>\n");
+        for m in &input.history {
+            out.push_str(&render_history(m));
+            out.push('\n');
+        }
+        out.push_str("</conversation>\n");
+    }
+    out.push_str("<original_message>\n");
+    out.push_str(&input.question);
+    out.push_str("\n</original_message>\n<current_answers>\n");
+    if answers.is_empty() {
+        out.push_str("No answers exist yet.\n");
+    }
+    for a in answers {
+        out.push_str(&format!(
+            "<answer label=\"{}\">\n{}\n</answer>\n",
+            a.label, a.text
+        ));
+    }
+    out.push_str("</current_answers>");
+    out
+}
+
+fn render_history(m: &Message) -> String {
+    let role = match m.role {
+        Role::System => "system".to_string(),
+        Role::User => "user".to_string(),
+        Role::Assistant => "assistant".to_string(),
+        Role::Tool => format!("tool ({})", m.tool_call_id.as_deref().unwrap_or("?")),
+    };
+    let mut line = format!("{role}: {}", m.content);
+    for call in &m.tool_calls {
+        line.push_str(&format!(
+            "\n{role}: [calls {}({})]",
+            call.name, call.arguments
+        ));
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blocks_without_history_or_answers() {
+        let input = SessionInput {
+            question: "Why?".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            coordination_user(&input, &[]),
+            "<original_message>\nWhy?\n</original_message>\n<current_answers>\nNo answers exist yet.\n</current_answers>"
+        );
+    }
+
+    #[test]
+    fn system_parts_in_order_and_vote_tool_lists_labels() {
+        let how = Instructions {
+            label: "agent2",
+            single: false,
+            voting: Strictness::Strict,
+            novelty: Strictness::Balanced,
+            now: SystemTime::UNIX_EPOCH,
+        };
+        let s = coordination_system(Some("Be terse."), Some("Client rules."), &how);
+        assert!(s.starts_with("Be terse.\n\nClient rules.\n\nYou are agent2"));
+        assert!(s.contains("Thu, 01 Jan 1970 00:00:00 GMT"));
+        assert!(s.contains("nothing important left to improve"));
+        assert!(s.contains("differ meaningfully"));
+        let tools = workflow_tools(false, &["agent1".into(), "agent3".into()]);
+        assert_eq!(tools.len(), 1);
+        assert_eq!(
+            tools[0].parameters["properties"]["agent_id"]["enum"],
+            json!(["agent1", "agent3"])
+        );
+    }
+}
