@@ -5,7 +5,7 @@
 //! Stdout carries exactly one `… listening on http://ADDR` line (black-box tests read it);
 //! logs go to stderr. Exit codes: 0 ok, 1 runtime failure, 2 usage or config error.
 
-use std::io::{IsTerminal, Write};
+use std::io::Write;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -19,8 +19,8 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::config::{
-    ConfigError, Env, PanelCatalog, PanelConfig, ServerSettings, demo_panel, load_catalog,
-    process_env,
+    ConfigError, Env, PanelCatalog, PanelConfig, ProductionSettings, Secret, ServerSettings,
+    demo_panel, load_catalog, process_env,
 };
 
 #[derive(Debug, Parser)]
@@ -34,6 +34,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// Parsed once at start-up: the size difference costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the OpenAI-compatible API (POST /v1/chat/completions, GET /v1/models).
@@ -77,6 +79,47 @@ pub struct ServeArgs {
     /// Replace every agent's model of the default config with NAME [env: MASSGEN_SERVER_DEFAULT_MODEL]
     #[arg(long, value_name = "NAME")]
     pub default_model: Option<String>,
+    #[command(flatten)]
+    pub production: ProductionArgs,
+}
+
+/// Access control, limits, records and timeouts (README: "Running in production").
+#[derive(Debug, Clone, Default, Args)]
+pub struct ProductionArgs {
+    /// File of accepted API keys, one per line (`#` comments); adds to MASSGEN_SERVER_API_KEYS
+    /// (comma-separated) [env: MASSGEN_SERVER_API_KEYS_FILE]
+    #[arg(long, value_name = "FILE")]
+    pub api_keys_file: Option<PathBuf>,
+    /// Require an API key for GET /metrics too [env: MASSGEN_SERVER_PROTECT_METRICS]
+    #[arg(long)]
+    pub protect_metrics: bool,
+    /// Allowed CORS origins, comma-separated, or `*` [env: MASSGEN_SERVER_CORS_ORIGINS] [default: CORS off]
+    #[arg(long, value_name = "LIST")]
+    pub cors_origins: Option<String>,
+    /// Sessions running at once, more get 429 [env: MASSGEN_SERVER_MAX_SESSIONS] [default: no cap]
+    #[arg(long, value_name = "N")]
+    pub max_sessions: Option<usize>,
+    /// Requests per minute per API key [env: MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE] [default: no limit]
+    #[arg(long, value_name = "N")]
+    pub rate_limit_per_minute: Option<u32>,
+    /// Requests a key may send in a burst [env: MASSGEN_SERVER_RATE_LIMIT_BURST] [default: the per-minute rate]
+    #[arg(long, value_name = "N")]
+    pub rate_limit_burst: Option<u32>,
+    /// Upstream calls one session may make [env: MASSGEN_SERVER_MAX_UPSTREAM_CALLS] [default: no cap]
+    #[arg(long, value_name = "N")]
+    pub max_upstream_calls: Option<u32>,
+    /// Time to receive a request's headers [env: MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS] [default: 30]
+    #[arg(long, value_name = "N")]
+    pub header_timeout_seconds: Option<u64>,
+    /// Session records kept in memory [env: MASSGEN_SERVER_RECORDS_MAX] [default: 1000]
+    #[arg(long, value_name = "N")]
+    pub records_max: Option<usize>,
+    /// Seconds a finished session's record is kept [env: MASSGEN_SERVER_RECORDS_MAX_AGE_SECONDS] [default: 3600]
+    #[arg(long, value_name = "N")]
+    pub records_max_age_seconds: Option<u64>,
+    /// Also write session records as files (MassGen's log layout) [env: MASSGEN_SERVER_RECORDS_DIR]
+    #[arg(long, value_name = "DIR")]
+    pub records_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -170,6 +213,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
             .clone()
             .or_else(|| var("MASSGEN_SERVER_DEFAULT_MODEL"))
             .filter(|m| !m.trim().is_empty()),
+        production: resolve_production(&args.production, env)?,
     };
     Ok(ServePlan {
         settings,
@@ -183,6 +227,137 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
             .or_else(|| var("MASSGEN_SERVER_CONFIGS_DIR").map(PathBuf::from)),
         demo: args.demo,
     })
+}
+
+/// The production part of [`resolve_serve`]: flags win over variables, which win over
+/// [`ProductionSettings::default`].
+pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<ProductionSettings, Fatal> {
+    let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
+    fn number<T: std::str::FromStr>(
+        flag: Option<T>,
+        name: &str,
+        value: Option<String>,
+    ) -> Result<Option<T>, Fatal> {
+        match (flag, value) {
+            (Some(v), _) => Ok(Some(v)),
+            (None, Some(text)) => text
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| Fatal::usage(format!("{name}: not a valid number: '{text}'"))),
+            (None, None) => Ok(None),
+        }
+    }
+    let defaults = ProductionSettings::default();
+
+    let mut api_keys: Vec<Secret> = var("MASSGEN_SERVER_API_KEYS")
+        .map(|list| split_list(&list).map(Secret::new).collect())
+        .unwrap_or_default();
+    let keys_file = args
+        .api_keys_file
+        .clone()
+        .or_else(|| var("MASSGEN_SERVER_API_KEYS_FILE").map(PathBuf::from));
+    if let Some(path) = keys_file {
+        // The error names the file only: its content is secret.
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            Fatal::usage(format!(
+                "cannot read the API keys file {}: {e}",
+                path.display()
+            ))
+        })?;
+        api_keys.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(Secret::new),
+        );
+    }
+    let protect_metrics = if args.protect_metrics {
+        true
+    } else {
+        var("MASSGEN_SERVER_PROTECT_METRICS").map_or(Ok(false), |v| {
+            parse_bool("MASSGEN_SERVER_PROTECT_METRICS", &v)
+        })?
+    };
+    let cors_origins: Vec<String> = args
+        .cors_origins
+        .clone()
+        .or_else(|| var("MASSGEN_SERVER_CORS_ORIGINS"))
+        .map(|list| split_list(&list).map(str::to_string).collect())
+        .unwrap_or_default();
+    let max_concurrent_sessions = number(
+        args.max_sessions,
+        "MASSGEN_SERVER_MAX_SESSIONS",
+        var("MASSGEN_SERVER_MAX_SESSIONS"),
+    )?;
+    let rate_limit_per_minute = number(
+        args.rate_limit_per_minute,
+        "MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE",
+        var("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE"),
+    )?;
+    let rate_limit_burst = number(
+        args.rate_limit_burst,
+        "MASSGEN_SERVER_RATE_LIMIT_BURST",
+        var("MASSGEN_SERVER_RATE_LIMIT_BURST"),
+    )?;
+    let max_upstream_calls = number(
+        args.max_upstream_calls,
+        "MASSGEN_SERVER_MAX_UPSTREAM_CALLS",
+        var("MASSGEN_SERVER_MAX_UPSTREAM_CALLS"),
+    )?;
+    let header_timeout = number(
+        args.header_timeout_seconds,
+        "MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS",
+        var("MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS"),
+    )?;
+    let records_max = number(
+        args.records_max,
+        "MASSGEN_SERVER_RECORDS_MAX",
+        var("MASSGEN_SERVER_RECORDS_MAX"),
+    )?;
+    let records_age = number(
+        args.records_max_age_seconds,
+        "MASSGEN_SERVER_RECORDS_MAX_AGE_SECONDS",
+        var("MASSGEN_SERVER_RECORDS_MAX_AGE_SECONDS"),
+    )?;
+    for (value, name) in [
+        (
+            max_concurrent_sessions.map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
+            "--max-sessions",
+        ),
+        (
+            rate_limit_per_minute.map(u64::from),
+            "--rate-limit-per-minute",
+        ),
+        (rate_limit_burst.map(u64::from), "--rate-limit-burst"),
+        (max_upstream_calls.map(u64::from), "--max-upstream-calls"),
+        (header_timeout, "--header-timeout-seconds"),
+    ] {
+        if value == Some(0) {
+            return Err(Fatal::usage(format!("{name} must be at least 1")));
+        }
+    }
+    Ok(ProductionSettings {
+        api_keys,
+        protect_metrics,
+        cors_origins,
+        max_concurrent_sessions,
+        rate_limit_per_minute,
+        rate_limit_burst,
+        max_upstream_calls,
+        header_read_timeout: header_timeout
+            .map_or(defaults.header_read_timeout, Duration::from_secs),
+        records_max_sessions: records_max.unwrap_or(defaults.records_max_sessions),
+        records_max_age: records_age.map_or(defaults.records_max_age, Duration::from_secs),
+        records_dir: args
+            .records_dir
+            .clone()
+            .or_else(|| var("MASSGEN_SERVER_RECORDS_DIR").map(PathBuf::from)),
+    })
+}
+
+fn split_list(list: &str) -> impl Iterator<Item = &str> {
+    list.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
 fn parse_bool(name: &str, text: &str) -> Result<bool, Fatal> {
@@ -240,7 +415,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     let debug = matches!(&cli.command, Command::Serve(a) if a.debug)
         || process_env("MASSGEN_SERVER_DEBUG").is_some_and(|v| parse_bool("", &v) == Ok(true));
-    init_logging(debug);
+    let telemetry = crate::telemetry::init(debug, &process_env);
     if let Err(e) = dotenv {
         tracing::warn!("ignoring .env: {e}");
     }
@@ -255,6 +430,8 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::MockUpstream(args) => runtime.block_on(mock_upstream(args)),
     };
+    // Outside the runtime: the OTLP exporter's client blocks.
+    telemetry.shutdown();
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(fatal) => fail(&fatal),
@@ -272,22 +449,6 @@ fn load_dotenv() -> Result<(), dotenvy::Error> {
         dotenvy::from_path(path)?;
     }
     Ok(())
-}
-
-fn init_logging(debug: bool) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(if debug { "debug" } else { "info" }));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal() && process_env("NO_COLOR").is_none());
-    let json = process_env("MASSGEN_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
 }
 
 async fn serve(args: ServeArgs) -> Result<(), Fatal> {

@@ -9,11 +9,13 @@ mod demo;
 mod error;
 pub mod expand;
 mod load;
+mod production;
 mod yaml;
 
 pub use demo::{DEMO_SOURCE, demo_panel};
 pub use error::ConfigError;
 pub use load::{load_catalog, load_panel, parse_panel, valid_panel_name};
+pub use production::ProductionSettings;
 
 /// Environment lookup seam: the process environment in production ([`process_env`]), a map in
 /// tests.
@@ -84,6 +86,8 @@ pub struct ServerSettings {
     /// Replaces every agent's model of the default config for requests that use it
     /// (`MASSGEN_SERVER_DEFAULT_MODEL`, MassGen's "default model override").
     pub default_model: Option<String>,
+    /// Auth, limits, records and timeouts (`production.rs`).
+    pub production: ProductionSettings,
 }
 
 impl Default for ServerSettings {
@@ -97,6 +101,7 @@ impl Default for ServerSettings {
             shutdown_grace: Duration::from_secs(30),
             debug: false,
             default_model: None,
+            production: ProductionSettings::default(),
         }
     }
 }

@@ -6,16 +6,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::{Body, Bytes};
-use axum::extract::State;
+use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::DropGuard;
+use tracing::Instrument;
 
 use super::AppState;
+use super::auth::Caller;
 use super::error::ApiError;
+use super::records;
 use super::render::{ChunkHeader, Narrator, metadata_json};
 use super::request::{self, ChatRequest};
 use super::routing;
@@ -23,6 +26,7 @@ use crate::coordination::{
     EventKind, SessionAgent, SessionError, SessionErrorKind, SessionEvent, SessionSpec, run_session,
 };
 use crate::providers::Usage;
+use crate::telemetry::{self, SessionTracker};
 
 pub const SESSION_HEADER: &str = "x-massgen-session-id";
 
@@ -31,9 +35,11 @@ const EVENT_BUFFER: usize = 256;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    let received = std::time::Instant::now();
     let bytes = read_body(&headers, body, state.settings.max_body_bytes).await?;
     let request = request::parse(&bytes)?;
     let panel = routing::resolve(
@@ -44,6 +50,13 @@ pub async fn chat_completions(
         state.env.as_ref(),
     )?;
 
+    // Held by the session until it ends; over the cap the request is refused at once.
+    let permit = state.production.limits.try_session()?;
+    let session_id: Arc<str> = format!("sess_{}", uuid::Uuid::now_v7().simple()).into();
+    let tracker = SessionTracker::new(
+        session_id.clone(),
+        state.production.limits.max_upstream_calls,
+    );
     let mut agents = Vec::with_capacity(panel.agents.len());
     for agent in &panel.agents {
         let provider = state
@@ -56,11 +69,10 @@ pub async fn chat_completions(
         agents.push(SessionAgent {
             id: agent.id.clone(),
             system_message: agent.system_message.clone(),
-            provider,
+            provider: telemetry::instrument(provider, &agent.id, &tracker),
         });
     }
 
-    let session_id: Arc<str> = format!("sess_{}", uuid::Uuid::now_v7().simple()).into();
     let spec = SessionSpec {
         session_id: session_id.clone(),
         agents,
@@ -79,12 +91,29 @@ pub async fn chat_completions(
         "session started"
     );
 
-    let (tx, rx) = mpsc::channel(EVENT_BUFFER);
+    let (tx, engine_rx) = mpsc::channel(EVENT_BUFFER);
     // A child of the server's token: shutdown past the grace period cancels it too.
     let cancel = state.sessions_cancel.child_token();
+    let session_span = tracing::info_span!(
+        "session",
+        session_id = %session_id,
+        config = %panel.name,
+        "otel.name" = "massgen.session",
+        "gen_ai.operation.name" = "invoke_agent",
+        "gen_ai.agent.name" = "massgen",
+        "massgen.session_id" = %session_id,
+    );
     state
         .sessions
-        .spawn(run_session(spec, tx, cancel.clone(), state.clock.clone()));
+        .spawn(run_session(spec, tx, cancel.clone(), state.clock.clone()).instrument(session_span));
+    let records = &state.production.records;
+    let start = records::SessionStart {
+        record: records.insert(session_id.clone(), caller),
+        tracker,
+        permit,
+        files_dir: records.dir.clone(),
+    };
+    let rx = records::tee(&state.sessions, start, engine_rx, EVENT_BUFFER);
     // Dropping the guard (client gone, handler dropped) cancels every upstream call.
     let guard = cancel.drop_guard();
 
@@ -101,6 +130,7 @@ pub async fn chat_completions(
             guard,
             state.settings.keepalive,
             session_id.clone(),
+            received,
         )
     } else {
         collect_response(request, header, rx, guard, session_id.clone()).await?
@@ -180,10 +210,14 @@ fn stream_response(
     guard: DropGuard,
     keepalive: Duration,
     session_id: Arc<str>,
+    received: std::time::Instant,
 ) -> Response {
     let body = async_stream::stream! {
         let _guard = guard;
         let mut narrator = Narrator::new(request.deliberation);
+        if let Some(m) = telemetry::metrics() {
+            m.time_to_first_byte.observe(received.elapsed().as_secs_f64());
+        }
         yield Ok::<Bytes, Infallible>(data(&header.role()));
         let mut quiet_until = Instant::now() + keepalive;
         loop {

@@ -37,6 +37,14 @@ pub enum ApiError {
     Session(SessionError),
     /// 500: a bug; the message is generic on purpose.
     Internal,
+    /// 401: API keys are configured and the request has none or a wrong one.
+    Unauthorized { message: String },
+    /// 429: this key sent too many requests.
+    RateLimited { retry_after: Duration },
+    /// 429: the server already runs its maximum of sessions.
+    TooManySessions { max: usize },
+    /// 404: no session record with this id (or not the caller's).
+    SessionNotFound { id: String },
 }
 
 impl ApiError {
@@ -63,6 +71,11 @@ impl ApiError {
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::Session(e) => session_status(e),
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
+            Self::RateLimited { .. } | Self::TooManySessions { .. } => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
+            Self::SessionNotFound { .. } => StatusCode::NOT_FOUND,
         }
     }
 
@@ -83,6 +96,8 @@ impl ApiError {
                 SessionErrorKind::Cancelled => "server_error",
             },
             Self::Internal => "server_error",
+            Self::Unauthorized { .. } | Self::SessionNotFound { .. } => "invalid_request_error",
+            Self::RateLimited { .. } | Self::TooManySessions { .. } => "rate_limit_error",
         }
     }
 
@@ -103,6 +118,10 @@ impl ApiError {
                 SessionErrorKind::Cancelled => "session_cancelled",
             },
             Self::Internal => "internal_error",
+            Self::Unauthorized { .. } => "invalid_api_key",
+            Self::RateLimited { .. } => "rate_limit_exceeded",
+            Self::TooManySessions { .. } => "too_many_sessions",
+            Self::SessionNotFound { .. } => "session_not_found",
         }
     }
 
@@ -135,6 +154,15 @@ impl ApiError {
             }
             Self::Session(e) => session_message(e),
             Self::Internal => "The server had an internal error".to_string(),
+            Self::Unauthorized { message } => message.clone(),
+            Self::RateLimited { retry_after } => format!(
+                "Rate limit reached for this API key; retry in {} s",
+                super::limits::retry_after_seconds(*retry_after).max(1)
+            ),
+            Self::TooManySessions { max } => format!(
+                "The server is running its maximum of {max} concurrent sessions; retry shortly"
+            ),
+            Self::SessionNotFound { id } => format!("No session record '{id}'"),
         }
     }
 
@@ -156,6 +184,8 @@ impl ApiError {
             {
                 Some(Duration::from_secs(1))
             }
+            Self::RateLimited { retry_after } => Some(*retry_after),
+            Self::TooManySessions { .. } => Some(Duration::from_secs(1)),
             _ => None,
         }
     }
@@ -204,11 +234,15 @@ impl IntoResponse for ApiError {
         let status = self.status();
         let body = json!({ "error": self.body() });
         let mut response = (status, axum::Json(body)).into_response();
-        if let Some(v) = self
-            .retry_after()
-            .and_then(|wait| HeaderValue::from_str(&wait.as_secs().max(1).to_string()).ok())
-        {
+        if let Some(v) = self.retry_after().and_then(|wait| {
+            HeaderValue::from_str(&super::limits::retry_after_seconds(wait).max(1).to_string()).ok()
+        }) {
             response.headers_mut().insert(header::RETRY_AFTER, v);
+        }
+        if matches!(self, Self::Unauthorized { .. }) {
+            response
+                .headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
     }

@@ -2,8 +2,13 @@
 //! translates: a request becomes a [`SessionSpec`](crate::coordination::SessionSpec), and
 //! the session's events become a response.
 
+pub mod auth;
 mod chat;
 pub mod error;
+pub mod limits;
+mod listen;
+mod observe;
+pub mod records;
 mod render;
 pub mod request;
 pub mod routing;
@@ -13,7 +18,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::HeaderName;
+use axum::http::{HeaderName, HeaderValue, Method, header};
+use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use serde_json::json;
@@ -21,7 +27,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
 pub use chat::SESSION_HEADER;
@@ -44,6 +52,31 @@ pub struct AppState {
     pub sessions: TaskTracker,
     /// Cancels every session (shutdown past the grace period).
     pub sessions_cancel: CancellationToken,
+    /// Access control, limits and session records.
+    pub production: Arc<Production>,
+}
+
+/// What `settings.production` turns into at start-up.
+pub struct Production {
+    pub keys: auth::ApiKeys,
+    pub protect_metrics: bool,
+    pub limits: limits::Limits,
+    pub records: records::RecordStore,
+}
+
+impl Production {
+    pub fn new(settings: &crate::config::ProductionSettings) -> Self {
+        Self {
+            keys: auth::ApiKeys::new(&settings.api_keys),
+            protect_metrics: settings.protect_metrics,
+            limits: limits::Limits::new(settings),
+            records: records::RecordStore::new(
+                settings.records_max_sessions,
+                settings.records_max_age,
+                settings.records_dir.clone(),
+            ),
+        }
+    }
 }
 
 impl AppState {
@@ -53,7 +86,9 @@ impl AppState {
         providers: Arc<dyn ProviderFactory>,
         env: Arc<Env>,
     ) -> Self {
+        let production = Arc::new(Production::new(&settings.production));
         Self {
+            production,
             catalog: Arc::new(catalog),
             settings: Arc::new(settings),
             providers,
@@ -71,19 +106,79 @@ impl AppState {
 
 pub fn router(state: AppState) -> Router {
     let request_id = HeaderName::from_static("x-request-id");
-    Router::new()
+    let cors = cors_layer(&state.settings.production.cors_origins);
+    // Layers run outside-in from the last one added: request id, trace span, panic guard,
+    // request metrics, CORS, authentication, rate limit, then the handler.
+    let router = Router::new()
         .route("/health", get(health))
+        .route("/metrics", get(observe::metrics_text))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/sessions/{id}", get(records::routes::get_session))
+        .route(
+            "/v1/sessions/{id}/events",
+            get(records::routes::session_events),
+        )
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            limits::rate_limit,
+        ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ));
+    let router = match cors {
+        Some(cors) => router.layer(cors),
+        None => router,
+    };
+    router
+        .layer(middleware::from_fn(observe::count_requests))
         .with_state(state)
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal.into_response()
         }))
-        .layer(TraceLayer::new_for_http())
+        .layer(TraceLayer::new_for_http().make_span_with(observe::request_span))
+        .layer(SetSensitiveRequestHeadersLayer::new([
+            header::AUTHORIZATION,
+        ]))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+}
+
+/// CORS only when origins are configured: `*` allows any origin, otherwise the list.
+fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
+    if origins.is_empty() {
+        return None;
+    }
+    let layer = CorsLayer::new()
+        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_headers([
+            header::AUTHORIZATION,
+            header::CONTENT_TYPE,
+            HeaderName::from_static("x-request-id"),
+            HeaderName::from_static("traceparent"),
+        ])
+        .expose_headers([
+            HeaderName::from_static("x-request-id"),
+            HeaderName::from_static(SESSION_HEADER),
+            header::RETRY_AFTER,
+        ]);
+    if origins.iter().any(|o| o == "*") {
+        return Some(layer.allow_origin(AllowOrigin::any()));
+    }
+    let list: Vec<HeaderValue> = origins
+        .iter()
+        .filter_map(|o| match HeaderValue::from_str(o) {
+            Ok(v) => Some(v),
+            Err(_) => {
+                tracing::warn!(origin = %o, "ignoring an invalid CORS origin");
+                None
+            }
+        })
+        .collect();
+    Some(layer.allow_origin(AllowOrigin::list(list)))
 }
 
 async fn health() -> impl IntoResponse {
@@ -112,18 +207,21 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    warn_if_exposed(&listener, &state);
     let grace = state.settings.shutdown_grace;
+    let header_timeout = state.settings.production.header_read_timeout;
     let sessions = state.sessions.clone();
     let sessions_cancel = state.sessions_cancel.clone();
     let stopping = CancellationToken::new();
     let stop_signal = stopping.clone();
+    let housekeeping = tokio::spawn(housekeeping(state.production.clone()));
     let app = router(state);
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let server = listen::serve_connections(listener, app, header_timeout, async move {
         shutdown.await;
         tracing::info!("shutting down: no new connections, waiting for running sessions");
         stop_signal.cancel();
     });
-    let server = std::pin::pin!(server.into_future());
+    let server = std::pin::pin!(server);
     let deadline = async {
         stopping.cancelled().await;
         sessions.close();
@@ -138,8 +236,29 @@ pub async fn serve(
         tokio::time::sleep(std::time::Duration::from_secs(5)).await;
     };
     tokio::select! {
-        result = server => result?,
+        () = server => {}
         () = deadline => tracing::warn!("connections still open after the grace period; exiting"),
     }
+    housekeeping.abort();
     Ok(())
+}
+
+/// Keyed rate limiters only grow and records only age out when someone looks: trim both
+/// once a minute.
+async fn housekeeping(production: Arc<Production>) {
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
+    loop {
+        tick.tick().await;
+        production.limits.retain_recent();
+        production.records.expire();
+    }
+}
+
+fn warn_if_exposed(listener: &TcpListener, state: &AppState) {
+    let exposed = listener.local_addr().is_ok_and(|a| !a.ip().is_loopback());
+    if exposed && !state.production.keys.enabled() {
+        tracing::warn!(
+            "listening on a non-loopback address without API keys: anyone who can reach this port can spend your provider credits (set MASSGEN_SERVER_API_KEYS or --api-keys-file)"
+        );
+    }
 }

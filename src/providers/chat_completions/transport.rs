@@ -58,6 +58,7 @@ async fn open(inner: &Inner, body: Value) -> Result<ChunkStream, ProviderError> 
         };
         match retry::next_step(policy, attempts, failure, rand::random()) {
             RetryStep::Retry(delay) => {
+                crate::telemetry::record_retry(provider, error.kind);
                 tracing::warn!(
                     provider = %provider,
                     model = %inner.config.model,

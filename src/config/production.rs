@@ -1,0 +1,53 @@
+//! Production settings of `massgen serve`: access control, limits, session records and
+//! connection timeouts. They come from flags and `MASSGEN_SERVER_*` variables (see the
+//! README's "Running in production"); the defaults keep the server open and unlimited
+//! except for bounded records and a header timeout.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use crate::secret::Secret;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProductionSettings {
+    /// Accepted bearer keys; empty means no authentication.
+    pub api_keys: Vec<Secret>,
+    /// `/metrics` needs a key too (only meaningful with keys).
+    pub protect_metrics: bool,
+    /// Allowed CORS origins; empty means no CORS headers at all, `*` any origin.
+    pub cors_origins: Vec<String>,
+    /// Sessions running at once; more are answered 429.
+    pub max_concurrent_sessions: Option<usize>,
+    /// Requests per minute per API key (per server when there are no keys).
+    pub rate_limit_per_minute: Option<u32>,
+    /// Requests a key may send at once before the per-minute rate applies.
+    pub rate_limit_burst: Option<u32>,
+    /// Upstream calls one session may make (every agent turn, retry attempts excluded).
+    pub max_upstream_calls: Option<u32>,
+    /// Time a client has to send the request headers (HTTP/1).
+    pub header_read_timeout: Duration,
+    /// Session records kept in memory (oldest dropped first).
+    pub records_max_sessions: usize,
+    /// Age after which a finished session's record is dropped.
+    pub records_max_age: Duration,
+    /// Also write each finished session in MassGen's log layout under this directory.
+    pub records_dir: Option<PathBuf>,
+}
+
+impl Default for ProductionSettings {
+    fn default() -> Self {
+        Self {
+            api_keys: Vec::new(),
+            protect_metrics: false,
+            cors_origins: Vec::new(),
+            max_concurrent_sessions: None,
+            rate_limit_per_minute: None,
+            rate_limit_burst: None,
+            max_upstream_calls: None,
+            header_read_timeout: Duration::from_secs(30),
+            records_max_sessions: 1000,
+            records_max_age: Duration::from_secs(3600),
+            records_dir: None,
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! Bearer API keys. Keys are kept only as SHA-256 hashes and a presented key is hashed and
+//! compared with every stored hash in constant time, so neither timing nor memory dumps
+//! give a key away. Nothing here logs a key.
+
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, Method, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use sha2::{Digest, Sha256};
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+
+use super::AppState;
+use super::error::ApiError;
+use crate::secret::Secret;
+use crate::telemetry::metrics;
+
+/// Which configured key a request used (its position in the key list); never the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyId(u32);
+
+/// Who is calling: the key it authenticated with, or none when the server has no keys.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Caller {
+    pub key: Option<KeyId>,
+}
+
+#[derive(Clone, Default)]
+pub struct ApiKeys {
+    hashes: Vec<[u8; 32]>,
+}
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ApiKeys({} keys)", self.hashes.len())
+    }
+}
+
+impl ApiKeys {
+    pub fn new(keys: &[Secret]) -> Self {
+        Self {
+            hashes: keys.iter().map(|k| hash(k.expose())).collect(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        !self.hashes.is_empty()
+    }
+
+    /// The key `presented` matches, checked against every stored hash without early exit.
+    pub fn verify(&self, presented: &str) -> Option<KeyId> {
+        let wanted = hash(presented);
+        let mut found = subtle::Choice::from(0);
+        let mut index = 0u32;
+        for (i, stored) in self.hashes.iter().enumerate() {
+            let equal = stored.ct_eq(&wanted);
+            index = u32::conditional_select(&index, &u32::try_from(i).unwrap_or(u32::MAX), equal);
+            found |= equal;
+        }
+        bool::from(found).then_some(KeyId(index))
+    }
+}
+
+fn hash(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
+}
+
+/// `Authorization: Bearer <key>` (scheme case-insensitive).
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Paths that never need a key: liveness, and `/metrics` unless protected. CORS preflights
+/// carry no credentials, so they pass as well (the CORS layer answers them).
+fn is_open(state: &AppState, method: &Method, path: &str) -> bool {
+    path == "/health"
+        || (path == "/metrics" && !state.production.protect_metrics)
+        || method == Method::OPTIONS
+}
+
+pub async fn authenticate(
+    State(state): State<AppState>,
+    mut request: Request,
+    next: Next,
+) -> Response {
+    let keys = &state.production.keys;
+    if !keys.enabled() || is_open(&state, request.method(), request.uri().path()) {
+        request.extensions_mut().insert(Caller::default());
+        return next.run(request).await;
+    }
+    let error = match bearer(request.headers()) {
+        None => ApiError::Unauthorized {
+            message: "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
+                .to_string(),
+        },
+        Some(token) => match keys.verify(token) {
+            Some(key) => {
+                request.extensions_mut().insert(Caller { key: Some(key) });
+                return next.run(request).await;
+            }
+            None => ApiError::Unauthorized {
+                message: "Incorrect API key provided.".to_string(),
+            },
+        },
+    };
+    if let Some(m) = metrics() {
+        m.rejected.with_label_values(&["unauthorized"]).inc();
+    }
+    tracing::info!(path = %request.uri().path(), "request refused: missing or wrong API key");
+    error.into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verify_finds_the_right_key_and_only_it() {
+        let keys = ApiKeys::new(&[Secret::new("k-one"), Secret::new("k-two")]);
+        assert!(keys.enabled());
+        assert_eq!(keys.verify("k-two"), Some(KeyId(1)));
+        assert_eq!(keys.verify("k-one"), Some(KeyId(0)));
+        assert_eq!(keys.verify("k-on"), None);
+        assert_eq!(keys.verify(""), None);
+        assert!(!ApiKeys::new(&[]).enabled());
+        assert!(!format!("{keys:?}").contains("k-one"));
+    }
+
+    #[test]
+    fn bearer_parsing() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "bearer  abc ".parse().unwrap());
+        assert_eq!(bearer(&h), Some("abc"));
+        h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+    }
+}

@@ -1,0 +1,169 @@
+//! Concurrency cap on sessions and per-key request rate. Over a limit the answer is 429
+//! with `Retry-After` at once: nothing queues, so nothing hangs.
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use governor::clock::{Clock, DefaultClock};
+use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::AppState;
+use super::auth::{Caller, KeyId};
+use super::error::ApiError;
+use crate::config::ProductionSettings;
+use crate::telemetry::metrics;
+
+pub struct Limits {
+    sessions: Option<(Arc<Semaphore>, usize)>,
+    /// Keyed by API key; `None` is the bucket of a server without keys.
+    rate: Option<DefaultKeyedRateLimiter<Option<KeyId>>>,
+    pub max_upstream_calls: Option<u32>,
+}
+
+impl Limits {
+    pub fn new(settings: &ProductionSettings) -> Self {
+        let rate = settings
+            .rate_limit_per_minute
+            .and_then(NonZeroU32::new)
+            .map(|per_minute| {
+                let burst = settings
+                    .rate_limit_burst
+                    .and_then(NonZeroU32::new)
+                    .unwrap_or(per_minute);
+                RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst))
+            });
+        Self {
+            sessions: settings
+                .max_concurrent_sessions
+                .map(|n| (Arc::new(Semaphore::new(n)), n)),
+            rate,
+            max_upstream_calls: settings.max_upstream_calls,
+        }
+    }
+
+    /// A slot for one more session, held until the session ends.
+    pub fn try_session(&self) -> Result<Option<OwnedSemaphorePermit>, ApiError> {
+        let Some((semaphore, max)) = &self.sessions else {
+            return Ok(None);
+        };
+        match semaphore.clone().try_acquire_owned() {
+            Ok(permit) => Ok(Some(permit)),
+            Err(_) => {
+                count("max_sessions");
+                Err(ApiError::TooManySessions { max: *max })
+            }
+        }
+    }
+
+    pub fn check_rate(&self, key: Option<KeyId>) -> Result<(), ApiError> {
+        let Some(limiter) = &self.rate else {
+            return Ok(());
+        };
+        limiter.check_key(&key).map_err(|not_until| {
+            count("rate_limit");
+            let wait = not_until.wait_time_from(DefaultClock::default().now());
+            ApiError::RateLimited { retry_after: wait }
+        })
+    }
+
+    /// Forgets keys whose bucket is full again (keyed limiters otherwise only grow).
+    pub fn retain_recent(&self) {
+        if let Some(limiter) = &self.rate {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
+    }
+}
+
+fn count(reason: &str) {
+    if let Some(m) = metrics() {
+        m.rejected.with_label_values(&[reason]).inc();
+    }
+}
+
+/// Applies the per-key rate to everything but `/health` and `/metrics`.
+pub async fn rate_limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path != "/health" && path != "/metrics" {
+        let caller = request
+            .extensions()
+            .get::<Caller>()
+            .copied()
+            .unwrap_or_default();
+        if let Err(e) = state.production.limits.check_rate(caller.key) {
+            return e.into_response();
+        }
+    }
+    next.run(request).await
+}
+
+/// Retry-After in whole seconds, at least 1.
+pub fn retry_after_seconds(wait: Duration) -> u64 {
+    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rate_limit_refuses_over_the_burst_with_a_wait() {
+        let limits = Limits::new(&ProductionSettings {
+            rate_limit_per_minute: Some(1),
+            rate_limit_burst: Some(2),
+            ..ProductionSettings::default()
+        });
+        assert!(limits.check_rate(None).is_ok());
+        assert!(limits.check_rate(None).is_ok());
+        let Err(ApiError::RateLimited { retry_after }) = limits.check_rate(None) else {
+            panic!("third request should be limited");
+        };
+        assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(60));
+        // Another key has its own bucket.
+        let key = ApiKeysForTest::key();
+        assert!(limits.check_rate(Some(key)).is_ok());
+        limits.retain_recent();
+    }
+
+    #[test]
+    fn session_cap_gives_back_its_slot() {
+        let limits = Limits::new(&ProductionSettings {
+            max_concurrent_sessions: Some(1),
+            ..ProductionSettings::default()
+        });
+        let permit = limits.try_session().unwrap();
+        assert!(matches!(
+            limits.try_session(),
+            Err(ApiError::TooManySessions { max: 1 })
+        ));
+        drop(permit);
+        assert!(limits.try_session().is_ok());
+        assert!(
+            Limits::new(&ProductionSettings::default())
+                .try_session()
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn retry_after_rounds_up() {
+        assert_eq!(retry_after_seconds(Duration::from_millis(1)), 1);
+        assert_eq!(retry_after_seconds(Duration::from_secs(2)), 2);
+        assert_eq!(retry_after_seconds(Duration::from_millis(2001)), 3);
+    }
+
+    struct ApiKeysForTest;
+    impl ApiKeysForTest {
+        fn key() -> KeyId {
+            super::super::auth::ApiKeys::new(&[crate::secret::Secret::new("k")])
+                .verify("k")
+                .unwrap()
+        }
+    }
+}

@@ -1,0 +1,101 @@
+//! A finished session as files, in the spirit of MassGen's log directory:
+//! `<dir>/log_<YYYYMMDD_HHMMSS>_<session id>/` with `coordination_events.json` (every
+//! event), `vote.json` (counted and ignored votes, tally, winner), `agent_outputs/<agent>.txt`
+//! (each agent's answers in order), `final_answer.txt` and `session.json` (the record).
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+use crate::coordination::{EventKind, SessionEvent};
+
+pub fn write(
+    dir: &Path,
+    id: &str,
+    events: &[SessionEvent],
+    record: &Value,
+) -> std::io::Result<PathBuf> {
+    let stamp = events.first().map_or(0, |e| e.at_ms / 1000);
+    let root = dir.join(format!("log_{}_{id}", utc_stamp(stamp)));
+    let outputs = root.join("agent_outputs");
+    std::fs::create_dir_all(&outputs)?;
+    std::fs::write(
+        root.join("coordination_events.json"),
+        to_json(&json!(events)),
+    )?;
+    let mut per_agent: std::collections::BTreeMap<String, String> = Default::default();
+    let mut ignored = Vec::new();
+    for e in events {
+        match &e.kind {
+            EventKind::Answer { answer } => {
+                let text = per_agent.entry(answer.agent.agent_id.clone()).or_default();
+                text.push_str(&format!(
+                    "=== {} ===\n{}\n\n",
+                    answer.answer_label,
+                    answer.content.as_text()
+                ));
+            }
+            EventKind::VoteIgnored { vote, why } => ignored.push(json!({"vote": vote, "why": why})),
+            _ => {}
+        }
+    }
+    for (agent, text) in &per_agent {
+        // Agent ids come from the operator's config; keep the file name plain anyway.
+        let name: String = agent
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        std::fs::write(outputs.join(format!("{name}.txt")), text)?;
+    }
+    let vote = json!({
+        "votes": record["votes"], "ignored_votes": ignored,
+        "consensus": record["consensus"], "winner": record["winner"],
+    });
+    std::fs::write(root.join("vote.json"), to_json(&vote))?;
+    if let Some(answer) = record["final_answer"].as_str() {
+        std::fs::write(root.join("final_answer.txt"), answer)?;
+    }
+    std::fs::write(root.join("session.json"), to_json(record))?;
+    Ok(root)
+}
+
+fn to_json(v: &Value) -> String {
+    serde_json::to_string_pretty(v).unwrap_or_default()
+}
+
+/// `YYYYMMDD_HHMMSS` in UTC from Unix seconds (civil-from-days, no date crate needed).
+fn utc_stamp(secs: u64) -> String {
+    let days = i64::try_from(secs / 86_400).unwrap_or_default();
+    let rem = secs % 86_400;
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}{m:02}{d:02}_{:02}{:02}{:02}",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn utc_stamp_matches_known_dates() {
+        assert_eq!(super::utc_stamp(0), "19700101_000000");
+        assert_eq!(super::utc_stamp(1_700_000_000), "20231114_221320");
+        assert_eq!(super::utc_stamp(951_782_400), "20000229_000000");
+    }
+}

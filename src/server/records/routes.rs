@@ -1,0 +1,100 @@
+//! `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`.
+
+use std::convert::Infallible;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Extension, Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use tokio::sync::broadcast::error::RecvError;
+
+use super::record_json;
+use crate::coordination::{EventKind, SessionEvent};
+use crate::server::AppState;
+use crate::server::auth::Caller;
+use crate::server::error::ApiError;
+
+pub async fn get_session(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = state
+        .production
+        .records
+        .get(&id, &caller)
+        .ok_or(ApiError::SessionNotFound { id })?;
+    Ok(axum::Json(record_json(&record)).into_response())
+}
+
+/// SSE: `event: <type>` + `data: <SessionEvent JSON>` per event, the stored ones first,
+/// then live ones until the session ends; `: keep-alive` comments while quiet.
+pub async fn session_events(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let record = state
+        .production
+        .records
+        .get(&id, &caller)
+        .ok_or(ApiError::SessionNotFound { id })?;
+    let keepalive = state.settings.keepalive;
+    let body = async_stream::stream! {
+        let (past, live) = record.subscribe();
+        let mut last = past.last().map(|e| e.seq);
+        for event in &past {
+            yield Ok::<Bytes, Infallible>(frame(event));
+        }
+        let Some(mut live) = live else { return };
+        if past.last().is_some_and(is_terminal) { return }
+        loop {
+            let next = tokio::select! {
+                next = live.recv() => next,
+                () = tokio::time::sleep(keepalive) => {
+                    yield Ok(Bytes::from_static(b": keep-alive\n\n"));
+                    continue;
+                }
+            };
+            let batch = match next {
+                Ok(event) => vec![event],
+                // Fell behind the live buffer: catch up from the stored events.
+                Err(RecvError::Lagged(_)) => record.events_after(last),
+                Err(RecvError::Closed) => return,
+            };
+            for event in batch {
+                if last.is_some_and(|l| event.seq <= l) {
+                    continue;
+                }
+                last = Some(event.seq);
+                yield Ok(frame(&event));
+                if is_terminal(&event) {
+                    return;
+                }
+            }
+        }
+    };
+    Ok(Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .header("x-accel-buffering", "no")
+        .body(Body::from_stream(body))
+        .unwrap_or_else(|_| ApiError::Internal.into_response()))
+}
+
+fn is_terminal(event: &SessionEvent) -> bool {
+    matches!(
+        event.kind,
+        EventKind::SessionCompleted { .. } | EventKind::SessionFailed { .. }
+    )
+}
+
+fn frame(event: &SessionEvent) -> Bytes {
+    let value = serde_json::to_value(event).unwrap_or_default();
+    let kind = value["type"].as_str().unwrap_or("event").to_string();
+    let mut out = format!("event: {kind}\ndata: ").into_bytes();
+    let _ = serde_json::to_writer(&mut out, &value);
+    out.extend_from_slice(b"\n\n");
+    Bytes::from(out)
+}

@@ -1,0 +1,130 @@
+//! Sits between the engine and the HTTP response: every event goes into the session's
+//! record (and its live feed) and the session metrics, then on to the client. When the
+//! client is gone the tee keeps draining, so the record still gets the session's end.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_util::task::TaskTracker;
+
+use super::SessionRecord;
+use crate::coordination::{AgentErrorKind, EventKind, SessionErrorKind, SessionEvent};
+use crate::telemetry::{SessionTracker, metrics};
+
+pub struct SessionStart {
+    pub record: Arc<SessionRecord>,
+    pub tracker: Arc<SessionTracker>,
+    /// The session's concurrency slot, released when the session ends.
+    pub permit: Option<OwnedSemaphorePermit>,
+    pub files_dir: Option<PathBuf>,
+}
+
+pub fn tee(
+    tasks: &TaskTracker,
+    start: SessionStart,
+    mut from_engine: mpsc::Receiver<SessionEvent>,
+    buffer: usize,
+) -> mpsc::Receiver<SessionEvent> {
+    let (to_client, rx) = mpsc::channel(buffer);
+    tasks.spawn(async move {
+        let _active = Active::new();
+        let SessionStart {
+            record,
+            tracker,
+            permit,
+            files_dir,
+        } = start;
+        let _permit = permit;
+        let mut client = Some(to_client);
+        let mut votes = 0u32;
+        let mut restarts = 0u32;
+        while let Some(event) = from_engine.recv().await {
+            match &event.kind {
+                EventKind::Vote { .. } => votes += 1,
+                EventKind::TurnStarted { turn, .. } if *turn > 1 => restarts += 1,
+                EventKind::AgentFailed { error } => count_failed(error.kind),
+                EventKind::SessionCompleted { .. } => {
+                    finish(&tracker, "completed", votes, restarts)
+                }
+                EventKind::SessionFailed { error } => {
+                    finish(&tracker, outcome(error.kind), votes, restarts);
+                }
+                _ => {}
+            }
+            record.push(event.clone());
+            if let Some(tx) = &client
+                && tx.send(event).await.is_err()
+            {
+                client = None;
+            }
+        }
+        if let Some(dir) = files_dir {
+            write_files(dir, record).await;
+        }
+    });
+    rx
+}
+
+fn finish(tracker: &SessionTracker, outcome: &str, votes: u32, restarts: u32) {
+    let Some(m) = metrics() else { return };
+    m.session_duration
+        .with_label_values(&[outcome])
+        .observe(tracker.wall_time().as_secs_f64());
+    m.server_overhead.observe(tracker.overhead().as_secs_f64());
+    m.votes_per_session.observe(f64::from(votes));
+    m.restarts_per_session.observe(f64::from(restarts));
+}
+
+fn outcome(kind: SessionErrorKind) -> &'static str {
+    match kind {
+        SessionErrorKind::UpstreamFailed => "upstream_failed",
+        SessionErrorKind::NoUsableAgent => "no_usable_agent",
+        SessionErrorKind::Timeout => "timeout",
+        SessionErrorKind::Cancelled => "cancelled",
+    }
+}
+
+fn count_failed(kind: AgentErrorKind) {
+    let label = match kind {
+        AgentErrorKind::Upstream => "upstream",
+        AgentErrorKind::InvalidTurns => "invalid_turns",
+        AgentErrorKind::TurnTimeout => "turn_timeout",
+    };
+    if let Some(m) = metrics() {
+        m.agents_failed.with_label_values(&[label]).inc();
+    }
+}
+
+async fn write_files(dir: PathBuf, record: Arc<SessionRecord>) {
+    let written = tokio::task::spawn_blocking(move || {
+        let json = super::record_json(&record);
+        super::files::write(&dir, &record.id, &record.events(), &json)
+    })
+    .await;
+    match written {
+        Ok(Ok(path)) => tracing::debug!(path = %path.display(), "session record written"),
+        Ok(Err(e)) => tracing::warn!("cannot write the session record files: {e}"),
+        Err(e) => tracing::warn!("writing the session record files failed: {e}"),
+    }
+}
+
+/// The active-sessions gauge, decremented however the session ends.
+struct Active;
+
+impl Active {
+    fn new() -> Self {
+        if let Some(m) = metrics() {
+            m.active_sessions.inc();
+        }
+        Self
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        if let Some(m) = metrics() {
+            m.active_sessions.dec();
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The record of one session as JSON, rebuilt from its events (so a running session's
+//! record shows what happened so far).
+
+use std::collections::BTreeMap;
+
+use serde_json::{Value, json};
+
+use super::SessionRecord;
+use crate::coordination::{AgentRef, EventKind, SessionEvent};
+use crate::providers::Usage;
+
+#[derive(Default)]
+struct AgentView {
+    label: String,
+    usage: Usage,
+    turns: u32,
+    answers: u32,
+    errors: Vec<Value>,
+    invalid_turns: u32,
+}
+
+pub fn record_json(record: &SessionRecord) -> Value {
+    let events = record.events();
+    let mut agents: BTreeMap<String, AgentView> = BTreeMap::new();
+    let agent = |agents: &mut BTreeMap<String, AgentView>, a: &AgentRef| {
+        let view = agents.entry(a.agent_id.clone()).or_default();
+        view.label.clone_from(&a.label);
+    };
+    let mut answers = Vec::new();
+    let mut votes = Vec::new();
+    let mut ignored_votes = Vec::new();
+    let mut consensus = Value::Null;
+    let mut outcome = Value::Null;
+    let mut status = "running";
+    let mut usage = Usage::default();
+    let mut first_answer_ms = None;
+    for SessionEvent { at_ms, kind, .. } in &events {
+        match kind {
+            EventKind::SessionStarted { agents: list } => {
+                for a in list {
+                    agent(&mut agents, a);
+                }
+            }
+            EventKind::TurnStarted { agent: a, .. } => {
+                agent(&mut agents, a);
+                agents.entry(a.agent_id.clone()).or_default().turns += 1;
+            }
+            EventKind::Answer { answer } => {
+                first_answer_ms.get_or_insert(*at_ms);
+                agents
+                    .entry(answer.agent.agent_id.clone())
+                    .or_default()
+                    .answers += 1;
+                answers.push(json!({"at_ms": at_ms, "answer": answer}));
+            }
+            EventKind::Vote { vote } => votes.push(json!({"at_ms": at_ms, "vote": vote})),
+            EventKind::VoteIgnored { vote, why } => {
+                ignored_votes.push(json!({"at_ms": at_ms, "vote": vote, "why": why}));
+            }
+            EventKind::TurnInvalid { agent: a, .. } => {
+                agents.entry(a.agent_id.clone()).or_default().invalid_turns += 1;
+            }
+            EventKind::AgentFailed { error } => {
+                agents
+                    .entry(error.agent.agent_id.clone())
+                    .or_default()
+                    .errors
+                    .push(json!(error));
+            }
+            EventKind::PresentationFailed { agent: a, message } => {
+                agents
+                    .entry(a.agent_id.clone())
+                    .or_default()
+                    .errors
+                    .push(json!({"kind": "presentation", "message": message}));
+            }
+            EventKind::Usage {
+                agent: a, usage: u, ..
+            } => {
+                agents.entry(a.agent_id.clone()).or_default().usage.add(u);
+                usage.add(u);
+            }
+            EventKind::Consensus {
+                winner,
+                reason,
+                tally,
+                votes,
+            } => {
+                consensus = json!({"winner": winner, "reason": reason, "tally": tally, "votes": votes, "at_ms": at_ms});
+            }
+            EventKind::SessionCompleted { summary } => {
+                status = "completed";
+                outcome = json!(summary);
+            }
+            EventKind::SessionFailed { error } => {
+                status = "failed";
+                outcome = json!(error);
+            }
+            EventKind::AgentDelta { .. }
+            | EventKind::FinalDelta { .. }
+            | EventKind::PresentationStarted { .. } => {}
+        }
+    }
+    let started_ms = events.first().map(|e| e.at_ms);
+    let ended_ms = (status != "running")
+        .then(|| events.last().map(|e| e.at_ms))
+        .flatten();
+    let agents: Vec<Value> = agents
+        .into_iter()
+        .map(|(id, a)| {
+            json!({
+                "agent_id": id, "label": a.label, "usage": a.usage, "turns": a.turns,
+                "answers": a.answers, "invalid_turns": a.invalid_turns,
+                "failed": !a.errors.is_empty(), "errors": a.errors,
+            })
+        })
+        .collect();
+    let (winner, final_answer) = match status {
+        "completed" => (outcome["winner"].clone(), outcome["final_answer"].clone()),
+        _ => (
+            consensus.get("winner").cloned().unwrap_or(Value::Null),
+            Value::Null,
+        ),
+    };
+    json!({
+        "id": &*record.id,
+        "object": "massgen.session",
+        "status": status,
+        "winner": winner,
+        "final_answer": final_answer,
+        "answers": answers,
+        "votes": votes,
+        "ignored_votes": ignored_votes,
+        "consensus": consensus,
+        "agents": agents,
+        "usage": usage,
+        "timings": {
+            "started_at_ms": started_ms,
+            "first_answer_at_ms": first_answer_ms,
+            "ended_at_ms": ended_ms,
+            "duration_ms": started_ms.zip(ended_ms).map(|(s, e)| e.saturating_sub(s)),
+        },
+        "outcome": outcome,
+        "events": events.len() as u64 + record.dropped(),
+        "events_dropped": record.dropped(),
+    })
+}
