@@ -52,7 +52,8 @@ pub async fn serve_connections(
         tokio::spawn(async move {
             // hyper's header timeout starts after the protocol is detected: a client that
             // connects and sends nothing is cut here instead.
-            if tokio::time::timeout(header_timeout, stream.readable())
+            let mut first = [0u8; 1];
+            if tokio::time::timeout(header_timeout, stream.peek(&mut first))
                 .await
                 .is_err()
             {

@@ -22,19 +22,39 @@ pub fn request_span(request: &axum::http::Request<Body>) -> Span {
         .get("x-request-id")
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
+    // OpenTelemetry fixes a span's name when it starts, before routing: name it from the
+    // path's route template here.
+    let route = route_template(request.uri().path());
     let span = tracing::info_span!(
         "request",
         request_id = %request_id,
         method = %request.method(),
         path = %request.uri().path(),
-        "otel.name" = %request.method(),
+        "otel.name" = format!("{} {route}", request.method()),
         "otel.kind" = "server",
         "http.request.method" = %request.method(),
-        "http.route" = Empty,
+        "http.route" = route,
         "http.response.status_code" = Empty,
     );
     let _ = span.set_parent(remote_context(request.headers()));
     span
+}
+
+/// The route a path will match (as axum's `MatchedPath` would say), for span names.
+fn route_template(path: &str) -> &'static str {
+    match path {
+        "/health" => "/health",
+        "/metrics" => "/metrics",
+        "/v1/models" => "/v1/models",
+        "/v1/chat/completions" => "/v1/chat/completions",
+        _ => match path.strip_prefix("/v1/sessions/") {
+            Some(rest) if !rest.is_empty() && !rest.contains('/') => "/v1/sessions/{id}",
+            Some(rest) if rest.ends_with("/events") && rest.matches('/').count() == 1 => {
+                "/v1/sessions/{id}/events"
+            }
+            _ => "unmatched",
+        },
+    }
 }
 
 /// Counts every response by route template (not raw path: ids would explode the label set).
@@ -45,8 +65,6 @@ pub async fn count_requests(request: Request, next: Next) -> Response {
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
     let method = method_label(request.method());
     let span = Span::current();
-    span.record("http.route", route.as_str());
-    span.record("otel.name", format!("{method} {route}"));
     let started = Instant::now();
     let response = next.run(request).await;
     let status = response.status();

@@ -203,10 +203,12 @@ impl Drop for Call {
             }
         }
         if let Some(usage) = &self.usage {
+            // OpenTelemetry integers are i64 (a u64 would be exported as a string).
+            let int = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
             self.span
-                .record("gen_ai.usage.input_tokens", usage.input_tokens);
+                .record("gen_ai.usage.input_tokens", int(usage.input_tokens));
             self.span
-                .record("gen_ai.usage.output_tokens", usage.output_tokens);
+                .record("gen_ai.usage.output_tokens", int(usage.output_tokens));
         }
         if let Some(reason) = self.finish {
             self.span

@@ -14,6 +14,9 @@ use crate::server::AppState;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;
 
+/// Whether the events response is live (`running`) or a replay (`finished`).
+pub const STATUS_HEADER: &str = "x-massgen-session-status";
+
 pub async fn get_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
@@ -40,8 +43,13 @@ pub async fn session_events(
         .get(&id, &caller)
         .ok_or(ApiError::SessionNotFound { id })?;
     let keepalive = state.settings.keepalive;
+    let (past, live) = record.subscribe();
+    let status = if live.is_some() {
+        "running"
+    } else {
+        "finished"
+    };
     let body = async_stream::stream! {
-        let (past, live) = record.subscribe();
         let mut last = past.last().map(|e| e.seq);
         for event in &past {
             yield Ok::<Bytes, Infallible>(frame(event));
@@ -79,6 +87,7 @@ pub async fn session_events(
         .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
         .header(header::CACHE_CONTROL, "no-cache")
         .header("x-accel-buffering", "no")
+        .header(STATUS_HEADER, status)
         .body(Body::from_stream(body))
         .unwrap_or_else(|_| ApiError::Internal.into_response()))
 }
