@@ -42,6 +42,17 @@ pub enum Command {
     Serve(ServeArgs),
     /// Run the simulated OpenAI-compatible model server (behaviour chosen by model name).
     MockUpstream(MockUpstreamArgs),
+    /// Exit 0 when a server's /health answers 200 (container health checks; no curl needed).
+    Healthcheck(HealthcheckArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct HealthcheckArgs {
+    /// Health URL [default: http://127.0.0.1:$MASSGEN_SERVER_PORT/health, port 4000]
+    #[arg(long)]
+    pub url: Option<String>,
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub timeout_seconds: u64,
 }
 
 #[derive(Debug, Clone, Default, Args)]
@@ -429,6 +440,7 @@ pub fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::MockUpstream(args) => runtime.block_on(mock_upstream(args)),
+        Command::Healthcheck(args) => runtime.block_on(healthcheck(args)),
     };
     // Outside the runtime: the OTLP exporter's client blocks.
     telemetry.shutdown();
@@ -488,6 +500,22 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     let state = AppState::new(catalog, settings, Arc::new(HttpProviders::new(http)), env);
     let result = crate::server::serve(listener, state, stopped(stop_rx)).await;
     result.map_err(|e| Fatal::runtime(format!("server failed: {e:#}")))
+}
+
+async fn healthcheck(args: HealthcheckArgs) -> Result<(), Fatal> {
+    let url = args.url.unwrap_or_else(|| {
+        let port = process_env("MASSGEN_SERVER_PORT").unwrap_or_else(|| "4000".to_string());
+        format!("http://127.0.0.1:{}/health", port.trim())
+    });
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(args.timeout_seconds.max(1)))
+        .build()
+        .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
+    match client.get(&url).send().await {
+        Ok(response) if response.status().is_success() => Ok(()),
+        Ok(response) => Err(Fatal::runtime(format!("{url}: HTTP {}", response.status()))),
+        Err(e) => Err(Fatal::runtime(format!("{url}: {e}"))),
+    }
 }
 
 async fn mock_upstream(args: MockUpstreamArgs) -> Result<(), Fatal> {
@@ -578,5 +606,80 @@ impl Signals {
 
     async fn next(&mut self) {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
+        let map: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |name| map.get(name).cloned()
+    }
+
+    #[test]
+    fn production_defaults_env_and_flags() {
+        let none = resolve_production(&ProductionArgs::default(), &env_of(&[])).unwrap();
+        assert_eq!(none, ProductionSettings::default());
+
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("keys");
+        std::fs::write(&file, "# ops keys\nk-file-1\n\n  k-file-2  \n").unwrap();
+        let env = env_of(&[
+            ("MASSGEN_SERVER_API_KEYS", " k-env-1 ,k-env-2,"),
+            ("MASSGEN_SERVER_MAX_SESSIONS", "8"),
+            ("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE", "60"),
+            (
+                "MASSGEN_SERVER_CORS_ORIGINS",
+                "https://a.example, https://b.example",
+            ),
+            ("MASSGEN_SERVER_PROTECT_METRICS", "true"),
+            ("MASSGEN_SERVER_RECORDS_DIR", "/var/log/massgen"),
+        ]);
+        let args = ProductionArgs {
+            api_keys_file: Some(file),
+            max_sessions: Some(2),
+            max_upstream_calls: Some(40),
+            header_timeout_seconds: Some(5),
+            ..ProductionArgs::default()
+        };
+        let p = resolve_production(&args, &env).unwrap();
+        let keys: Vec<&str> = p.api_keys.iter().map(Secret::expose).collect();
+        assert_eq!(keys, ["k-env-1", "k-env-2", "k-file-1", "k-file-2"]);
+        assert_eq!(p.max_concurrent_sessions, Some(2), "flag wins");
+        assert_eq!(p.rate_limit_per_minute, Some(60));
+        assert_eq!(p.max_upstream_calls, Some(40));
+        assert_eq!(p.header_read_timeout, Duration::from_secs(5));
+        assert_eq!(p.cors_origins, ["https://a.example", "https://b.example"]);
+        assert!(p.protect_metrics);
+        assert_eq!(p.records_dir, Some(PathBuf::from("/var/log/massgen")));
+        assert!(!format!("{p:?}").contains("k-env-1"), "keys never print");
+    }
+
+    #[test]
+    fn production_rejects_bad_values_without_echoing_keys() {
+        let zero = ProductionArgs {
+            max_sessions: Some(0),
+            ..ProductionArgs::default()
+        };
+        assert_eq!(resolve_production(&zero, &env_of(&[])).unwrap_err().code, 2);
+        let bad = env_of(&[("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE", "lots")]);
+        let e = resolve_production(&ProductionArgs::default(), &bad).unwrap_err();
+        assert!(
+            e.message.contains("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE"),
+            "{}",
+            e.message
+        );
+        let missing = ProductionArgs {
+            api_keys_file: Some(PathBuf::from("/nonexistent/keys")),
+            ..ProductionArgs::default()
+        };
+        let e = resolve_production(&missing, &env_of(&[])).unwrap_err();
+        assert!(e.message.contains("/nonexistent/keys"), "{}", e.message);
     }
 }

@@ -847,3 +847,33 @@ async fn otlp_export_carries_the_span_tree_with_genai_attributes() {
     assert_eq!(input, body["usage"]["prompt_tokens"].as_i64().unwrap());
     assert_eq!(output, body["usage"]["completion_tokens"].as_i64().unwrap());
 }
+
+#[tokio::test]
+async fn healthcheck_subcommand_exits_0_on_a_healthy_server_and_1_otherwise() {
+    let mock = mock_upstream();
+    let server = Server::start(&panel_yaml(&mock.url, &FAST, ""), &[], &[]);
+    let run = |url: String| {
+        std::thread::spawn(move || {
+            Command::new(bin())
+                .args(["healthcheck", "--url", &url, "--timeout-seconds", "5"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .unwrap()
+                .code()
+        })
+    };
+    assert_eq!(
+        run(format!("{}/health", server.url)).join().unwrap(),
+        Some(0)
+    );
+    // A 404 and a closed port both fail the check.
+    assert_eq!(run(format!("{}/nope", server.url)).join().unwrap(), Some(1));
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = closed.local_addr().unwrap();
+    drop(closed);
+    assert_eq!(
+        run(format!("http://{addr}/health")).join().unwrap(),
+        Some(1)
+    );
+}
