@@ -877,3 +877,35 @@ async fn healthcheck_subcommand_exits_0_on_a_healthy_server_and_1_otherwise() {
         Some(1)
     );
 }
+
+#[tokio::test]
+async fn sigterm_lets_a_running_stream_finish_and_refuses_new_connections() {
+    let mock = mock_upstream();
+    let slow = ["t1:ttft_ms=700,token_ms=5", "t2:ttft_ms=800,token_ms=5"];
+    let mut server = Server::start(
+        &panel_yaml(&mock.url, &slow, ""),
+        &["--shutdown-grace-seconds", "20"],
+        &[],
+    );
+    let url = server.url.clone();
+    let response = chat(&url, None, &question(true)).await;
+    assert_eq!(response.status(), 200);
+    // The stream is open (role chunk sent); now ask the server to stop.
+    let stopper = tokio::task::spawn_blocking(move || {
+        let ok = server.stop();
+        (ok, server)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let refused = client().get(format!("{url}/health")).send().await;
+    assert!(
+        refused.is_err(),
+        "a new connection was accepted during shutdown"
+    );
+    let sse = parse_sse(&response.text().await.unwrap());
+    assert!(sse.done, "the running stream was cut: {}", sse.raw);
+    let finish = &sse.events[sse.events.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "stop");
+    assert!(sse.content().starts_with("[simulated final answer]"));
+    let (exited_cleanly, _server) = stopper.await.unwrap();
+    assert!(exited_cleanly);
+}
