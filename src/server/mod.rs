@@ -255,10 +255,28 @@ async fn housekeeping(production: Arc<Production>) {
 }
 
 fn warn_if_exposed(listener: &TcpListener, state: &AppState) {
-    let exposed = listener.local_addr().is_ok_and(|a| !a.ip().is_loopback());
-    if exposed && !state.production.keys.enabled() {
+    let addr = listener.local_addr().ok();
+    if exposed_without_keys(addr, state.production.keys.enabled()) {
         tracing::warn!(
             "listening on a non-loopback address without API keys: anyone who can reach this port can spend your provider credits (set MASSGEN_SERVER_API_KEYS or --api-keys-file)"
         );
+    }
+}
+
+fn exposed_without_keys(addr: Option<std::net::SocketAddr>, keys: bool) -> bool {
+    !keys && addr.is_some_and(|a| !a.ip().is_loopback())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn warns_only_for_non_loopback_without_keys() {
+        let any = "0.0.0.0:4000".parse().ok();
+        let local = "127.0.0.1:4000".parse().ok();
+        let v6 = "[::1]:4000".parse().ok();
+        assert!(super::exposed_without_keys(any, false));
+        assert!(!super::exposed_without_keys(any, true));
+        assert!(!super::exposed_without_keys(local, false));
+        assert!(!super::exposed_without_keys(v6, false));
     }
 }

@@ -111,3 +111,24 @@ pub async fn metrics_text() -> Response {
         None => ApiError::Internal.into_response(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::route_template;
+
+    #[test]
+    fn route_templates_match_the_router() {
+        assert_eq!(
+            route_template("/v1/chat/completions"),
+            "/v1/chat/completions"
+        );
+        assert_eq!(route_template("/v1/sessions/sess_1"), "/v1/sessions/{id}");
+        assert_eq!(
+            route_template("/v1/sessions/sess_1/events"),
+            "/v1/sessions/{id}/events"
+        );
+        assert_eq!(route_template("/v1/sessions/"), "unmatched");
+        assert_eq!(route_template("/v1/sessions/a/b/events"), "unmatched");
+        assert_eq!(route_template("/nope"), "unmatched");
+    }
+}

@@ -38,7 +38,7 @@ impl Telemetry {
 }
 
 /// Logs to stderr (human-readable, or JSON with `MASSGEN_LOG_FORMAT=json`) filtered by
-/// `RUST_LOG`; and, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, spans exported over
+/// `RUST_LOG`; and, when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `_TRACES_ENDPOINT`) is set, spans exported over
 /// OTLP/HTTP (protobuf) with W3C trace-context propagation. The trace export has its own
 /// filter (massgen's spans at info), so `RUST_LOG=warn` quiets logs without losing traces.
 pub fn init(debug: bool, env: &crate::config::Env) -> Telemetry {
@@ -61,7 +61,12 @@ pub fn init(debug: bool, env: &crate::config::Env) -> Telemetry {
             .with_filter(filter)
             .boxed()
     };
-    let endpoint = env("OTEL_EXPORTER_OTLP_ENDPOINT").filter(|v| !v.trim().is_empty());
+    let endpoint = [
+        "OTEL_EXPORTER_OTLP_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+    ]
+    .into_iter()
+    .find_map(|name| env(name).filter(|v| !v.trim().is_empty()));
     let (otel, traces) = match endpoint.map(|_| tracer_provider(env)) {
         Some(Ok(provider)) => {
             let tracer = provider.tracer("massgen");
