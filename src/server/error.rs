@@ -156,7 +156,7 @@ impl ApiError {
             Self::Internal => "The server had an internal error".to_string(),
             Self::Unauthorized { message } => message.clone(),
             Self::RateLimited { retry_after } => format!(
-                "Rate limit reached for this API key; retry in {} s",
+                "Rate limit reached for this client; retry in {} s",
                 super::limits::retry_after_seconds(*retry_after).max(1)
             ),
             Self::TooManySessions { max } => format!(
