@@ -1,0 +1,206 @@
+//! Building the `streamGenerateContent` body from a provider-neutral request.
+//!
+//! - System messages become `systemInstruction`; the assistant role is `model`.
+//! - An assistant's tool calls become `functionCall` parts (arguments as an object) with
+//!   the `thoughtSignature` they came with; tool results become `functionResponse` parts
+//!   named after the call they answer (`{"result": text}`), in a `user` turn.
+//! - Consecutive turns of one role are merged.
+//! - Config params in OpenAI/MassGen spelling (`temperature`, `top_p`, `max_tokens`,
+//!   `stop`, `thinking_config`, …) go into `generationConfig` under their Gemini names;
+//!   anything else (e.g. `safetySettings`, `generationConfig` itself) is passed as given.
+
+use serde_json::{Map, Value, json};
+
+use super::schema::sanitize;
+use crate::providers::anthropic::arguments_object;
+use crate::providers::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
+
+/// Key of this format's data in [`ToolCall::opaque`].
+pub(crate) const OPAQUE_KEY: &str = "gemini";
+
+/// Config keys that belong in `generationConfig`, with their Gemini names.
+const GENERATION_KEYS: &[(&str, &str)] = &[
+    ("temperature", "temperature"),
+    ("top_p", "topP"),
+    ("topP", "topP"),
+    ("top_k", "topK"),
+    ("topK", "topK"),
+    ("max_tokens", "maxOutputTokens"),
+    ("max_output_tokens", "maxOutputTokens"),
+    ("maxOutputTokens", "maxOutputTokens"),
+    ("stop", "stopSequences"),
+    ("stop_sequences", "stopSequences"),
+    ("stopSequences", "stopSequences"),
+    ("seed", "seed"),
+    ("presence_penalty", "presencePenalty"),
+    ("frequency_penalty", "frequencyPenalty"),
+    ("candidate_count", "candidateCount"),
+    ("response_mime_type", "responseMimeType"),
+    ("responseMimeType", "responseMimeType"),
+    ("thinking_config", "thinkingConfig"),
+    ("thinkingConfig", "thinkingConfig"),
+];
+
+pub(crate) fn build_body(params: &Map<String, Value>, request: &ProviderRequest) -> Value {
+    let mut body = Map::new();
+    let mut generation = Map::new();
+    for (key, value) in params {
+        if key == "generationConfig" || key == "generation_config" {
+            if let Value::Object(given) = value {
+                generation.extend(given.clone());
+            }
+        } else if let Some((_, gemini)) = GENERATION_KEYS.iter().find(|(k, _)| k == key) {
+            let value = match (*gemini, value) {
+                ("stopSequences", Value::String(one)) => json!([one]),
+                ("thinkingConfig", Value::Object(config)) => Value::Object(camel_keys(config)),
+                _ => value.clone(),
+            };
+            generation.insert((*gemini).to_owned(), value);
+        } else if !matches!(
+            key.as_str(),
+            "contents"
+                | "tools"
+                | "toolConfig"
+                | "tool_choice"
+                | "parallel_tool_calls"
+                | "systemInstruction"
+                | "model"
+        ) {
+            body.insert(key.clone(), value.clone());
+        }
+    }
+    let system: Vec<&str> = request
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System && !m.content.is_empty())
+        .map(|m| m.content.as_str())
+        .collect();
+    body.insert("contents".into(), Value::Array(contents(&request.messages)));
+    if !system.is_empty() {
+        body.insert(
+            "systemInstruction".into(),
+            json!({"parts": [{"text": system.join("\n\n")}]}),
+        );
+    }
+    if !request.tools.is_empty() {
+        let declarations: Vec<Value> = request
+            .tools
+            .iter()
+            .map(|t| {
+                json!({"name": t.name, "description": t.description,
+                    "parameters": sanitize(&t.parameters)})
+            })
+            .collect();
+        body.insert(
+            "tools".into(),
+            json!([{ "functionDeclarations": declarations }]),
+        );
+        if let Some(choice) = &request.tool_choice {
+            let config = match choice {
+                ToolChoice::Auto => json!({"mode": "AUTO"}),
+                ToolChoice::Required => json!({"mode": "ANY"}),
+                ToolChoice::None => json!({"mode": "NONE"}),
+                ToolChoice::Function(name) => {
+                    json!({"mode": "ANY", "allowedFunctionNames": [name]})
+                }
+            };
+            body.insert(
+                "toolConfig".into(),
+                json!({ "functionCallingConfig": config }),
+            );
+        }
+    }
+    if !generation.is_empty() {
+        body.insert("generationConfig".into(), Value::Object(generation));
+    }
+    Value::Object(body)
+}
+
+fn contents(messages: &[Message]) -> Vec<Value> {
+    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
+    for (at, message) in messages.iter().enumerate() {
+        let (role, parts) = match message.role {
+            Role::System => continue,
+            Role::User => ("user", text_part(&message.content)),
+            Role::Assistant => ("model", model_parts(message)),
+            Role::Tool => {
+                let id = message.tool_call_id.as_deref().unwrap_or_default();
+                let name = call_name(&messages[..at], id).unwrap_or(id);
+                (
+                    "user",
+                    vec![json!({"functionResponse": {
+                        "name": name, "response": {"result": message.content}}})],
+                )
+            }
+        };
+        if parts.is_empty() {
+            continue;
+        }
+        match out.last_mut() {
+            Some((last, existing)) if *last == role => existing.extend(parts),
+            _ => out.push((role, parts)),
+        }
+    }
+    out.into_iter()
+        .map(|(role, parts)| json!({"role": role, "parts": parts}))
+        .collect()
+}
+
+fn text_part(text: &str) -> Vec<Value> {
+    if text.is_empty() {
+        Vec::new()
+    } else {
+        vec![json!({"text": text})]
+    }
+}
+
+fn model_parts(message: &Message) -> Vec<Value> {
+    let mut parts = text_part(&message.content);
+    for call in &message.tool_calls {
+        let mut part = json!({"functionCall": {
+            "name": call.name, "args": arguments_object(&call.arguments)}});
+        if let (Some(signature), Some(object)) = (signature_of(call), part.as_object_mut()) {
+            object.insert("thoughtSignature".into(), signature);
+        }
+        parts.push(part);
+    }
+    parts
+}
+
+fn signature_of(call: &ToolCall) -> Option<Value> {
+    call.opaque
+        .as_ref()?
+        .get(OPAQUE_KEY)?
+        .get("thought_signature")
+        .cloned()
+}
+
+/// The name of the call `id` answers: Gemini matches responses to calls by name.
+fn call_name<'m>(earlier: &'m [Message], id: &str) -> Option<&'m str> {
+    earlier
+        .iter()
+        .rev()
+        .flat_map(|m| m.tool_calls.iter())
+        .find(|c| c.id == id)
+        .map(|c| c.name.as_str())
+}
+
+fn camel_keys(map: &Map<String, Value>) -> Map<String, Value> {
+    map.iter()
+        .map(|(key, value)| {
+            let mut camel = String::new();
+            let mut upper = false;
+            for c in key.chars() {
+                if c == '_' {
+                    upper = true;
+                } else if upper {
+                    camel.extend(c.to_uppercase());
+                    upper = false;
+                } else {
+                    camel.push(c);
+                }
+            }
+            (camel, value.clone())
+        })
+        .collect()
+}
