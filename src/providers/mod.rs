@@ -6,6 +6,7 @@
 
 pub mod anthropic;
 pub mod chat_completions;
+pub(crate) mod errors;
 pub mod factory;
 pub mod gemini;
 pub mod presets;
@@ -97,8 +98,9 @@ pub struct ToolCall {
     /// What the wire format that produced the call needs back verbatim when the call is
     /// replayed in a later request (Anthropic thinking blocks with their signatures, a
     /// Gemini `thoughtSignature`, Responses reasoning items), keyed by wire format:
-    /// `{"anthropic": …}`, `{"gemini": …}`, `{"responses": …}`. Opaque to everyone else.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// `{"anthropic": …}`, `{"gemini": …}`, `{"responses": …}`. Opaque to everyone else,
+    /// and process-internal: never serialized (so never in metadata shown to clients).
+    #[serde(skip)]
     pub opaque: Option<Value>,
 }
 

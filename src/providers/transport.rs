@@ -14,7 +14,7 @@ use http::HeaderMap;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 
-use super::chat_completions::errors::{retryable_before_first_byte, truncate};
+use super::errors::{retryable_before_first_byte, truncate};
 use super::retry::{self, AttemptFailure, CallPolicy, RetryStep};
 use super::sse::error_chain;
 use super::{ChunkStream, ProviderError, ProviderErrorKind};

@@ -3,7 +3,7 @@
 use http::HeaderMap;
 
 use super::wire::{ErrorBodyWire, ErrorWire};
-use crate::providers::chat_completions::errors::{self as common, ErrorInfo};
+use crate::providers::errors::{self as common, ErrorInfo};
 use crate::providers::transport::header_retry_after;
 use crate::providers::{ProviderError, ProviderErrorKind};
 

@@ -62,7 +62,9 @@ pub(crate) fn build_body(
             Some(ToolChoice::None) => json!({"type": "none"}),
             Some(ToolChoice::Function(name)) => json!({"type": "tool", "name": name}),
         };
+        // Only meaningful (and accepted) when the model may call tools.
         if request.parallel_tool_calls == Some(false)
+            && request.tool_choice != Some(ToolChoice::None)
             && let Some(object) = choice.as_object_mut()
         {
             object.insert("disable_parallel_tool_use".into(), Value::Bool(true));
@@ -144,5 +146,61 @@ pub(crate) fn arguments_object(arguments: &str) -> Value {
     match serde_json::from_str::<Value>(arguments) {
         Ok(value @ Value::Object(_)) => value,
         _ => json!({}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::ToolSpec;
+
+    fn with_tools(choice: Option<ToolChoice>, parallel: Option<bool>) -> ProviderRequest {
+        ProviderRequest {
+            messages: vec![Message::user("q")],
+            tools: vec![ToolSpec {
+                name: "vote".into(),
+                description: "d".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            tool_choice: choice,
+            parallel_tool_calls: parallel,
+        }
+    }
+
+    #[test]
+    fn tool_choice_forms() {
+        let params = Map::new();
+        let choice = |c, p| build_body("m", &params, &with_tools(c, p))["tool_choice"].clone();
+        assert_eq!(
+            choice(Some(ToolChoice::Required), None),
+            json!({"type": "any"})
+        );
+        assert_eq!(
+            choice(Some(ToolChoice::Function("vote".into())), Some(false)),
+            json!({"type": "tool", "name": "vote", "disable_parallel_tool_use": true})
+        );
+        assert_eq!(
+            choice(Some(ToolChoice::None), Some(false)),
+            json!({"type": "none"})
+        );
+        assert_eq!(choice(None, None), json!({"type": "auto"}));
+    }
+
+    #[test]
+    fn config_cannot_set_tools_without_tools_and_empty_system_is_left_out() {
+        let mut params = Map::new();
+        params.insert("tool_choice".into(), json!({"type": "any"}));
+        params.insert("system".into(), json!("from config"));
+        let body = build_body(
+            "m",
+            &params,
+            &ProviderRequest {
+                messages: vec![Message::user("q")],
+                ..ProviderRequest::default()
+            },
+        );
+        assert!(body.get("tool_choice").is_none());
+        assert!(body.get("tools").is_none());
+        assert!(body.get("system").is_none());
     }
 }

@@ -18,7 +18,7 @@ use sse_stream::Sse;
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{ChunkWire, FunctionCallWire, PartWire, UsageWire};
-use crate::providers::chat_completions::errors::truncate;
+use crate::providers::errors::truncate;
 use crate::providers::sse::{EventDecoder, Step, decode_events};
 use crate::providers::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,

@@ -10,7 +10,7 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::wire::{ErrorBodyWire, ErrorWire};
-use crate::providers::chat_completions::errors::{self as common, ErrorInfo};
+use crate::providers::errors::{self as common, ErrorInfo};
 use crate::providers::transport::header_retry_after;
 use crate::providers::{ProviderError, ProviderErrorKind};
 

@@ -41,7 +41,8 @@ impl GeminiProvider {
         let url = format!(
             "{}/models/{}:streamGenerateContent?alt=sse",
             config.base_url.trim_end_matches('/'),
-            config.model
+            // Google's own clients accept `models/gemini-…` too.
+            config.model.trim_start_matches("models/")
         );
         let mut headers = HeaderMap::new();
         if let Some(key) = &config.api_key {

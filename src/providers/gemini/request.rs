@@ -204,3 +204,44 @@ fn camel_keys(map: &Map<String, Value>) -> Map<String, Value> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::ToolSpec;
+
+    #[test]
+    fn params_go_where_gemini_wants_them() {
+        let mut params = Map::new();
+        params.insert("stop".into(), json!("END"));
+        params.insert("top_p".into(), json!(0.9));
+        params.insert("generationConfig".into(), json!({"candidateCount": 1}));
+        params.insert("safetySettings".into(), json!([{"category": "x"}]));
+        params.insert("model".into(), json!("ignored"));
+        let request = ProviderRequest {
+            messages: vec![Message::user("q")],
+            tools: vec![ToolSpec {
+                name: "vote".into(),
+                description: "d".into(),
+                parameters: json!({"type": "object", "additionalProperties": false}),
+            }],
+            tool_choice: Some(ToolChoice::Function("vote".into())),
+            parallel_tool_calls: None,
+        };
+        let body = build_body(&params, &request);
+        assert_eq!(
+            body["generationConfig"],
+            json!({"candidateCount": 1, "stopSequences": ["END"], "topP": 0.9})
+        );
+        assert_eq!(body["safetySettings"], json!([{"category": "x"}]));
+        assert!(body.get("model").is_none());
+        assert_eq!(
+            body["toolConfig"],
+            json!({"functionCallingConfig": {"mode": "ANY", "allowedFunctionNames": ["vote"]}})
+        );
+        assert_eq!(
+            body["tools"][0]["functionDeclarations"][0]["parameters"],
+            json!({"type": "object"})
+        );
+    }
+}

@@ -15,7 +15,7 @@ use sse_stream::Sse;
 
 use super::request::OPAQUE_KEY;
 use super::wire::{ErrorWire, EventWire, ResponseWire, UsageWire};
-use crate::providers::chat_completions::errors::{self as common, ErrorInfo};
+use crate::providers::errors::{self as common, ErrorInfo};
 use crate::providers::sse::{EventDecoder, Step, decode_events};
 use crate::providers::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,

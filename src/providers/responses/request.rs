@@ -133,3 +133,43 @@ fn push_call(call: &ToolCall, stateless: bool, input: &mut Vec<Value>) {
     }
     input.push(item);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::providers::ToolSpec;
+
+    #[test]
+    fn forced_function_no_tools_and_renames() {
+        let mut params = Map::new();
+        params.insert("max_tokens".into(), json!(10));
+        params.insert("max_output_tokens".into(), json!(99));
+        params.insert("tool_choice".into(), json!("required"));
+        let plain = ProviderRequest {
+            messages: vec![Message::user("q")],
+            tool_choice: Some(ToolChoice::Auto),
+            ..ProviderRequest::default()
+        };
+        let body = build_body("m", &params, &plain);
+        assert_eq!(body["max_output_tokens"], json!(99), "explicit value wins");
+        assert!(body.get("max_tokens").is_none());
+        assert!(body.get("tool_choice").is_none() && body.get("tools").is_none());
+        let forced = ProviderRequest {
+            tools: vec![ToolSpec {
+                name: "vote".into(),
+                description: "d".into(),
+                parameters: json!({"type": "object"}),
+            }],
+            tool_choice: Some(ToolChoice::Function("vote".into())),
+            parallel_tool_calls: Some(false),
+            ..plain
+        };
+        let body = build_body("m", &Map::new(), &forced);
+        assert_eq!(
+            body["tool_choice"],
+            json!({"type": "function", "name": "vote"})
+        );
+        assert_eq!(body["parallel_tool_calls"], json!(false));
+        assert_eq!(body["tools"][0]["strict"], json!(false));
+    }
+}
