@@ -54,6 +54,27 @@ async fn deployment_url_api_key_header_and_chat_body() {
     assert_eq!(seen.body["stream_options"], json!({"include_usage": true}));
 }
 
+/// The four request scenarios, as the deployment received them (Chat Completions bodies).
+#[tokio::test]
+async fn request_snapshots() {
+    let (url, upstream) = serve(vec![Reply::Sse(CHAT_SSE.into())]).await;
+    let p = azure(&url, "2024-12-01-preview", 1);
+    let scenarios = [
+        ("request_coordination", coordination_turn()),
+        ("request_presentation", presentation_turn()),
+        (
+            "request_history_tool_results",
+            history_with_tool_results(None),
+        ),
+        ("request_system_messages", system_messages()),
+    ];
+    for (name, request) in scenarios {
+        let (_, error) = collect(p.stream(request)).await;
+        assert!(error.is_none(), "{name}: {error:?}");
+        snapshot("azure", name, &upstream.requests().pop().unwrap().body);
+    }
+}
+
 #[tokio::test]
 async fn a_base_url_naming_the_deployment_is_used_as_is() {
     let (url, upstream) = serve(vec![Reply::Sse(CHAT_SSE.into())]).await;

@@ -98,10 +98,19 @@ pub(super) async fn handle(
         () = tokio::time::sleep(delay) => {}
         () = app.shutdown.cancelled() => return respond::shutting_down(),
     }
-    if fault != Fault::None {
-        // Mid-response faults of a non-stream call: a broken body.
-        guard.finish();
-        return ([("content-type", "application/json")], "{not json").into_response();
+    match fault {
+        Fault::Hang => {
+            // Headers never come; a client that gives up counts as cancelled.
+            app.shutdown.cancelled().await;
+            drop(guard);
+            return respond::shutting_down();
+        }
+        Fault::Drop | Fault::Malformed | Fault::ErrorChunk => {
+            // Mid-response faults of a non-stream call: a broken body.
+            guard.finish();
+            return ([("content-type", "application/json")], "{not json").into_response();
+        }
+        _ => {}
     }
     if b.usage {
         guard.report_usage(&script.stats_usage());

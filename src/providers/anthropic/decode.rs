@@ -198,7 +198,8 @@ impl Decoder {
     }
 
     fn merge_usage(&mut self, usage: UsageWire) {
-        self.saw_usage = true;
+        // An empty usage object (a proxy that strips it) is no usage, not zero usage.
+        self.saw_usage |= usage.input_tokens.is_some() || usage.output_tokens.is_some();
         let u = &mut self.usage;
         u.input_tokens = usage.input_tokens.or(u.input_tokens);
         u.output_tokens = usage.output_tokens.or(u.output_tokens);
