@@ -1,7 +1,8 @@
 //! Upstream model providers behind one provider-neutral seam.
 //!
-//! Every wire format (Chat Completions today; Responses, Anthropic Messages and Gemini
-//! later) turns its stream into [`ProviderChunk`]s and its failures into [`ProviderError`].
+//! Every wire format (Chat Completions incl. Azure, OpenAI Responses, Anthropic Messages,
+//! Gemini) turns its stream into [`ProviderChunk`]s and its failures into [`ProviderError`],
+//! over the shared SSE loop (`sse`) and send-and-retry loop (`transport`).
 //! Nothing here knows about coordination or about our own HTTP edge.
 
 pub mod anthropic;

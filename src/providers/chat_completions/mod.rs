@@ -1,12 +1,13 @@
 //! The OpenAI Chat Completions wire format (`POST {base_url}/chat/completions`), serving
-//! `openai`, `chatcompletion` and every OpenAI-compatible preset.
+//! `chatcompletion`, every OpenAI-compatible preset and (at the deployment URL)
+//! `azure_openai`.
 //!
 //! We always stream upstream (with `stream_options.include_usage`). Retries happen before
-//! the first byte of a successful response only; see [`transport`].
+//! the first byte of a successful response only (the shared `providers::transport` loop).
 
 mod decode;
 pub(crate) mod errors;
-pub(crate) mod request;
+mod request;
 mod tool_calls;
 mod wire;
 
@@ -33,7 +34,8 @@ pub struct ChatCompletionsConfig {
     pub model: String,
     /// E.g. `https://api.openai.com/v1` (without `/chat/completions`; a trailing `/` is fine).
     pub base_url: String,
-    /// Sent as `Authorization: Bearer …` when present.
+    /// Sent as `Authorization: Bearer …` when present (Azure: `api-key`; Anthropic:
+    /// `x-api-key`; Gemini: `x-goog-api-key`).
     pub api_key: Option<Secret>,
     /// Config passthrough (temperature, max_tokens, reasoning_effort, …) merged into the body.
     pub params: Map<String, Value>,
