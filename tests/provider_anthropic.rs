@@ -287,3 +287,10 @@ fn hello() -> ProviderRequest {
         ..ProviderRequest::default()
     }
 }
+
+#[tokio::test]
+async fn malformed_event_is_invalid_response() {
+    let bytes = b"event: message_start\ndata: {not json\n\n".to_vec();
+    let (_, error) = decode_bytes("malformed", bytes, |p, b, t| decode_stream(p, b, t)).await;
+    assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
+}

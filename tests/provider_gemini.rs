@@ -256,3 +256,10 @@ async fn input_token_limit_is_context_length_and_503_is_retried() {
     assert_eq!(error.error_type.as_deref(), Some("UNAVAILABLE"));
     assert_eq!(upstream.count.load(Ordering::SeqCst), 2);
 }
+
+#[tokio::test]
+async fn malformed_chunk_is_invalid_response() {
+    let bytes = b"data: {not json\r\n\r\n".to_vec();
+    let (_, error) = decode_bytes("malformed", bytes, |p, b, t| decode_stream(p, b, t)).await;
+    assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
+}

@@ -221,3 +221,10 @@ async fn errors_keep_status_type_code_and_quota_is_not_retried() {
         collect(provider(&format!("{url}/v1"), Map::new(), 3).stream(presentation_turn())).await;
     assert_eq!(error.unwrap().kind, ProviderErrorKind::ContextLength);
 }
+
+#[tokio::test]
+async fn malformed_event_is_invalid_response() {
+    let bytes = b"event: response.created\ndata: {not json\n\n".to_vec();
+    let (_, error) = decode_bytes("malformed", bytes, |p, b, t| decode_stream(p, b, t)).await;
+    assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
+}
