@@ -165,3 +165,37 @@ async fn native_retries_and_invalid_turn_replays_keep_usage_exact() {
         "{stats}"
     );
 }
+
+#[tokio::test]
+async fn native_upstream_errors_reach_the_metadata_with_their_kind_and_status() {
+    // Context overflow from three families, each in its own error shape; the Chat
+    // Completions agent carries the session.
+    let s = setup([
+        "cc:ttft_ms=10,token_ms=1",
+        "gpt:fault=context",
+        "claude:fault=context",
+        "gem:fault=context",
+    ]);
+    let response = ask(&s.server.url, false).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let agents = body["massgen_metadata"]["agents"].as_array().unwrap();
+    for (id, provider) in [
+        ("gpt", "openai"),
+        ("claude", "claude"),
+        ("gemini", "gemini"),
+    ] {
+        let agent = agents.iter().find(|a| a["agent_id"] == id).unwrap();
+        let error = &agent["error"];
+        assert_eq!(error["kind"], "upstream", "{agent}");
+        assert_eq!(error["upstream_kind"], "context_length", "{agent}");
+        assert_eq!(error["status"], 400, "{agent}");
+        assert_eq!(error["provider"], provider, "{agent}");
+    }
+    let stats = stats(&s.mock).await;
+    // Context errors are not retried: one request each.
+    for name in ["gpt", "claude", "gem"] {
+        assert_eq!(stats["by_model"][name]["requests"], 1, "{name}: {stats}");
+    }
+    assert_usage_matches(&body["usage"], &stats);
+}
