@@ -174,6 +174,33 @@ async fn thought_signatures_round_trip() {
     );
 }
 
+/// Newer Gemini models name their calls; those ids go back with the call and its result.
+#[tokio::test]
+async fn upstream_call_ids_round_trip() {
+    let sse = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"id\": \"g-1\", \"name\": \"vote\", \"args\": {}}}], \"role\": \"model\"}, \"finishReason\": \"STOP\"}]}\r\n\r\n";
+    let (chunks, error) = decode_bytes("ids", sse.as_bytes().to_vec(), |p, b, t| {
+        decode_stream(p, b, t)
+    })
+    .await;
+    let o = outcome(chunks, error);
+    assert_eq!(o.calls[0].id, "g-1");
+    let mut request = coordination_turn();
+    request.messages.push(Message {
+        role: Role::Assistant,
+        content: String::new(),
+        tool_calls: o.calls.clone(),
+        tool_call_id: None,
+    });
+    request
+        .messages
+        .push(Message::tool_result("g-1", "Error: x"));
+    let (url, upstream) = serve(vec![text_sse()]).await;
+    collect(provider(&format!("{url}/v1beta"), Map::new(), 1).stream(request)).await;
+    let contents = upstream.requests()[0].body["contents"].clone();
+    assert_eq!(contents[1]["parts"][0]["functionCall"]["id"], "g-1");
+    assert_eq!(contents[2]["parts"][0]["functionResponse"]["id"], "g-1");
+}
+
 #[tokio::test]
 async fn bad_key_400_is_authentication_and_not_retried() {
     let body = r#"{

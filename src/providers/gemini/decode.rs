@@ -166,13 +166,21 @@ impl Decoder {
         signature: Option<String>,
     ) {
         let n = self.calls.len();
+        let id = id.filter(|id| !id.is_empty());
+        // What goes back with the call: its signature, and whether the id is Gemini's own
+        // (then the call and its response carry it) or ours.
+        let mut opaque = serde_json::Map::new();
+        if let Some(signature) = signature {
+            opaque.insert("thought_signature".into(), Value::String(signature));
+        }
+        if id.is_some() {
+            opaque.insert("upstream_id".into(), Value::Bool(true));
+        }
         self.calls.push(ToolCall {
-            id: id
-                .filter(|id| !id.is_empty())
-                .unwrap_or_else(|| format!("call_{n}")),
+            id: id.unwrap_or_else(|| format!("call_{n}")),
             name,
             arguments,
-            opaque: signature.map(|s| json!({ OPAQUE_KEY: { "thought_signature": s } })),
+            opaque: (!opaque.is_empty()).then(|| json!({ OPAQUE_KEY: opaque })),
         });
     }
 

@@ -3,7 +3,8 @@
 //! - System messages become `systemInstruction`; the assistant role is `model`.
 //! - An assistant's tool calls become `functionCall` parts (arguments as an object) with
 //!   the `thoughtSignature` they came with; tool results become `functionResponse` parts
-//!   named after the call they answer (`{"result": text}`), in a `user` turn.
+//!   named after the call they answer (`{"result": text}`), in a `user` turn. Call ids go
+//!   upstream only when Gemini gave them (ours are synthesized `call_<n>`).
 //! - Consecutive turns of one role are merged.
 //! - Config params in OpenAI/MassGen spelling (`temperature`, `top_p`, `max_tokens`,
 //!   `stop`, `thinking_config`, …) go into `generationConfig` under their Gemini names;
@@ -125,12 +126,13 @@ fn contents(messages: &[Message]) -> Vec<Value> {
             Role::Assistant => ("model", model_parts(message)),
             Role::Tool => {
                 let id = message.tool_call_id.as_deref().unwrap_or_default();
-                let name = call_name(&messages[..at], id).unwrap_or(id);
-                (
-                    "user",
-                    vec![json!({"functionResponse": {
-                        "name": name, "response": {"result": message.content}}})],
-                )
+                let call = answered_call(&messages[..at], id);
+                let name = call.map_or(id, |c| c.name.as_str());
+                let mut response = json!({"name": name, "response": {"result": message.content}});
+                if call.is_some_and(has_upstream_id) {
+                    response["id"] = Value::String(id.to_owned());
+                }
+                ("user", vec![json!({ "functionResponse": response })])
             }
         };
         if parts.is_empty() {
@@ -159,6 +161,9 @@ fn model_parts(message: &Message) -> Vec<Value> {
     for call in &message.tool_calls {
         let mut part = json!({"functionCall": {
             "name": call.name, "args": arguments_object(&call.arguments)}});
+        if has_upstream_id(call) {
+            part["functionCall"]["id"] = Value::String(call.id.clone());
+        }
         if let (Some(signature), Some(object)) = (signature_of(call), part.as_object_mut()) {
             object.insert("thoughtSignature".into(), signature);
         }
@@ -175,14 +180,23 @@ fn signature_of(call: &ToolCall) -> Option<Value> {
         .cloned()
 }
 
-/// The name of the call `id` answers: Gemini matches responses to calls by name.
-fn call_name<'m>(earlier: &'m [Message], id: &str) -> Option<&'m str> {
+/// Whether Gemini itself named the call (ids we synthesized never go upstream).
+fn has_upstream_id(call: &ToolCall) -> bool {
+    call.opaque
+        .as_ref()
+        .and_then(|o| o.get(OPAQUE_KEY))
+        .and_then(|o| o.get("upstream_id"))
+        == Some(&Value::Bool(true))
+}
+
+/// The call `id` answers: Gemini matches responses to calls by name (and id, when it
+/// gave one).
+fn answered_call<'m>(earlier: &'m [Message], id: &str) -> Option<&'m ToolCall> {
     earlier
         .iter()
         .rev()
         .flat_map(|m| m.tool_calls.iter())
         .find(|c| c.id == id)
-        .map(|c| c.name.as_str())
 }
 
 fn camel_keys(map: &Map<String, Value>) -> Map<String, Value> {
