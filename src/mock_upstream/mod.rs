@@ -1,4 +1,6 @@
-//! A simulated OpenAI-compatible model server whose behaviour is chosen by the model name.
+//! A simulated model server whose behaviour is chosen by the model name. It speaks Chat
+//! Completions here and the OpenAI Responses, Anthropic Messages and Gemini formats in
+//! [`native`], all with the same behaviours and stats.
 //!
 //! Used by `massgen serve --demo`, black-box tests and benchmarks. The `model` string of a
 //! request is `<name>[:key=value[,key=value…]]` (grammar in [`behaviour`]); every text it
