@@ -188,6 +188,7 @@ fn check(name: &str, o: &Outcome) {
                     id: "fc_bfb39741-3748-4def-9886-a93fc9c64a90".into(),
                     name: "get_something_by_name".into(),
                     arguments: r#"{"name":"example"}"#.into(),
+                    opaque: None,
                 }]
             );
             assert_eq!(o.usage, Some(usage(304, 49, 353, 0, 23)));
@@ -220,6 +221,7 @@ fn check(name: &str, o: &Outcome) {
                     id: "0".into(),
                     name: "llm_version".into(),
                     arguments: "{}".into(),
+                    opaque: None,
                 }]
             );
             assert_eq!(o.usage, Some(usage(57, 17, 74, 0, 0)));

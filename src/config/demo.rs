@@ -26,6 +26,7 @@ pub fn demo_panel(mock_base_url: &str) -> PanelConfig {
             api_key: None,
             base_url: base_url.to_string(),
             params: Map::new(),
+            api_version: None,
         },
     };
     PanelConfig {

@@ -19,7 +19,7 @@ use serde_json::{Map, Value};
 use super::expand::{expand_value, join};
 use super::{AgentConfig, BackendConfig, ConfigError, Env, PanelCatalog, PanelConfig, yaml};
 use crate::coordination::{OrchestratorOptions, Strictness};
-use crate::providers::presets::{self, PRESETS, Preset};
+use crate::providers::presets::{self, PRESETS, Preset, Wire};
 use crate::providers::retry::CallPolicy;
 use crate::secret::Secret;
 
@@ -510,14 +510,29 @@ impl Cx<'_> {
             _ => return Err(self.err(&model_key, "missing model")),
         };
         let base_url_key = join(path, "base_url");
+        let from_env = || {
+            preset
+                .base_url_vars
+                .iter()
+                .find_map(|var| (self.env)(var).filter(|v| !v.trim().is_empty()))
+        };
         let base_url = match self.string(map.get("base_url"), &base_url_key)? {
             Some(url) if !url.trim().is_empty() => url.trim().to_string(),
-            _ => match preset.default_base_url {
-                Some(url) => url.to_string(),
+            _ => match from_env().or(preset.default_base_url.map(str::to_string)) {
+                Some(url) => url.trim().to_string(),
                 None => {
+                    let vars = preset.base_url_vars.join(" or ");
+                    let hint = if vars.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (or set {vars})")
+                    };
                     return Err(self.err(
                         &base_url_key,
-                        format!("base_url is required for backend type '{}'", preset.name),
+                        format!(
+                            "base_url is required for backend type '{}'{hint}",
+                            preset.name
+                        ),
                     ));
                 }
             },
@@ -527,10 +542,27 @@ impl Cx<'_> {
         }
         let base_url = base_url.trim_end_matches('/').to_string();
         let api_key = self.api_key(path, map, preset)?;
+        let azure = preset.wire == Wire::AzureChatCompletions;
+        let api_version = if azure {
+            let key = join(path, "api_version");
+            let configured = self
+                .string(map.get("api_version"), &key)?
+                .filter(|v| !v.trim().is_empty())
+                .or_else(|| {
+                    (self.env)("AZURE_OPENAI_API_VERSION").filter(|v| !v.trim().is_empty())
+                });
+            Some(
+                configured
+                    .map(|v| v.trim().to_string())
+                    .unwrap_or_else(|| presets::AZURE_DEFAULT_API_VERSION.to_string()),
+            )
+        } else {
+            None
+        };
         let mut params = Map::new();
         for (key, value) in map {
             let key_path = join(path, key);
-            if SERVER_KEYS.contains(&key.as_str()) {
+            if SERVER_KEYS.contains(&key.as_str()) || (azure && key == "api_version") {
                 continue;
             } else if MASSGEN_ONLY_KEYS.contains(&key.as_str()) {
                 warn_ignored_once(&key_path, "MassGen-only backend feature, ignored for now");
@@ -546,6 +578,7 @@ impl Cx<'_> {
             api_key,
             base_url,
             params,
+            api_version,
         })
     }
 

@@ -47,6 +47,9 @@ pub struct BackendConfig {
     /// Keys the server does not know, passed into the upstream request body as they are
     /// (temperature, max_tokens, reasoning_effort, top_p, …).
     pub params: Map<String, Value>,
+    /// Azure OpenAI's `api-version` (`api_version` key, `AZURE_OPENAI_API_VERSION`, or a
+    /// default); `None` for every other type.
+    pub api_version: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

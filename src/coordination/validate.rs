@@ -231,6 +231,7 @@ mod tests {
             id: "c1".into(),
             name: name.into(),
             arguments: args.into(),
+            opaque: None,
         }
     }
 

@@ -1,10 +1,13 @@
-//! A simulated OpenAI-compatible model server whose behaviour is chosen by the model name.
+//! A simulated model server whose behaviour is chosen by the model name. It speaks Chat
+//! Completions here and the OpenAI Responses, Anthropic Messages and Gemini formats in
+//! [`native`], all with the same behaviours and stats.
 //!
 //! Used by `massgen serve --demo`, black-box tests and benchmarks. The `model` string of a
 //! request is `<name>[:key=value[,key=value…]]` (grammar in [`behaviour`]); every text it
 //! writes is marked `[simulated]`, and every response carries `x-massgen-simulated: true`.
 
 pub mod behaviour;
+pub mod native;
 pub mod plan;
 pub mod respond;
 pub mod stats;
@@ -13,7 +16,9 @@ pub mod text;
 use std::future::Future;
 use std::sync::Arc;
 
-use axum::extract::State;
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -44,6 +49,9 @@ pub fn router() -> Router {
 fn router_with(app: App) -> Router {
     Router::new()
         .route("/v1/chat/completions", post(chat))
+        .route("/v1/responses", post(responses))
+        .route("/v1/messages", post(messages))
+        .route("/v1beta/models/{target}", post(gemini))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/mock/stats", get(stats))
@@ -144,6 +152,41 @@ async fn chat(State(app): State<App>, body: Bytes) -> Response {
     } else {
         respond::complete(ctx, &plan, guard).await
     }
+}
+
+async fn responses(State(app): State<App>, body: Bytes) -> Response {
+    let parsed = native::parse::responses(&body);
+    native::handle(app, native::Format::Responses, parsed, &body, None).await
+}
+
+async fn messages(State(app): State<App>, body: Bytes) -> Response {
+    let parsed = native::parse::anthropic(&body);
+    native::handle(app, native::Format::Anthropic, parsed, &body, None).await
+}
+
+/// `{model}:streamGenerateContent` (SSE with `alt=sse`) or `{model}:generateContent`.
+async fn gemini(
+    State(app): State<App>,
+    Path(target): Path<String>,
+    Query(query): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let (model, action) = target.rsplit_once(':').unwrap_or((target.as_str(), ""));
+    let stream = match action {
+        "streamGenerateContent" if query.get("alt").map(String::as_str) == Some("sse") => true,
+        "generateContent" => false,
+        _ => {
+            return respond::api_error(
+                StatusCode::NOT_FOUND,
+                "[simulated] use {model}:streamGenerateContent?alt=sse or {model}:generateContent",
+                "not_found",
+                None,
+                None,
+            );
+        }
+    };
+    let parsed = native::parse::gemini(model, stream, &body);
+    native::handle(app, native::Format::Gemini, parsed, &body, Some(model)).await
 }
 
 fn bad_request(message: &str, param: Option<&str>, code: Option<&str>) -> Response {

@@ -3,8 +3,11 @@
 use std::sync::Arc;
 
 use super::Provider;
+use super::anthropic::AnthropicProvider;
 use super::chat_completions::{ChatCompletionsConfig, ChatCompletionsProvider};
-use super::presets;
+use super::gemini::GeminiProvider;
+use super::presets::{self, AZURE_DEFAULT_API_VERSION, Wire};
+use super::responses::ResponsesProvider;
 use super::retry::CallPolicy;
 use crate::config::BackendConfig;
 
@@ -36,19 +39,30 @@ impl ProviderFactory for HttpProviders {
         backend: &BackendConfig,
         policy: &CallPolicy,
     ) -> Result<Arc<dyn Provider>, String> {
-        if presets::find(&backend.backend_type).is_none() {
+        let Some(preset) = presets::find(&backend.backend_type) else {
             return Err(format!("unknown backend type '{}'", backend.backend_type));
-        }
-        Ok(Arc::new(ChatCompletionsProvider::new(
-            ChatCompletionsConfig {
-                provider_name: backend.backend_type.clone(),
-                model: backend.model.clone(),
-                base_url: backend.base_url.clone(),
-                api_key: backend.api_key.clone(),
-                params: backend.params.clone(),
-                policy: policy.clone(),
-            },
-            self.http.clone(),
-        )))
+        };
+        let config = ChatCompletionsConfig {
+            provider_name: backend.backend_type.clone(),
+            model: backend.model.clone(),
+            base_url: backend.base_url.clone(),
+            api_key: backend.api_key.clone(),
+            params: backend.params.clone(),
+            policy: policy.clone(),
+        };
+        let http = self.http.clone();
+        Ok(match preset.wire {
+            Wire::ChatCompletions => Arc::new(ChatCompletionsProvider::new(config, http)),
+            Wire::Responses => Arc::new(ResponsesProvider::new(config, http)?),
+            Wire::Anthropic => Arc::new(AnthropicProvider::new(config, http)?),
+            Wire::Gemini => Arc::new(GeminiProvider::new(config, http)?),
+            Wire::AzureChatCompletions => {
+                let version = backend
+                    .api_version
+                    .as_deref()
+                    .unwrap_or(AZURE_DEFAULT_API_VERSION);
+                Arc::new(ChatCompletionsProvider::azure(config, version, http)?)
+            }
+        })
     }
 }

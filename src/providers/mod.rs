@@ -1,13 +1,20 @@
 //! Upstream model providers behind one provider-neutral seam.
 //!
-//! Every wire format (Chat Completions today; Responses, Anthropic Messages and Gemini
-//! later) turns its stream into [`ProviderChunk`]s and its failures into [`ProviderError`].
+//! Every wire format (Chat Completions incl. Azure, OpenAI Responses, Anthropic Messages,
+//! Gemini) turns its stream into [`ProviderChunk`]s and its failures into [`ProviderError`],
+//! over the shared SSE loop (`sse`) and send-and-retry loop (`transport`).
 //! Nothing here knows about coordination or about our own HTTP edge.
 
+pub mod anthropic;
 pub mod chat_completions;
+pub(crate) mod errors;
 pub mod factory;
+pub mod gemini;
 pub mod presets;
+pub mod responses;
 pub mod retry;
+pub(crate) mod sse;
+pub(crate) mod transport;
 
 use std::fmt;
 use std::pin::Pin;
@@ -18,6 +25,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 pub use factory::{HttpProviders, ProviderFactory};
+
+/// Everything one configured HTTP upstream needs, whatever its wire format.
+pub use chat_completions::ChatCompletionsConfig as UpstreamConfig;
 
 /// Who wrote a message of the conversation sent upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -81,11 +91,18 @@ pub struct ToolSpec {
 
 /// A complete tool call as the model made it. `arguments` is the raw JSON text the
 /// model produced (it may be invalid JSON: validation is the caller's business).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
     pub arguments: String,
+    /// What the wire format that produced the call needs back verbatim when the call is
+    /// replayed in a later request (Anthropic thinking blocks with their signatures, a
+    /// Gemini `thoughtSignature`, Responses reasoning items), keyed by wire format:
+    /// `{"anthropic": …}`, `{"gemini": …}`, `{"responses": …}`. Opaque to everyone else,
+    /// and process-internal: never serialized (so never in metadata shown to clients).
+    #[serde(skip)]
+    pub opaque: Option<Value>,
 }
 
 /// How the model may use the offered tools.

@@ -1,17 +1,35 @@
-//! Backend `type`s served by the Chat Completions client: default base URL and the
-//! environment variable(s) that hold the key.
+//! Backend `type`s: their wire format, default base URL and the environment variable(s)
+//! that hold the key.
+
+/// The wire format a backend type speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Wire {
+    /// `POST {base_url}/chat/completions`, bearer key.
+    ChatCompletions,
+    /// `POST {base_url}/responses`, bearer key.
+    Responses,
+    /// `POST {base_url}/messages`, `x-api-key`.
+    Anthropic,
+    /// `POST {base_url}/models/{model}:streamGenerateContent?alt=sse`, `x-goog-api-key`.
+    Gemini,
+    /// Chat Completions at `{endpoint}/openai/deployments/{model}/…?api-version=…`, `api-key`.
+    AzureChatCompletions,
+}
 
 /// One backend type of the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Preset {
     /// The `type` value in the config.
     pub name: &'static str,
+    pub wire: Wire,
     /// `None`: the config must give `base_url`.
     pub default_base_url: Option<&'static str>,
     /// Environment variables tried in order for the key.
     pub key_vars: &'static [&'static str],
     /// Whether a key is required (local servers need none).
     pub key_required: bool,
+    /// Environment variables tried in order for `base_url` before the default.
+    pub base_url_vars: &'static [&'static str],
 }
 
 const fn p(
@@ -22,21 +40,65 @@ const fn p(
 ) -> Preset {
     Preset {
         name,
+        wire: Wire::ChatCompletions,
         default_base_url,
         key_vars,
         key_required,
+        base_url_vars: &[],
     }
 }
 
-/// Every Chat Completions backend type, in README order.
+const fn native(
+    name: &'static str,
+    wire: Wire,
+    default_base_url: Option<&'static str>,
+    key_vars: &'static [&'static str],
+) -> Preset {
+    Preset {
+        wire,
+        ..p(name, default_base_url, key_vars, true)
+    }
+}
+
+/// Azure's API version when neither `api_version` nor `AZURE_OPENAI_API_VERSION` is set.
+pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
+
+/// Every backend type, in README order.
 pub const PRESETS: &[Preset] = &[
-    p(
+    native(
         "openai",
+        Wire::Responses,
         Some("https://api.openai.com/v1"),
         &["OPENAI_API_KEY"],
-        true,
     ),
     p("chatcompletion", None, &[], false),
+    native(
+        "claude",
+        Wire::Anthropic,
+        Some("https://api.anthropic.com/v1"),
+        &["ANTHROPIC_API_KEY"],
+    ),
+    native(
+        "anthropic",
+        Wire::Anthropic,
+        Some("https://api.anthropic.com/v1"),
+        &["ANTHROPIC_API_KEY"],
+    ),
+    native(
+        "gemini",
+        Wire::Gemini,
+        Some("https://generativelanguage.googleapis.com/v1beta"),
+        &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+    ),
+    Preset {
+        base_url_vars: &["AZURE_OPENAI_ENDPOINT"],
+        ..native(
+            "azure_openai",
+            Wire::AzureChatCompletions,
+            None,
+            &["AZURE_OPENAI_API_KEY"],
+        )
+    },
     p("grok", Some("https://api.x.ai/v1"), &["XAI_API_KEY"], true),
     p(
         "groq",

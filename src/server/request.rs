@@ -277,6 +277,7 @@ fn tool_calls(index: usize, value: Option<&Value>) -> Result<Vec<ToolCall>, ApiE
                 id: text(c.get("id")),
                 name: text(function.and_then(|f| f.get("name"))),
                 arguments: text(function.and_then(|f| f.get("arguments"))),
+                opaque: None,
             }
         })
         .collect())

@@ -160,6 +160,7 @@ pub fn tool_call(name: &str, args: &str) -> Step {
         id: format!("call_{name}"),
         name: name.into(),
         arguments: args.into(),
+        opaque: None,
     }))
 }
 fn end(reason: FinishReason) -> [Step; 2] {

@@ -7,16 +7,16 @@
 //! `refusal` deltas are emitted as [`ProviderChunk::Text`]: the refusal is the model's
 //! answer, and dropping it would leave an agent with an empty answer and no reason.
 
-use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use sse_stream::{Sse, SseStream};
+use futures::Stream;
+use sse_stream::Sse;
 
 use super::errors::{self, ErrorInfo};
 use super::tool_calls::ToolCallAssembler;
 use super::wire::{ChunkWire, DeltaWire, UsageWire};
+use crate::providers::sse::{EventDecoder, Step, decode_events};
 use crate::providers::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, Usage,
 };
@@ -31,100 +31,7 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
-    Box::pin(async_stream::stream! {
-        let events = SseStream::from_bytes_stream(with_idle_timeout(body, idle_timeout));
-        let mut events = std::pin::pin!(events);
-        let mut decoder = Decoder::new(provider_name);
-        loop {
-            let step = match events.next().await {
-                Some(Ok(event)) => decoder.on_event(event),
-                Some(Err(error)) => Err(decoder.body_error(&error)),
-                None => decoder.on_end_of_body().map(Step::Done),
-            };
-            match step {
-                Ok(Step::More(chunks)) => {
-                    for chunk in chunks {
-                        yield Ok(chunk);
-                    }
-                }
-                Ok(Step::Done(chunks)) => {
-                    for chunk in chunks {
-                        yield Ok(chunk);
-                    }
-                    return;
-                }
-                Err(error) => {
-                    yield Err(error);
-                    return;
-                }
-            }
-        }
-    })
-}
-
-/// Why the byte stream under the SSE parser stopped.
-#[derive(Debug)]
-enum BodyError {
-    Idle(Duration),
-    Upstream(String),
-}
-
-impl fmt::Display for BodyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Idle(limit) => write!(f, "no data from upstream for {limit:?}"),
-            Self::Upstream(message) => f.write_str(message),
-        }
-    }
-}
-
-impl std::error::Error for BodyError {}
-
-fn with_idle_timeout<S, E>(
-    body: S,
-    idle_timeout: Duration,
-) -> impl Stream<Item = Result<Bytes, BodyError>> + Send
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    async_stream::stream! {
-        let mut body = std::pin::pin!(body);
-        loop {
-            match tokio::time::timeout(idle_timeout, body.next()).await {
-                Ok(Some(Ok(bytes))) => yield Ok(bytes),
-                Ok(Some(Err(error))) => {
-                    yield Err(BodyError::Upstream(error_chain(&error)));
-                    return;
-                }
-                Ok(None) => return,
-                Err(_) => {
-                    yield Err(BodyError::Idle(idle_timeout));
-                    return;
-                }
-            }
-        }
-    }
-}
-
-/// An error and its sources, e.g. "error decoding response body: connection reset".
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !text.contains(&cause_text) {
-            text.push_str(": ");
-            text.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    text
-}
-
-enum Step {
-    More(Vec<ProviderChunk>),
-    Done(Vec<ProviderChunk>),
+    decode_events(Decoder::new(provider_name), body, idle_timeout)
 }
 
 /// The state of one stream: what must wait for the end.
@@ -133,6 +40,20 @@ struct Decoder {
     tool_calls: ToolCallAssembler,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
+}
+
+impl EventDecoder for Decoder {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+        Decoder::on_event(self, event)
+    }
+
+    fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
+        Decoder::on_end_of_body(self)
+    }
 }
 
 impl Decoder {
@@ -242,24 +163,6 @@ impl Decoder {
         errors::stream_error(&self.provider, info)
     }
 
-    fn body_error(&self, error: &sse_stream::Error) -> ProviderError {
-        if let sse_stream::Error::Body(inner) = error {
-            return match inner.downcast_ref::<BodyError>() {
-                Some(BodyError::Idle(_)) => {
-                    self.error(ProviderErrorKind::Timeout, inner.to_string())
-                }
-                _ => self.error(
-                    ProviderErrorKind::Connection,
-                    format!("stream broken: {inner}"),
-                ),
-            };
-        }
-        self.error(
-            ProviderErrorKind::InvalidResponse,
-            format!("malformed SSE: {error}"),
-        )
-    }
-
     fn error(&self, kind: ProviderErrorKind, message: impl Into<String>) -> ProviderError {
         ProviderError::new(kind, self.provider.clone(), message)
     }
@@ -347,6 +250,7 @@ mod tests {
                     id: "call_0".into(),
                     name: "f".into(),
                     arguments: "{}".into(),
+                    opaque: None,
                 }),
                 ProviderChunk::Finish(FinishReason::ToolCalls),
             ]

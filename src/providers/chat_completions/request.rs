@@ -133,6 +133,7 @@ mod tests {
                         id: "c1".into(),
                         name: "vote".into(),
                         arguments: "".into(),
+                        opaque: None,
                     }],
                     tool_call_id: None,
                 },

@@ -100,6 +100,7 @@ impl ToolCallAssembler {
                 id: slot.id.unwrap_or_else(|| format!("call_{n}")),
                 name: slot.name,
                 arguments: slot.arguments,
+                opaque: None,
             })
             .collect()
     }
@@ -159,6 +160,7 @@ mod tests {
             id: id.into(),
             name: name.into(),
             arguments: arguments.into(),
+            opaque: None,
         }
     }
 

@@ -1,30 +1,59 @@
-//! Sending the request, retrying before the first byte, handing the body to the decoder.
+//! Sending a request, retrying before the first byte, handing the body to a decoder:
+//! the one retry loop every wire format uses.
 //!
 //! Nothing is spawned: the returned stream owns the in-flight request (and later the
 //! response body), so dropping it aborts the HTTP call.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
+use http::HeaderMap;
 use http::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::Value;
 
-use super::decode::{decode_stream, error_chain};
-use super::{Inner, errors};
-use crate::providers::retry::{self, AttemptFailure, RetryStep};
-use crate::providers::{ChunkStream, ProviderError, ProviderErrorKind};
+use super::errors::{retryable_before_first_byte, truncate};
+use super::retry::{self, AttemptFailure, CallPolicy, RetryStep};
+use super::sse::error_chain;
+use super::{ChunkStream, ProviderError, ProviderErrorKind};
 use crate::secret::Secret;
 
 /// Error bodies longer than this are cut: we only quote them.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
+/// A successful response body.
+pub(crate) type Body = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+
+/// The parts of a call that differ between wire formats.
+#[derive(Clone, Copy)]
+pub(crate) struct WireFns {
+    /// A non-2xx response: status, headers (for retry hints), body text.
+    pub http_error: fn(&str, u16, &HeaderMap, &str) -> ProviderError,
+    /// A 2xx streamed body.
+    pub decode: fn(String, Body, Duration) -> ChunkStream,
+}
+
+/// Where and how one configured upstream is called.
+pub(crate) struct Endpoint {
+    pub provider: String,
+    pub model: String,
+    pub url: String,
+    /// Authentication and version headers; values holding the key are marked sensitive.
+    pub headers: HeaderMap,
+    /// Redacted from every error message.
+    pub key: Option<Secret>,
+    pub policy: CallPolicy,
+    pub http: reqwest::Client,
+    pub wire: WireFns,
+}
+
 /// Starts the call lazily (on first poll) and streams its chunks.
-pub(super) fn call(inner: Arc<Inner>, body: Value) -> ChunkStream {
-    let key = inner.config.api_key.clone();
+pub(crate) fn call(endpoint: Arc<Endpoint>, body: Value) -> ChunkStream {
+    let key = endpoint.key.clone();
     let opened = async move {
-        match open(&inner, body).await {
+        match open(&endpoint, body).await {
             Ok(stream) => stream,
             Err(error) => Box::pin(futures::stream::iter([Err(error)])),
         }
@@ -33,9 +62,9 @@ pub(super) fn call(inner: Arc<Inner>, body: Value) -> ChunkStream {
     Box::pin(stream.map(move |item| item.map_err(|error| redact(error, key.as_ref()))))
 }
 
-async fn open(inner: &Inner, body: Value) -> Result<ChunkStream, ProviderError> {
-    let policy = &inner.config.policy;
-    let provider = &inner.config.provider_name;
+async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderError> {
+    let policy = &endpoint.policy;
+    let provider = &endpoint.provider;
     let body = Bytes::from(serde_json::to_vec(&body).map_err(|error| {
         ProviderError::new(
             ProviderErrorKind::InvalidRequest,
@@ -46,11 +75,11 @@ async fn open(inner: &Inner, body: Value) -> Result<ChunkStream, ProviderError> 
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let (error, failure) = match attempt(inner, &body).await {
+        let (error, failure) = match attempt(endpoint, &body).await {
             Ok(response) => {
-                return Ok(decode_stream(
+                return Ok((endpoint.wire.decode)(
                     provider.clone(),
-                    response.bytes_stream(),
+                    Box::pin(response.bytes_stream()),
                     policy.idle_timeout,
                 ));
             }
@@ -61,12 +90,12 @@ async fn open(inner: &Inner, body: Value) -> Result<ChunkStream, ProviderError> 
                 crate::telemetry::record_retry(provider, error.kind);
                 tracing::warn!(
                     provider = %provider,
-                    model = %inner.config.model,
+                    model = %endpoint.model,
                     status = ?error.status,
                     kind = ?error.kind,
                     attempt = attempts,
                     delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                    message = %errors::truncate(&error.message),
+                    message = %truncate(&error.message),
                     "retrying upstream call"
                 );
                 tokio::time::sleep(delay).await;
@@ -78,20 +107,18 @@ async fn open(inner: &Inner, body: Value) -> Result<ChunkStream, ProviderError> 
 
 /// One attempt up to the response headers. A non-2xx response is read and classified.
 async fn attempt(
-    inner: &Inner,
+    endpoint: &Endpoint,
     body: &Bytes,
 ) -> Result<reqwest::Response, (ProviderError, AttemptFailure)> {
-    let policy = &inner.config.policy;
-    let provider = inner.config.provider_name.as_str();
-    let mut request = inner
+    let policy = &endpoint.policy;
+    let provider = endpoint.provider.as_str();
+    let request = endpoint
         .http
-        .post(&inner.url)
+        .post(&endpoint.url)
         .header(CONTENT_TYPE, "application/json")
         .header(ACCEPT, "text/event-stream")
+        .headers(endpoint.headers.clone())
         .body(body.clone());
-    if let Some(key) = &inner.config.api_key {
-        request = request.bearer_auth(key.expose());
-    }
     let sent = tokio::time::timeout(policy.first_byte_timeout, request.send()).await;
     let response = match sent {
         Ok(Ok(response)) => response,
@@ -117,16 +144,21 @@ async fn attempt(
     if status.is_success() {
         return Ok(response);
     }
-    let retry_after = retry::parse_retry_after(response.headers(), SystemTime::now());
-    let should_retry = retry::parse_should_retry(response.headers());
+    let headers = response.headers().clone();
+    let should_retry = retry::parse_should_retry(&headers);
     let text = read_error_body(response, policy.idle_timeout).await;
-    let error = errors::http_error(provider, status.as_u16(), &text, retry_after);
+    let error = (endpoint.wire.http_error)(provider, status.as_u16(), &headers, &text);
     Err(failed(error, should_retry))
+}
+
+/// The wait the headers ask for (`retry-after-ms`, `Retry-After`), for `http_error`s.
+pub(crate) fn header_retry_after(headers: &HeaderMap) -> Option<Duration> {
+    retry::parse_retry_after(headers, SystemTime::now())
 }
 
 fn failed(error: ProviderError, should_retry: Option<bool>) -> (ProviderError, AttemptFailure) {
     let failure = AttemptFailure {
-        retryable: errors::retryable_before_first_byte(&error),
+        retryable: retryable_before_first_byte(&error),
         server_wait: error.retry_after,
         should_retry,
     };
@@ -156,4 +188,12 @@ fn redact(mut error: ProviderError, key: Option<&Secret>) -> ProviderError {
         error.message = error.message.replace(key, "***");
     }
     error
+}
+
+/// A header value holding a secret: never printed by reqwest/http debug output.
+pub(crate) fn secret_header(value: &str) -> Result<http::HeaderValue, String> {
+    let mut value = http::HeaderValue::from_str(value)
+        .map_err(|_| "the API key contains characters not allowed in a header".to_string())?;
+    value.set_sensitive(true);
+    Ok(value)
 }

@@ -1,0 +1,287 @@
+//! Decoding an Anthropic Messages SSE stream into [`ProviderChunk`]s.
+//!
+//! Text and thinking go out as they arrive. A `tool_use` block's input arrives as
+//! `input_json_delta` fragments and is emitted when the block stops. Thinking blocks
+//! (text + `signature_delta`) and `redacted_thinking` blocks are kept and attached to the
+//! next tool call as opaque data, so a replayed assistant turn carries them back. Usage is
+//! `message_start`'s, overwritten field by field by the cumulative `message_delta` usage.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use serde_json::{Value, json};
+use sse_stream::Sse;
+
+use super::errors::stream_error;
+use super::request::OPAQUE_KEY;
+use super::wire::{BlockWire, DeltaWire, EventWire, UsageWire};
+use crate::providers::errors::truncate;
+use crate::providers::sse::{EventDecoder, Step, decode_events};
+use crate::providers::{
+    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
+};
+
+/// Decodes an Anthropic Messages SSE byte stream.
+pub fn decode_stream<S, E>(provider_name: String, body: S, idle_timeout: Duration) -> ChunkStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    decode_events(Decoder::new(provider_name), body, idle_timeout)
+}
+
+enum Block {
+    Thinking {
+        text: String,
+        signature: String,
+    },
+    Redacted {
+        data: String,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        json: String,
+        start_input: Option<Value>,
+    },
+    Other,
+}
+
+struct Decoder {
+    provider: String,
+    blocks: HashMap<u32, Block>,
+    /// Thinking blocks seen since the last tool call.
+    thinking: Vec<Value>,
+    calls: Vec<ToolCall>,
+    usage: UsageWire,
+    saw_usage: bool,
+    stop_reason: Option<String>,
+}
+
+impl Decoder {
+    fn new(provider: String) -> Self {
+        Self {
+            provider,
+            blocks: HashMap::new(),
+            thinking: Vec::new(),
+            calls: Vec::new(),
+            usage: UsageWire::default(),
+            saw_usage: false,
+            stop_reason: None,
+        }
+    }
+
+    fn on_payload(&mut self, event: EventWire) -> Result<Step, ProviderError> {
+        let mut out = Vec::new();
+        match event {
+            EventWire::MessageStart { message } => {
+                if let Some(usage) = message.usage {
+                    self.merge_usage(usage);
+                }
+            }
+            EventWire::ContentBlockStart {
+                index,
+                content_block,
+            } => {
+                let block = match content_block {
+                    BlockWire::Text { text } => {
+                        if !text.is_empty() {
+                            out.push(ProviderChunk::Text(text));
+                        }
+                        Block::Other
+                    }
+                    BlockWire::Thinking {
+                        thinking,
+                        signature,
+                    } => {
+                        if !thinking.is_empty() {
+                            out.push(ProviderChunk::Reasoning(thinking.clone()));
+                        }
+                        Block::Thinking {
+                            text: thinking,
+                            signature,
+                        }
+                    }
+                    BlockWire::RedactedThinking { data } => Block::Redacted { data },
+                    BlockWire::ToolUse { id, name, input } => Block::ToolUse {
+                        id,
+                        name,
+                        json: String::new(),
+                        start_input: input,
+                    },
+                    BlockWire::Other => Block::Other,
+                };
+                self.blocks.insert(index, block);
+            }
+            EventWire::ContentBlockDelta { index, delta } => {
+                let block = self.blocks.get_mut(&index);
+                match (delta, block) {
+                    (DeltaWire::TextDelta { text }, _) if !text.is_empty() => {
+                        out.push(ProviderChunk::Text(text));
+                    }
+                    (DeltaWire::ThinkingDelta { thinking }, block) => {
+                        if let Some(Block::Thinking { text, .. }) = block {
+                            text.push_str(&thinking);
+                        }
+                        if !thinking.is_empty() {
+                            out.push(ProviderChunk::Reasoning(thinking));
+                        }
+                    }
+                    (
+                        DeltaWire::SignatureDelta { signature },
+                        Some(Block::Thinking { signature: s, .. }),
+                    ) => {
+                        s.push_str(&signature);
+                    }
+                    (
+                        DeltaWire::InputJsonDelta { partial_json },
+                        Some(Block::ToolUse { json, .. }),
+                    ) => {
+                        json.push_str(&partial_json);
+                    }
+                    _ => {}
+                }
+            }
+            EventWire::ContentBlockStop { index } => {
+                if let Some(block) = self.blocks.remove(&index) {
+                    self.close(block);
+                }
+            }
+            EventWire::MessageDelta { delta, usage } => {
+                if let Some(reason) = delta.stop_reason {
+                    self.stop_reason = Some(reason);
+                }
+                if let Some(usage) = usage {
+                    self.merge_usage(usage);
+                }
+            }
+            EventWire::MessageStop => return Ok(Step::Done(self.complete())),
+            EventWire::Error { error } => return Err(stream_error(&self.provider, error)),
+            EventWire::Ping | EventWire::Unknown => {}
+        }
+        Ok(Step::More(out))
+    }
+
+    fn close(&mut self, block: Block) {
+        match block {
+            Block::Thinking { text, signature } => self.thinking.push(json!({
+                "type": "thinking", "thinking": text, "signature": signature,
+            })),
+            Block::Redacted { data } => self
+                .thinking
+                .push(json!({"type": "redacted_thinking", "data": data})),
+            Block::ToolUse {
+                id,
+                name,
+                json,
+                start_input,
+            } => {
+                let arguments = if json.trim().is_empty() {
+                    start_input.map_or_else(|| "{}".to_owned(), |v| v.to_string())
+                } else {
+                    json
+                };
+                let opaque = (!self.thinking.is_empty()).then(
+                    || json!({ OPAQUE_KEY: { "thinking": std::mem::take(&mut self.thinking) } }),
+                );
+                self.calls.push(ToolCall {
+                    id,
+                    name,
+                    arguments,
+                    opaque,
+                });
+            }
+            Block::Other => {}
+        }
+    }
+
+    fn merge_usage(&mut self, usage: UsageWire) {
+        // An empty usage object (a proxy that strips it) is no usage, not zero usage.
+        self.saw_usage |= usage.input_tokens.is_some() || usage.output_tokens.is_some();
+        let u = &mut self.usage;
+        u.input_tokens = usage.input_tokens.or(u.input_tokens);
+        u.output_tokens = usage.output_tokens.or(u.output_tokens);
+        u.cache_creation_input_tokens = usage
+            .cache_creation_input_tokens
+            .or(u.cache_creation_input_tokens);
+        u.cache_read_input_tokens = usage.cache_read_input_tokens.or(u.cache_read_input_tokens);
+    }
+
+    fn complete(&mut self) -> Vec<ProviderChunk> {
+        // Blocks left open by a lax server still count.
+        let mut open: Vec<(u32, Block)> = self.blocks.drain().collect();
+        open.sort_by_key(|(index, _)| *index);
+        for (_, block) in open {
+            self.close(block);
+        }
+        let calls = std::mem::take(&mut self.calls);
+        let finish = match self.stop_reason.as_deref() {
+            Some("max_tokens") | Some("model_context_window_exceeded") => FinishReason::Length,
+            Some("refusal") => FinishReason::ContentFilter,
+            Some("tool_use") => FinishReason::ToolCalls,
+            _ if !calls.is_empty() => FinishReason::ToolCalls,
+            _ => FinishReason::Stop,
+        };
+        let mut out: Vec<ProviderChunk> = calls.into_iter().map(ProviderChunk::ToolCall).collect();
+        if self.saw_usage {
+            out.push(ProviderChunk::Usage(map_usage(&self.usage)));
+        }
+        out.push(ProviderChunk::Finish(finish));
+        out
+    }
+}
+
+impl EventDecoder for Decoder {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+        let Some(data) = event.data else {
+            return Ok(Step::More(Vec::new()));
+        };
+        let data = data.trim();
+        if data.is_empty() {
+            return Ok(Step::More(Vec::new()));
+        }
+        let payload: EventWire = serde_json::from_str(data).map_err(|error| {
+            ProviderError::new(
+                ProviderErrorKind::InvalidResponse,
+                self.provider.clone(),
+                format!("malformed event ({error}): {}", truncate(data)),
+            )
+        })?;
+        self.on_payload(payload)
+    }
+
+    fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
+        // A stop reason without message_stop is a complete answer from a lax proxy.
+        if self.stop_reason.is_some() {
+            Ok(self.complete())
+        } else {
+            Err(ProviderError::new(
+                ProviderErrorKind::Connection,
+                self.provider.clone(),
+                "stream ended early (no message_stop)",
+            ))
+        }
+    }
+}
+
+/// Anthropic's `input_tokens` excludes cached tokens; the neutral input count includes
+/// them, as OpenAI's `prompt_tokens` does, so sums compare across providers.
+fn map_usage(wire: &UsageWire) -> Usage {
+    let cache_read = wire.cache_read_input_tokens.unwrap_or(0);
+    let input =
+        wire.input_tokens.unwrap_or(0) + wire.cache_creation_input_tokens.unwrap_or(0) + cache_read;
+    let output = wire.output_tokens.unwrap_or(0);
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: input + output,
+        cached_input_tokens: cache_read,
+        reasoning_tokens: 0,
+    }
+}

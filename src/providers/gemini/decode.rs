@@ -1,0 +1,262 @@
+//! Decoding a Gemini `streamGenerateContent?alt=sse` stream into [`ProviderChunk`]s.
+//!
+//! Every chunk is a whole `GenerateContentResponse`: text parts (`thought: true` ones are
+//! reasoning) go out as they arrive; `functionCall` parts (several per chunk possible, the
+//! arguments an object, usually no id) become tool calls with ids synthesized as
+//! `call_<n>`, their `thoughtSignature` kept as opaque data. Vertex's streamed arguments
+//! (`partialArgs`, `willContinue`, an empty `functionCall` closing the call) are assembled
+//! too. `usageMetadata` is on every chunk: the last one wins. There is no end marker: the
+//! stream is complete when the body ends after a `finishReason`.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use serde_json::{Map, Value, json};
+use sse_stream::Sse;
+
+use super::errors::stream_error;
+use super::request::OPAQUE_KEY;
+use super::wire::{ChunkWire, FunctionCallWire, PartWire, UsageWire};
+use crate::providers::errors::truncate;
+use crate::providers::sse::{EventDecoder, Step, decode_events};
+use crate::providers::{
+    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
+};
+
+/// Decodes a Gemini SSE byte stream.
+pub fn decode_stream<S, E>(provider_name: String, body: S, idle_timeout: Duration) -> ChunkStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    decode_events(Decoder::new(provider_name), body, idle_timeout)
+}
+
+/// A call whose arguments are still streaming (Vertex `partialArgs`).
+struct Partial {
+    id: Option<String>,
+    name: String,
+    args: Map<String, Value>,
+    signature: Option<String>,
+}
+
+struct Decoder {
+    provider: String,
+    calls: Vec<ToolCall>,
+    partial: Option<Partial>,
+    usage: Option<UsageWire>,
+    finish: Option<String>,
+    blocked: bool,
+}
+
+impl Decoder {
+    fn new(provider: String) -> Self {
+        Self {
+            provider,
+            calls: Vec::new(),
+            partial: None,
+            usage: None,
+            finish: None,
+            blocked: false,
+        }
+    }
+
+    fn on_chunk(&mut self, chunk: ChunkWire) -> Result<Vec<ProviderChunk>, ProviderError> {
+        if let Some(error) = chunk.error {
+            return Err(stream_error(&self.provider, error));
+        }
+        if let Some(usage) = chunk.usage_metadata {
+            self.usage = Some(usage);
+        }
+        if chunk.prompt_feedback.and_then(|f| f.block_reason).is_some() {
+            self.blocked = true;
+        }
+        let mut out = Vec::new();
+        // Only the first candidate: we never ask for more.
+        for candidate in chunk.candidates.unwrap_or_default() {
+            if candidate.index.unwrap_or(0) != 0 {
+                continue;
+            }
+            let parts = candidate.content.and_then(|c| c.parts).unwrap_or_default();
+            for part in parts {
+                self.on_part(part, &mut out);
+            }
+            if let Some(reason) = candidate.finish_reason.filter(|r| !r.is_empty()) {
+                self.finish = Some(reason);
+            }
+        }
+        Ok(out)
+    }
+
+    fn on_part(&mut self, part: PartWire, out: &mut Vec<ProviderChunk>) {
+        if let Some(call) = part.function_call {
+            self.on_call(call, part.thought_signature);
+            return;
+        }
+        if let Some(text) = part.text.filter(|t| !t.is_empty()) {
+            if part.thought == Some(true) {
+                out.push(ProviderChunk::Reasoning(text));
+            } else {
+                out.push(ProviderChunk::Text(text));
+            }
+        }
+    }
+
+    fn on_call(&mut self, call: FunctionCallWire, signature: Option<String>) {
+        let name = call.name.filter(|n| !n.is_empty());
+        let has_partial = call.partial_args.as_ref().is_some_and(|p| !p.is_empty());
+        if let Some(partial) = self.partial.as_mut().filter(|_| name.is_none()) {
+            for arg in call.partial_args.unwrap_or_default() {
+                let Some(key) = arg
+                    .json_path
+                    .as_deref()
+                    .and_then(|p| p.strip_prefix("$."))
+                    .map(str::to_owned)
+                else {
+                    continue;
+                };
+                let value = if let Some(piece) = arg.string_value {
+                    let so_far = partial
+                        .args
+                        .get(&key)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    Value::String(format!("{so_far}{piece}"))
+                } else if let Some(number) = arg.number_value {
+                    number
+                } else if let Some(flag) = arg.bool_value {
+                    Value::Bool(flag)
+                } else {
+                    Value::Null
+                };
+                partial.args.insert(key, value);
+            }
+            if !has_partial && call.will_continue != Some(true) {
+                self.close_partial();
+            }
+            return;
+        }
+        let Some(name) = name else { return };
+        self.close_partial();
+        if call.will_continue == Some(true) && call.args.is_none() {
+            self.partial = Some(Partial {
+                id: call.id,
+                name,
+                args: Map::new(),
+                signature,
+            });
+            return;
+        }
+        let arguments = call.args.unwrap_or_else(|| json!({})).to_string();
+        self.push_call(call.id, name, arguments, signature);
+    }
+
+    fn close_partial(&mut self) {
+        if let Some(p) = self.partial.take() {
+            self.push_call(p.id, p.name, Value::Object(p.args).to_string(), p.signature);
+        }
+    }
+
+    fn push_call(
+        &mut self,
+        id: Option<String>,
+        name: String,
+        arguments: String,
+        signature: Option<String>,
+    ) {
+        let n = self.calls.len();
+        let id = id.filter(|id| !id.is_empty());
+        // What goes back with the call: its signature, and whether the id is Gemini's own
+        // (then the call and its response carry it) or ours.
+        let mut opaque = serde_json::Map::new();
+        if let Some(signature) = signature {
+            opaque.insert("thought_signature".into(), Value::String(signature));
+        }
+        if id.is_some() {
+            opaque.insert("upstream_id".into(), Value::Bool(true));
+        }
+        self.calls.push(ToolCall {
+            id: id.unwrap_or_else(|| format!("call_{n}")),
+            name,
+            arguments,
+            opaque: (!opaque.is_empty()).then(|| json!({ OPAQUE_KEY: opaque })),
+        });
+    }
+
+    fn complete(&mut self) -> Vec<ProviderChunk> {
+        self.close_partial();
+        let calls = std::mem::take(&mut self.calls);
+        let finish = match self.finish.as_deref() {
+            Some("MAX_TOKENS") => FinishReason::Length,
+            Some(
+                "SAFETY" | "RECITATION" | "BLOCKLIST" | "PROHIBITED_CONTENT" | "SPII"
+                | "IMAGE_SAFETY",
+            ) => FinishReason::ContentFilter,
+            None if self.blocked => FinishReason::ContentFilter,
+            // Gemini says STOP after function calls too.
+            _ if !calls.is_empty() => FinishReason::ToolCalls,
+            _ => FinishReason::Stop,
+        };
+        let mut out: Vec<ProviderChunk> = calls.into_iter().map(ProviderChunk::ToolCall).collect();
+        out.extend(
+            self.usage
+                .as_ref()
+                .map(|u| ProviderChunk::Usage(map_usage(u))),
+        );
+        out.push(ProviderChunk::Finish(finish));
+        out
+    }
+}
+
+impl EventDecoder for Decoder {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+        let Some(data) = event.data else {
+            return Ok(Step::More(Vec::new()));
+        };
+        let data = data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            return Ok(Step::More(Vec::new()));
+        }
+        let chunk: ChunkWire = serde_json::from_str(data).map_err(|error| {
+            ProviderError::new(
+                ProviderErrorKind::InvalidResponse,
+                self.provider.clone(),
+                format!("malformed chunk ({error}): {}", truncate(data)),
+            )
+        })?;
+        self.on_chunk(chunk).map(Step::More)
+    }
+
+    fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
+        if self.finish.is_some() || self.blocked {
+            Ok(self.complete())
+        } else {
+            Err(ProviderError::new(
+                ProviderErrorKind::Connection,
+                self.provider.clone(),
+                "stream ended early (no finishReason)",
+            ))
+        }
+    }
+}
+
+/// Thought tokens are billed as output (as OpenAI counts reasoning inside
+/// `completion_tokens`), so they are part of `output_tokens` and also reported apart.
+fn map_usage(wire: &UsageWire) -> Usage {
+    let input =
+        wire.prompt_token_count.unwrap_or(0) + wire.tool_use_prompt_token_count.unwrap_or(0);
+    let thoughts = wire.thoughts_token_count.unwrap_or(0);
+    let output = wire.candidates_token_count.unwrap_or(0) + thoughts;
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: wire.total_token_count.unwrap_or(input + output),
+        cached_input_tokens: wire.cached_content_token_count.unwrap_or(0),
+        reasoning_tokens: thoughts,
+    }
+}

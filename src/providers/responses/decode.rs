@@ -1,0 +1,268 @@
+//! Decoding an OpenAI Responses SSE stream into [`ProviderChunk`]s.
+//!
+//! Text (`output_text` and `refusal` deltas) and reasoning (`reasoning_summary_text`,
+//! and LM Studio's `reasoning_text`) go out as they arrive. Function calls are assembled
+//! per output item from `function_call_arguments.delta` and settled by `.done` /
+//! `output_item.done`. `response.completed` / `response.incomplete` end the stream with
+//! its usage; `error` and `response.failed` end it with an error.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::Stream;
+use serde_json::{Value, json};
+use sse_stream::Sse;
+
+use super::request::OPAQUE_KEY;
+use super::wire::{ErrorWire, EventWire, ResponseWire, UsageWire};
+use crate::providers::errors::{self as common, ErrorInfo};
+use crate::providers::sse::{EventDecoder, Step, decode_events};
+use crate::providers::{
+    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
+};
+
+/// Decodes a Responses API SSE byte stream.
+pub fn decode_stream<S, E>(provider_name: String, body: S, idle_timeout: Duration) -> ChunkStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    decode_events(Decoder::new(provider_name), body, idle_timeout)
+}
+
+struct Call {
+    output_index: Option<u32>,
+    item_id: Option<String>,
+    call_id: String,
+    name: String,
+    arguments: String,
+    done: bool,
+    reasoning: Vec<Value>,
+}
+
+struct Decoder {
+    provider: String,
+    calls: Vec<Call>,
+    /// Reasoning items finished since the last function call began.
+    reasoning: Vec<Value>,
+    reasoning_seen: bool,
+}
+
+impl Decoder {
+    fn new(provider: String) -> Self {
+        Self {
+            provider,
+            calls: Vec::new(),
+            reasoning: Vec::new(),
+            reasoning_seen: false,
+        }
+    }
+
+    fn call_for(&mut self, output_index: Option<u32>, item_id: Option<&str>) -> Option<&mut Call> {
+        self.calls.iter_mut().rev().find(|c| {
+            (item_id.is_some() && c.item_id.as_deref() == item_id)
+                || (output_index.is_some() && c.output_index == output_index)
+        })
+    }
+
+    fn on_payload(&mut self, event: EventWire) -> Result<Step, ProviderError> {
+        let mut out = Vec::new();
+        let text = |delta: Option<String>| delta.filter(|d| !d.is_empty());
+        match event.kind.as_str() {
+            "response.output_text.delta" | "response.refusal.delta" => {
+                out.extend(text(event.delta).map(ProviderChunk::Text));
+            }
+            "response.reasoning_summary_text.delta" | "response.reasoning_text.delta" => {
+                if let Some(delta) = text(event.delta) {
+                    self.reasoning_seen = true;
+                    out.push(ProviderChunk::Reasoning(delta));
+                }
+            }
+            "response.reasoning_summary_part.added" if self.reasoning_seen => {
+                // Summary parts are paragraphs; keep them apart in the live reasoning text.
+                out.push(ProviderChunk::Reasoning("\n\n".into()));
+            }
+            "response.output_item.added" => self.on_item(event.output_index, event.item, false),
+            "response.output_item.done" => self.on_item(event.output_index, event.item, true),
+            "response.function_call_arguments.delta" => {
+                let delta = event.delta.unwrap_or_default();
+                if let Some(call) = self.call_for(event.output_index, event.item_id.as_deref())
+                    && !call.done
+                {
+                    call.arguments.push_str(&delta);
+                }
+            }
+            "response.function_call_arguments.done" => {
+                if let (Some(arguments), Some(call)) = (
+                    event.arguments,
+                    self.call_for(event.output_index, event.item_id.as_deref()),
+                ) {
+                    call.arguments = arguments;
+                }
+            }
+            "response.completed" | "response.incomplete" => {
+                return Ok(Step::Done(
+                    self.complete(event.response.unwrap_or_default()),
+                ));
+            }
+            "response.failed" => {
+                let error = event.response.and_then(|r| r.error).unwrap_or_default();
+                return Err(self.stream_error(error));
+            }
+            "error" => {
+                let error = event.error.unwrap_or(ErrorWire {
+                    code: event.code,
+                    message: event.message,
+                    error_type: None,
+                });
+                return Err(self.stream_error(error));
+            }
+            _ => {}
+        }
+        Ok(Step::More(out))
+    }
+
+    fn on_item(&mut self, output_index: Option<u32>, item: Option<Value>, done: bool) {
+        let Some(item) = item else { return };
+        let field = |key: &str| item.get(key).and_then(Value::as_str).map(str::to_owned);
+        match item.get("type").and_then(Value::as_str) {
+            Some("function_call") => {
+                let item_id = field("id");
+                let arguments = field("arguments");
+                if let Some(call) = self.call_for(output_index, item_id.as_deref()) {
+                    if done {
+                        if let Some(arguments) = arguments.filter(|a| !a.is_empty()) {
+                            call.arguments = arguments;
+                        }
+                        call.done = true;
+                    }
+                    return;
+                }
+                let reasoning = std::mem::take(&mut self.reasoning);
+                self.calls.push(Call {
+                    output_index,
+                    item_id,
+                    call_id: field("call_id").unwrap_or_default(),
+                    name: field("name").unwrap_or_default(),
+                    arguments: arguments.unwrap_or_default(),
+                    done,
+                    reasoning,
+                });
+            }
+            Some("reasoning") if done => self.reasoning.push(item),
+            _ => {}
+        }
+    }
+
+    fn complete(&mut self, response: ResponseWire) -> Vec<ProviderChunk> {
+        let calls: Vec<ToolCall> = std::mem::take(&mut self.calls)
+            .into_iter()
+            .enumerate()
+            .map(|(n, call)| {
+                let mut opaque = serde_json::Map::new();
+                if !call.reasoning.is_empty() {
+                    opaque.insert("reasoning".into(), Value::Array(call.reasoning));
+                }
+                if let Some(id) = call.item_id {
+                    opaque.insert("item_id".into(), Value::String(id));
+                }
+                ToolCall {
+                    id: if call.call_id.is_empty() {
+                        format!("call_{n}")
+                    } else {
+                        call.call_id
+                    },
+                    name: call.name,
+                    arguments: call.arguments,
+                    opaque: (!opaque.is_empty()).then(|| json!({ OPAQUE_KEY: opaque })),
+                }
+            })
+            .collect();
+        let finish = match response
+            .incomplete_details
+            .and_then(|d| d.reason)
+            .as_deref()
+        {
+            Some("max_output_tokens") => FinishReason::Length,
+            Some("content_filter") => FinishReason::ContentFilter,
+            _ if !calls.is_empty() => FinishReason::ToolCalls,
+            _ => FinishReason::Stop,
+        };
+        let mut out: Vec<ProviderChunk> = calls.into_iter().map(ProviderChunk::ToolCall).collect();
+        out.extend(
+            response
+                .usage
+                .as_ref()
+                .map(|u| ProviderChunk::Usage(map_usage(u))),
+        );
+        out.push(ProviderChunk::Finish(finish));
+        out
+    }
+
+    fn stream_error(&self, error: ErrorWire) -> ProviderError {
+        let code = match error.code {
+            Some(Value::String(code)) if !code.is_empty() => Some(code),
+            Some(Value::Number(n)) => Some(n.to_string()),
+            _ => None,
+        };
+        let info = ErrorInfo {
+            message: common::truncate(&error.message.unwrap_or_default()),
+            error_type: error.error_type,
+            code,
+            status: None,
+        };
+        common::stream_error(&self.provider, info)
+    }
+}
+
+impl EventDecoder for Decoder {
+    fn provider(&self) -> &str {
+        &self.provider
+    }
+
+    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+        let Some(data) = event.data else {
+            return Ok(Step::More(Vec::new()));
+        };
+        let data = data.trim();
+        if data.is_empty() || data == "[DONE]" {
+            return Ok(Step::More(Vec::new()));
+        }
+        let payload: EventWire = serde_json::from_str(data).map_err(|error| {
+            ProviderError::new(
+                ProviderErrorKind::InvalidResponse,
+                self.provider.clone(),
+                format!("malformed event ({error}): {}", common::truncate(data)),
+            )
+        })?;
+        self.on_payload(payload)
+    }
+
+    fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
+        Err(ProviderError::new(
+            ProviderErrorKind::Connection,
+            self.provider.clone(),
+            "stream ended early (no response.completed)",
+        ))
+    }
+}
+
+fn map_usage(wire: &UsageWire) -> Usage {
+    let input = wire.input_tokens.unwrap_or(0);
+    let output = wire.output_tokens.unwrap_or(0);
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: wire.total_tokens.unwrap_or(input + output),
+        cached_input_tokens: wire
+            .input_tokens_details
+            .as_ref()
+            .and_then(|d| d.cached_tokens)
+            .unwrap_or(0),
+        reasoning_tokens: wire
+            .output_tokens_details
+            .as_ref()
+            .and_then(|d| d.reasoning_tokens)
+            .unwrap_or(0),
+    }
+}

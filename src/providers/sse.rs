@@ -1,0 +1,145 @@
+//! The SSE half every wire format shares: bytes → events (with an idle limit) → a
+//! format-specific [`EventDecoder`] → provider-neutral chunks.
+
+use std::fmt;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use sse_stream::{Sse, SseStream};
+
+use super::{ChunkStream, ProviderChunk, ProviderError, ProviderErrorKind};
+
+/// What one event did to the stream.
+pub(crate) enum Step {
+    More(Vec<ProviderChunk>),
+    /// The stream is complete; these are its last chunks.
+    Done(Vec<ProviderChunk>),
+}
+
+/// One wire format's stream state.
+pub(crate) trait EventDecoder: Send + 'static {
+    fn provider(&self) -> &str;
+    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError>;
+    /// The body ended without a `Done` step.
+    fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError>;
+}
+
+/// Drives `decoder` over an SSE byte stream. The stream ends after `Done` or the first
+/// error; `idle_timeout` bounds the silence between two pieces of the body (SSE comments
+/// count as life: OpenRouter sends them while a slow model thinks).
+pub(crate) fn decode_events<S, E, D>(mut decoder: D, body: S, idle_timeout: Duration) -> ChunkStream
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+    D: EventDecoder,
+{
+    Box::pin(async_stream::stream! {
+        let events = SseStream::from_bytes_stream(with_idle_timeout(body, idle_timeout));
+        let mut events = std::pin::pin!(events);
+        loop {
+            let step = match events.next().await {
+                Some(Ok(event)) => decoder.on_event(event),
+                Some(Err(error)) => Err(body_error(decoder.provider(), &error)),
+                None => decoder.on_end_of_body().map(Step::Done),
+            };
+            match step {
+                Ok(Step::More(chunks)) => {
+                    for chunk in chunks {
+                        yield Ok(chunk);
+                    }
+                }
+                Ok(Step::Done(chunks)) => {
+                    for chunk in chunks {
+                        yield Ok(chunk);
+                    }
+                    return;
+                }
+                Err(error) => {
+                    yield Err(error);
+                    return;
+                }
+            }
+        }
+    })
+}
+
+/// Why the byte stream under the SSE parser stopped.
+#[derive(Debug)]
+enum BodyError {
+    Idle(Duration),
+    Upstream(String),
+}
+
+impl fmt::Display for BodyError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Idle(limit) => write!(f, "no data from upstream for {limit:?}"),
+            Self::Upstream(message) => f.write_str(message),
+        }
+    }
+}
+
+impl std::error::Error for BodyError {}
+
+fn with_idle_timeout<S, E>(
+    body: S,
+    idle_timeout: Duration,
+) -> impl Stream<Item = Result<Bytes, BodyError>> + Send
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
+    async_stream::stream! {
+        let mut body = std::pin::pin!(body);
+        loop {
+            match tokio::time::timeout(idle_timeout, body.next()).await {
+                Ok(Some(Ok(bytes))) => yield Ok(bytes),
+                Ok(Some(Err(error))) => {
+                    yield Err(BodyError::Upstream(error_chain(&error)));
+                    return;
+                }
+                Ok(None) => return,
+                Err(_) => {
+                    yield Err(BodyError::Idle(idle_timeout));
+                    return;
+                }
+            }
+        }
+    }
+}
+
+fn body_error(provider: &str, error: &sse_stream::Error) -> ProviderError {
+    if let sse_stream::Error::Body(inner) = error {
+        return match inner.downcast_ref::<BodyError>() {
+            Some(BodyError::Idle(_)) => {
+                ProviderError::new(ProviderErrorKind::Timeout, provider, inner.to_string())
+            }
+            _ => ProviderError::new(
+                ProviderErrorKind::Connection,
+                provider,
+                format!("stream broken: {inner}"),
+            ),
+        };
+    }
+    ProviderError::new(
+        ProviderErrorKind::InvalidResponse,
+        provider,
+        format!("malformed SSE: {error}"),
+    )
+}
+
+/// An error and its sources, e.g. "error decoding response body: connection reset".
+pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text.push_str(": ");
+            text.push_str(&cause_text);
+        }
+        source = cause.source();
+    }
+    text
+}

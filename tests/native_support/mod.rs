@@ -1,0 +1,335 @@
+//! Helpers shared by the native provider tests: fixtures cut at every size, a scripted
+//! loopback upstream that records what it receives, the request scenarios of the
+//! request-building snapshots, and snapshot comparison.
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{OriginalUri, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+use massgen::coordination::prompt::workflow_tools;
+use massgen::providers::retry::CallPolicy;
+use massgen::providers::{
+    ChunkStream, FinishReason, Message, ProviderChunk, ProviderError, ProviderRequest, Role,
+    ToolCall, ToolChoice, Usage,
+};
+use serde_json::Value;
+
+pub const SECOND: Duration = Duration::from_secs(1);
+
+pub fn fixture_path(dir: &str, name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(dir)
+        .join(name)
+}
+
+pub fn fixture(dir: &str, name: &str) -> Vec<u8> {
+    let path = fixture_path(dir, name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+pub fn byte_stream(
+    bytes: Vec<u8>,
+    piece: usize,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
+        .chunks(piece.max(1))
+        .map(|c| Ok(Bytes::copy_from_slice(c)))
+        .collect();
+    futures::stream::iter(pieces)
+}
+
+pub type Decode = fn(
+    String,
+    futures::stream::Iter<std::vec::IntoIter<Result<Bytes, std::io::Error>>>,
+    Duration,
+) -> ChunkStream;
+
+pub async fn collect(mut stream: ChunkStream) -> (Vec<ProviderChunk>, Option<ProviderError>) {
+    let mut chunks = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(chunk) => chunks.push(chunk),
+            Err(error) => {
+                assert!(stream.next().await.is_none(), "nothing after an error");
+                return (chunks, Some(error));
+            }
+        }
+    }
+    (chunks, None)
+}
+
+/// Decodes `bytes` cut into pieces of several sizes; every cut must give the same result.
+pub async fn decode_bytes(
+    label: &str,
+    bytes: Vec<u8>,
+    decode: Decode,
+) -> (Vec<ProviderChunk>, Option<ProviderError>) {
+    let whole = bytes.len();
+    let mut results = Vec::new();
+    for piece in [1, 7, 64, whole] {
+        let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
+            .chunks(piece.max(1))
+            .map(|c| Ok(Bytes::copy_from_slice(c)))
+            .collect();
+        let stream = decode("test".into(), futures::stream::iter(pieces), SECOND);
+        results.push(collect(stream).await);
+    }
+    let first = results[0].clone();
+    for other in &results[1..] {
+        assert_eq!(
+            &first, other,
+            "{label}: result depends on how bytes are split"
+        );
+    }
+    first
+}
+
+/// What a decoded stream adds up to.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Outcome {
+    pub text: String,
+    pub reasoning: String,
+    pub calls: Vec<ToolCall>,
+    pub usage: Option<Usage>,
+    pub finish: Option<FinishReason>,
+    pub error: Option<ProviderError>,
+}
+
+pub fn outcome(chunks: Vec<ProviderChunk>, error: Option<ProviderError>) -> Outcome {
+    let mut out = Outcome {
+        error,
+        ..Outcome::default()
+    };
+    for chunk in chunks {
+        match chunk {
+            ProviderChunk::Text(t) => out.text.push_str(&t),
+            ProviderChunk::Reasoning(t) => out.reasoning.push_str(&t),
+            ProviderChunk::ToolCall(c) => out.calls.push(c),
+            ProviderChunk::Usage(u) => out.usage = Some(u),
+            ProviderChunk::Finish(f) => {
+                assert!(out.finish.is_none(), "two finishes");
+                out.finish = Some(f);
+            }
+        }
+    }
+    out
+}
+
+pub fn usage(input: u64, output: u64, total: u64, cached: u64, reasoning: u64) -> Usage {
+    Usage {
+        input_tokens: input,
+        output_tokens: output,
+        total_tokens: total,
+        cached_input_tokens: cached,
+        reasoning_tokens: reasoning,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// A scripted upstream on loopback
+
+#[derive(Clone)]
+pub enum Reply {
+    /// Status, headers, body.
+    Status(u16, Vec<(&'static str, String)>, String),
+    /// A 200 SSE body.
+    Sse(String),
+}
+
+/// One request as the upstream received it.
+#[derive(Debug, Clone)]
+pub struct Seen {
+    /// Path and query.
+    pub uri: String,
+    pub headers: HeaderMap,
+    pub body: Value,
+}
+
+#[derive(Default)]
+pub struct Upstream {
+    replies: Mutex<VecDeque<Reply>>,
+    pub seen: Mutex<Vec<Seen>>,
+    pub count: AtomicUsize,
+}
+
+impl Upstream {
+    pub fn requests(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+async fn handle(
+    State(upstream): State<Arc<Upstream>>,
+    OriginalUri(uri): OriginalUri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    upstream.count.fetch_add(1, Ordering::SeqCst);
+    upstream.seen.lock().unwrap().push(Seen {
+        uri: uri.to_string(),
+        headers,
+        body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+    });
+    let reply = {
+        let mut replies = upstream.replies.lock().unwrap();
+        if replies.len() > 1 {
+            replies.pop_front()
+        } else {
+            replies.front().cloned()
+        }
+    };
+    match reply.expect("a scripted reply") {
+        Reply::Status(status, headers, body) => {
+            let mut response = Response::builder().status(StatusCode::from_u16(status).unwrap());
+            for (name, value) in headers {
+                response = response.header(name, value);
+            }
+            response.body(Body::from(body)).unwrap()
+        }
+        Reply::Sse(text) => Response::builder()
+            .header("content-type", "text/event-stream")
+            .body(Body::from(text))
+            .unwrap(),
+    }
+}
+
+/// Serves `replies` (the last one repeats) on every path; returns `http://ADDR`.
+pub async fn serve(replies: Vec<Reply>) -> (String, Arc<Upstream>) {
+    let upstream = Arc::new(Upstream {
+        replies: Mutex::new(replies.into()),
+        ..Upstream::default()
+    });
+    let router = Router::new()
+        .fallback(handle)
+        .with_state(Arc::clone(&upstream));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    (format!("http://{addr}"), upstream)
+}
+
+pub fn fast_policy(max_attempts: u32) -> CallPolicy {
+    CallPolicy {
+        max_attempts,
+        initial_backoff: Duration::from_millis(1),
+        max_backoff: Duration::from_millis(5),
+        max_retry_after: Duration::from_secs(2),
+        connect_timeout: Duration::from_secs(2),
+        first_byte_timeout: Duration::from_secs(5),
+        idle_timeout: Duration::from_secs(5),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Request scenarios (the same four for every provider)
+
+const SYSTEM: &str = "You are agent1, one of several agents. End your turn with one tool call.";
+const CONTEXT: &str =
+    "<original_message>What is 2+2?</original_message>\n<answer label=\"agent2\">4</answer>";
+
+/// A coordination turn: system prompt, the context, both workflow tools, `auto`.
+pub fn coordination_turn() -> ProviderRequest {
+    ProviderRequest {
+        messages: vec![Message::system(SYSTEM), Message::user(CONTEXT)],
+        tools: workflow_tools(true, &["agent1".to_string(), "agent2".to_string()]),
+        tool_choice: Some(ToolChoice::Auto),
+        parallel_tool_calls: None,
+    }
+}
+
+/// The presentation call: system prompt and context, no tools.
+pub fn presentation_turn() -> ProviderRequest {
+    ProviderRequest {
+        messages: vec![
+            Message::system("You are agent2. Write the final answer."),
+            Message::user("<original_message>What is 2+2?</original_message>"),
+        ],
+        ..ProviderRequest::default()
+    }
+}
+
+/// A retried turn: the assistant's invalid calls (one with opaque data from `opaque`) and
+/// the error results, then a reminder.
+pub fn history_with_tool_results(opaque: Option<Value>) -> ProviderRequest {
+    let mut request = coordination_turn();
+    request.messages.push(Message {
+        role: Role::Assistant,
+        content: "Let me vote.".into(),
+        tool_calls: vec![
+            ToolCall {
+                id: "call_a".into(),
+                name: "vote".into(),
+                arguments: r#"{"agent_id":"agent9","reason":"best"}"#.into(),
+                opaque,
+            },
+            ToolCall {
+                id: "call_b".into(),
+                name: "new_answer".into(),
+                arguments: "{not json".into(),
+                opaque: None,
+            },
+        ],
+        tool_call_id: None,
+    });
+    request.messages.push(Message::tool_result(
+        "call_a",
+        "Error: agent9 is not one of agent1, agent2",
+    ));
+    request.messages.push(Message::tool_result(
+        "call_b",
+        "Error: arguments are not JSON",
+    ));
+    request
+        .messages
+        .push(Message::user("Call exactly one of vote or new_answer."));
+    request
+}
+
+/// Two system messages (agent persona and instructions) around a plain question.
+pub fn system_messages() -> ProviderRequest {
+    ProviderRequest {
+        messages: vec![
+            Message::system("You are a careful generalist."),
+            Message::system("Answer in one sentence."),
+            Message::user("Why is the sky blue?"),
+            Message::assistant("Rayleigh scattering."),
+            Message::user("Say more."),
+        ],
+        ..ProviderRequest::default()
+    }
+}
+
+/// Compares `actual` with the snapshot `tests/fixtures/<dir>/<name>.json`; with
+/// `MASSGEN_UPDATE_SNAPSHOTS=1` (re)writes it instead. A missing snapshot fails.
+pub fn snapshot(dir: &str, name: &str, actual: &Value) {
+    let path = fixture_path(dir, &format!("{name}.json"));
+    let pretty = serde_json::to_string_pretty(actual).unwrap() + "\n";
+    if std::env::var_os("MASSGEN_UPDATE_SNAPSHOTS").is_some() {
+        std::fs::write(&path, &pretty).unwrap();
+        return;
+    }
+    let expected = std::fs::read_to_string(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run with MASSGEN_UPDATE_SNAPSHOTS=1 to write it)",
+            path.display()
+        )
+    });
+    let expected: Value = serde_json::from_str(&expected).unwrap();
+    assert_eq!(
+        &expected,
+        actual,
+        "{} differs; actual:\n{pretty}",
+        path.display()
+    );
+}
