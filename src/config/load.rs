@@ -72,6 +72,7 @@ const ORCHESTRATOR_KEYS: &[&str] = &[
     "min_live_agents",
     "agent_turn_timeout_seconds",
     "presentation_timeout_seconds",
+    "present_tool_calls",
 ];
 
 /// MassGen `orchestrator:` keys for features we don't have: ignored with a warning, so real
@@ -625,6 +626,9 @@ impl Cx<'_> {
             &key("skip_final_presentation"),
         )? {
             options.skip_final_presentation = b;
+        }
+        if let Some(b) = self.boolean(orch.get("present_tool_calls"), &key("present_tool_calls"))? {
+            options.present_tool_calls = b;
         }
         let max_live = i64::try_from(agent_count).unwrap_or(i64::MAX);
         let min_live_key = key("min_live_agents");

@@ -79,6 +79,8 @@ pub(super) struct Turn {
     tools: Vec<ToolSpec>,
     vote_labels: Vec<String>,
     offer_new_answer: bool,
+    /// Names of the client tools offered in this turn.
+    client_tools: Vec<String>,
 }
 
 pub(super) struct AgentState {
@@ -211,6 +213,7 @@ impl Session {
             winner: self.agents[winner].who.clone(),
             consensus_reason: reason,
             final_answer: presented.text,
+            final_tool_calls: presented.calls,
             finish_reason: presented.finish,
             presentation: presented.mode,
             answers: self.answers.clone(),
@@ -288,8 +291,17 @@ impl Session {
         } else {
             shown.iter().map(|a| a.label.clone()).collect()
         };
-        let offer_new_answer = self.limit_reached(i).is_none();
-        if !offer_new_answer && vote_labels.is_empty() {
+        let may_answer = self.limit_reached(i).is_none();
+        let client = &self.input.tools;
+        let client_specs = if may_answer {
+            client.offered()
+        } else {
+            Vec::new()
+        };
+        let call_required = client.call_required();
+        // With `required` / a named function the answer must be calls: no text answers.
+        let offer_new_answer = may_answer && !call_required;
+        if !may_answer && vote_labels.is_empty() {
             let message = "max_new_answers_per_agent is used up and there is no answer to vote for";
             return self
                 .fail(i, AgentErrorKind::InvalidTurns, message.into(), None, em)
@@ -302,6 +314,11 @@ impl Session {
             voting: self.options.voting_sensitivity,
             novelty: self.options.answer_novelty_requirement,
             now: self.clock.now(),
+            client_tools: &client_specs
+                .iter()
+                .map(|t| t.name.clone())
+                .collect::<Vec<_>>(),
+            call_required,
         };
         let system = prompt::coordination_system(
             agent.spec.system_message.as_deref(),
@@ -312,15 +329,19 @@ impl Session {
             Message::system(system),
             Message::user(prompt::coordination_user(&self.input, &shown)),
         ];
+        let mut tools = prompt::workflow_tools(offer_new_answer, &vote_labels);
+        let client_tools = client_specs.iter().map(|t| t.name.clone()).collect();
+        tools.extend(client_specs);
         let turn = Turn {
             number: agent.turns + 1,
             attempt: 1,
             seen_version: self.version,
             deadline: Instant::now() + self.options.agent_turn_timeout,
             messages,
-            tools: prompt::workflow_tools(offer_new_answer, &vote_labels),
+            tools,
             vote_labels,
             offer_new_answer,
+            client_tools,
         };
         let started = EventKind::TurnStarted {
             agent: agent.who.clone(),
@@ -336,12 +357,19 @@ impl Session {
     }
 
     fn launch(&mut self, i: usize, turn: &Turn) {
+        let client = &self.input.tools;
+        let offers_client = !turn.client_tools.is_empty();
         let request = ProviderRequest {
             messages: turn.messages.clone(),
             tools: turn.tools.clone(),
-            // Not `Required`: many local servers reject it; validation asks again instead.
-            tool_choice: Some(ToolChoice::Auto),
-            parallel_tool_calls: None,
+            // Not `Required` (unless the client demanded a call): many local servers reject
+            // it; validation asks again instead.
+            tool_choice: Some(if offers_client {
+                client.upstream_choice()
+            } else {
+                ToolChoice::Auto
+            }),
+            parallel_tool_calls: client.parallel.filter(|_| offers_client),
         };
         let provider = self.agents[i].spec.provider.clone();
         let deltas = self.stream_agent_text.then(|| self.delta_tx.clone());
@@ -391,11 +419,20 @@ impl Session {
             answer_limit_reached: self.limit_reached(i),
             current: &current,
             novelty: self.options.answer_novelty_requirement,
+            client_tools: &turn.client_tools,
+            call_required: !turn.client_tools.is_empty() && self.input.tools.call_required(),
+            one_call_only: self.input.tools.one_call_only(),
         };
         let checked = validate(&rules, &done.gathered.text, &done.gathered.tool_calls);
         match checked {
             Err(invalid) => self.on_invalid(i, invalid, done.gathered, em).await,
-            Ok(Action::NewAnswer(text)) => self.on_answer(i, text, em).await,
+            Ok(Action::NewAnswer(text)) => {
+                self.on_answer(i, AnswerContent::Text { text }, em).await
+            }
+            Ok(Action::ToolCalls(calls)) => {
+                self.on_answer(i, AnswerContent::ToolCalls { calls }, em)
+                    .await
+            }
             Ok(Action::Vote { target, reason }) => self.on_vote(i, target, reason, em).await,
         }
     }
@@ -435,11 +472,12 @@ impl Session {
             if !gathered.text.trim().is_empty() {
                 turn.messages.push(Message::assistant(gathered.text));
             }
-            turn.messages
-                .push(Message::user(prompt::missing_tool_reminder(
-                    turn.offer_new_answer,
-                    !turn.vote_labels.is_empty(),
-                )));
+            let reminder = if turn.client_tools.is_empty() {
+                prompt::missing_tool_reminder(turn.offer_new_answer, !turn.vote_labels.is_empty())
+            } else {
+                format!("You did not call a tool. {}", invalid.message)
+            };
+            turn.messages.push(Message::user(reminder));
         } else {
             let results: Vec<Message> = gathered
                 .tool_calls
@@ -463,7 +501,7 @@ impl Session {
     async fn on_answer(
         &mut self,
         i: usize,
-        text: String,
+        content: AnswerContent,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
         let agent = &mut self.agents[i];
@@ -471,7 +509,7 @@ impl Session {
         let answer = Answer {
             agent: agent.who.clone(),
             answer_label: format!("{}.{}", agent.who.label, agent.answers),
-            content: AnswerContent::Text { text },
+            content,
         };
         agent.latest = Some(self.answers.len());
         agent.status = Status::Idle;

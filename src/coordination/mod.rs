@@ -19,6 +19,7 @@
 //! - `max_new_answers_per_agent: 0` with no answer to vote for fails that agent.
 
 mod call;
+pub mod client_tools;
 mod emit;
 mod engine;
 pub mod events;
@@ -29,6 +30,7 @@ mod record;
 pub mod session;
 mod validate;
 
+pub use client_tools::ClientTools;
 pub use events::*;
 pub use options::*;
 pub use session::{Clock, SessionAgent, SessionInput, SessionSpec, SystemClock, run_session};

@@ -6,6 +6,7 @@ use std::time::SystemTime;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::client_tools::ClientTools;
 use super::events::{SessionError, SessionEvent, SessionSummary};
 use super::options::OrchestratorOptions;
 use crate::providers::{Message, Provider};
@@ -41,6 +42,11 @@ pub struct SessionInput {
     pub question: String,
     /// The request's system messages, joined; given to every agent as extra system text.
     pub extra_system: Option<String>,
+    /// Messages after the last user message: the assistant's earlier tool calls and the
+    /// client's `role: "tool"` results for them (a follow-up after a tool-call answer).
+    pub followup: Vec<Message>,
+    /// The client's function tools (empty when the request had none).
+    pub tools: ClientTools,
 }
 
 #[derive(Debug, Clone)]

@@ -251,6 +251,7 @@ pub fn spec(agents: &[(&str, &Scripted)], options: OrchestratorOptions) -> Sessi
             history: Vec::new(),
             question: "What is 2+2?".into(),
             extra_system: None,
+            ..SessionInput::default()
         },
         stream_agent_text: false,
     }
