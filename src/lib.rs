@@ -12,3 +12,4 @@ pub mod mock_upstream;
 pub mod providers;
 pub mod secret;
 pub mod server;
+pub mod tools;

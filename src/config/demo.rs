@@ -27,6 +27,7 @@ pub fn demo_panel(mock_base_url: &str) -> PanelConfig {
             base_url: base_url.to_string(),
             params: Map::new(),
         },
+        tools: None,
     };
     PanelConfig {
         name: "demo".to_string(),

@@ -229,6 +229,18 @@ pub enum EventKind {
     AgentFailed {
         error: AgentError,
     },
+    /// An agent called one of its own (MCP) tools inside its turn. The hook for tool
+    /// metrics and traces: name, round, duration and outcome.
+    ToolCalled {
+        agent: AgentRef,
+        tool: String,
+        /// 1-based tool round of the turn.
+        round: u32,
+        duration_ms: u64,
+        /// Set when the call failed (the model got the error as the tool result).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     Consensus {
         winner: AgentRef,
         reason: ConsensusReason,

@@ -18,6 +18,7 @@
 //!   then runs under `presentation_timeout` only.
 //! - `max_new_answers_per_agent: 0` with no answer to vote for fails that agent.
 
+pub mod agent_tools;
 mod call;
 pub mod client_tools;
 mod emit;
@@ -30,6 +31,7 @@ mod record;
 pub mod session;
 mod validate;
 
+pub use agent_tools::{AgentTools, ToolCallRecord, ToolLimits};
 pub use client_tools::ClientTools;
 pub use events::*;
 pub use options::*;

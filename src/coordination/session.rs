@@ -6,6 +6,7 @@ use std::time::SystemTime;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::agent_tools::AgentTools;
 use super::client_tools::ClientTools;
 use super::events::{SessionError, SessionEvent, SessionSummary};
 use super::options::OrchestratorOptions;
@@ -31,6 +32,8 @@ pub struct SessionAgent {
     pub id: String,
     pub system_message: Option<String>,
     pub provider: Arc<dyn Provider>,
+    /// The agent's own tools (MCP), used inside its turns; `None` for none.
+    pub tools: Option<Arc<dyn AgentTools>>,
 }
 
 /// What the client asked, split the way the prompt needs it.

@@ -57,6 +57,7 @@ pub async fn chat_completions(
             id: agent.id.clone(),
             system_message: agent.system_message.clone(),
             provider,
+            tools: crate::tools::agent_tools(agent),
         });
     }
 

@@ -121,6 +121,20 @@ fn summary_line(event: &EventKind) -> Option<String> {
                 )
             }
         }
+        EventKind::ToolCalled {
+            agent,
+            tool,
+            duration_ms,
+            error,
+            ..
+        } => match error {
+            None => format!("[{}] used {tool} ({duration_ms} ms)", agent.label),
+            Some(e) => format!(
+                "[{}] used {tool}: failed after {duration_ms} ms: {}",
+                agent.label,
+                one_line(e)
+            ),
+        },
         EventKind::PresentationStarted { agent } => {
             format!("[{}] presenting the final answer", agent.label)
         }

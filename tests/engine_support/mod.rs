@@ -244,6 +244,7 @@ pub fn spec(agents: &[(&str, &Scripted)], options: OrchestratorOptions) -> Sessi
                 id: id.to_string(),
                 system_message: None,
                 provider: Arc::new((*p).clone()),
+                tools: None,
             })
             .collect(),
         options,
