@@ -383,6 +383,14 @@ async fn the_round_limit_makes_the_agent_finish_without_tools() {
     );
     assert!(requests[3].tools.iter().any(|t| t.name == "new_answer"));
     assert!(run.summary().final_answer.contains("tool round limit (2)"));
+
+    // A model that keeps calling the withdrawn tools gets an invalid turn, not a loop.
+    let echo = vec![("mcp__web__echo", r#"{"text":"again"}"#)];
+    let p = tool_user(vec![echo.clone(), echo.clone(), echo.clone(), echo]);
+    let run = run_with_tools(&p, &config, &reg).await;
+    assert_eq!(run.invalid_checks("agent1"), ["unknown_tool"]);
+    assert_eq!(tool_events(&run).len(), 2);
+    assert!(run.result.is_ok());
     reg.shutdown().await;
     stop.cancel();
 }

@@ -104,6 +104,7 @@ pub async fn attempt(
     let mut transcript = Vec::new();
     let mut usage: Option<Usage> = None;
     let mut rounds = 0u32;
+    let mut limit_noted = false;
     loop {
         let (mut gathered, result) = one_call(
             agent,
@@ -138,8 +139,15 @@ pub async fn attempt(
             gathered.tool_calls = others;
             return done(gathered, result, transcript, rounds);
         }
+        // Told that the limit is reached and still calling (tools no longer offered):
+        // validation rejects the calls like any unknown tool.
+        if limit_noted {
+            gathered.tool_calls = own;
+            return done(gathered, result, transcript, rounds);
+        }
         let limits = t.tools.limits();
         let last_round = rounds >= t.rounds_left;
+        limit_noted = last_round;
         transcript.push(Message {
             role: Role::Assistant,
             content: std::mem::take(&mut gathered.text),

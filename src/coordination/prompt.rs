@@ -138,9 +138,14 @@ pub fn coordination_system(
                 client_tools_note(how)
             )
         } else {
+            let or_calls = if how.client_tools.is_empty() {
+                ""
+            } else {
+                " (or, if the message needs the client's tools, with your calls to them instead)"
+            };
             format!(
                 "Answer the original message below. Submit your complete answer by calling `{NEW_ANSWER}` \
-                 with the answer as `content`; end your turn with exactly that one tool call.{}\n{date}",
+                 with the answer as `content`; end your turn with exactly that one tool call{or_calls}.{}\n{date}",
                 client_tools_note(how)
             )
         }
