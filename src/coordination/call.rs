@@ -129,10 +129,16 @@ pub async fn attempt(
         let Some(t) = tools.as_ref().filter(|_| result.is_ok()) else {
             return done(gathered, result, transcript, rounds);
         };
-        let (own, others): (Vec<ToolCall>, Vec<ToolCall>) = gathered
+        let (mut own, others): (Vec<ToolCall>, Vec<ToolCall>) = gathered
             .tool_calls
             .drain(..)
             .partition(|c| t.names.contains(&c.name));
+        // Results are matched to calls by id; some servers send none.
+        for (k, call) in own.iter_mut().enumerate() {
+            if call.id.trim().is_empty() {
+                call.id = format!("call_{}_{k}", transcript.len());
+            }
+        }
         // A turn-ending call (vote, answer, client tools) wins over tool use in the same
         // message: the agent's own calls there are dropped.
         if own.is_empty() || !others.is_empty() {
@@ -166,11 +172,13 @@ pub async fn attempt(
             request.tools.retain(|spec| !t.names.contains(&spec.name));
         } else {
             rounds += 1;
-            let results =
-                join_all(own.iter().map(|c| {
-                    run_tool(agent, t.tools.as_ref(), c, rounds, limits, deadline, &side)
-                }))
-                .await;
+            // Numbered within the turn (earlier attempts of the turn used some rounds).
+            let round = limits.max_rounds.saturating_sub(t.rounds_left) + rounds;
+            let results = join_all(
+                own.iter()
+                    .map(|c| run_tool(agent, t.tools.as_ref(), c, round, limits, deadline, &side)),
+            )
+            .await;
             transcript.extend(
                 own.iter()
                     .zip(results)
