@@ -497,8 +497,12 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     let http = crate::providers::chat_completions::http_client()
         .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
     let env: Arc<Env> = Arc::new(process_env);
+    // MCP servers start now, in the background; a session that needs one first waits.
+    let mcp = crate::tools::servers_of(&catalog);
+    tokio::spawn(crate::tools::ToolRegistry::global().start_all(mcp));
     let state = AppState::new(catalog, settings, Arc::new(HttpProviders::new(http)), env);
     let result = crate::server::serve(listener, state, stopped(stop_rx)).await;
+    crate::tools::ToolRegistry::global().shutdown().await;
     result.map_err(|e| Fatal::runtime(format!("server failed: {e:#}")))
 }
 

@@ -13,3 +13,4 @@ pub mod providers;
 pub mod secret;
 pub mod server;
 pub mod telemetry;
+pub mod tools;

@@ -163,7 +163,7 @@ agents:
       enable_web_search: true
       enable_code_interpreter: true
       cwd: workspace
-      mcp_servers: [{name: gh, env: {TOKEN: \"${NOT_SET_ANYWHERE}\"}}]
+      mcp_servers: [{name: gh, command: gh-mcp, env: {TOKEN: \"${NOT_SET_ANYWHERE:-none}\"}}]
       allowed_tools: [a]
       exclude_tools: [b]
       custom_tools: []
@@ -774,5 +774,98 @@ fn shipped_example_configs_all_load() {
             .as_ref()
             .map(|k| k.expose()),
         Some("my-key")
+    );
+}
+
+#[test]
+fn mcp_servers_and_tool_filters_are_parsed() {
+    use massgen::tools::McpTransport;
+    let e = env(&[("OPENAI_API_KEY", "sk"), ("SEARCH_KEY", "k1"), ("T", "tok")]);
+    let panel = parse(
+        "
+agents:
+  - id: researcher
+    backend:
+      type: openai
+      model: m
+      mcp_servers:
+        search: {type: stdio, command: npx, args: [\"-y\", some-mcp-server], env: {API_KEY: \"${SEARCH_KEY}\"}}
+        files: {type: streamable-http, url: \"http://127.0.0.1:8080/mcp\", headers: {Authorization: \"Bearer ${T}\"}}
+      allowed_tools: [mcp__search__query]
+      exclude_tools: [mcp__files__delete]
+      max_tool_rounds: 3
+      tool_timeout_seconds: 5
+",
+        &e,
+    )
+    .unwrap();
+    let tools = panel.agents[0].tools.as_ref().unwrap();
+    assert_eq!(tools.limits.max_rounds, 3);
+    assert_eq!(tools.limits.call_timeout, Duration::from_secs(5));
+    assert_eq!(
+        tools.allowed.as_deref(),
+        Some(&["mcp__search__query".to_string()][..])
+    );
+    assert_eq!(tools.exclude, ["mcp__files__delete"]);
+    let by_name = |n: &str| {
+        &tools
+            .servers
+            .iter()
+            .find(|s| s.name == n)
+            .unwrap()
+            .transport
+    };
+    match by_name("search") {
+        McpTransport::Stdio {
+            command, args, env, ..
+        } => {
+            assert_eq!(command, "npx");
+            assert_eq!(args, &["-y", "some-mcp-server"]);
+            assert_eq!(env["API_KEY"].expose(), "k1");
+            // Secrets never print.
+            assert!(!format!("{env:?}").contains("k1"));
+        }
+        other => panic!("{other:?}"),
+    }
+    match by_name("files") {
+        McpTransport::StreamableHttp { url, headers } => {
+            assert_eq!(url, "http://127.0.0.1:8080/mcp");
+            assert_eq!(headers["Authorization"].expose(), "Bearer tok");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(panel.agents[0].backend.params.is_empty());
+    assert!(ok(GPT).agents[0].tools.is_none());
+
+    let bad = |servers: &str, key: &str, part: &str| {
+        let yaml = format!(
+            "agents:\n  - id: a\n    backend:\n      type: openai\n      model: m\n      mcp_servers: {servers}\n"
+        );
+        fails(&yaml, &with_keys(), key, &[part]);
+    };
+    bad(
+        "{s: {type: stdio}}",
+        "agents[0].backend.mcp_servers.s.command",
+        "missing command",
+    );
+    bad(
+        "{s: {type: ws, url: \"http://x\"}}",
+        "agents[0].backend.mcp_servers.s.type",
+        "unknown MCP transport",
+    );
+    bad(
+        "{s: {url: \"ftp://x\"}}",
+        "agents[0].backend.mcp_servers.s.url",
+        "http://",
+    );
+    bad(
+        "{a__b: {command: x}}",
+        "agents[0].backend.mcp_servers.a__b",
+        "single '_'",
+    );
+    bad(
+        "[{command: x}]",
+        "agents[0].backend.mcp_servers[0].name",
+        "missing server name",
     );
 }

@@ -7,8 +7,8 @@ mod support;
 
 use std::process::Command;
 
-#[test]
-fn openai_python_sdk_and_openapi_conformance() {
+/// The python interpreter, or `None` (skip) when the packages are missing.
+fn python() -> Option<String> {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
     let probe = Command::new(&python)
         .args(["-c", "import openai, pytest, jsonschema, yaml, httpx"])
@@ -19,21 +19,42 @@ fn openai_python_sdk_and_openapi_conformance() {
             "python packages missing: pip install -r tests/python/requirements.txt"
         );
         println!("skipped: python packages openai/pytest/jsonschema/pyyaml/httpx not installed");
-        return;
+        return None;
     }
-    let server = support::serve(&["--demo"]);
-    let status = Command::new(&python)
-        .args([
-            "-m",
-            "pytest",
-            "-q",
-            "-p",
-            "no:cacheprovider",
-            "tests/python/test_openai_sdk.py",
-        ])
+    Some(python)
+}
+
+fn pytest(python: &str, file: &str, base_url: &str) {
+    let status = Command::new(python)
+        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", file])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
-        .env("MASSGEN_BASE_URL", &server.url)
+        .env("MASSGEN_BASE_URL", base_url)
         .status()
         .expect("run pytest");
-    assert!(status.success(), "pytest failed");
+    assert!(status.success(), "pytest {file} failed");
+}
+
+#[test]
+fn openai_python_sdk_and_openapi_conformance() {
+    let Some(python) = python() else { return };
+    let server = support::serve(&["--demo"]);
+    pytest(&python, "tests/python/test_openai_sdk.py", &server.url);
+}
+
+#[test]
+fn openai_python_sdk_client_tool_calls() {
+    let Some(python) = python() else { return };
+    let mock = support::mock_upstream();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let models = [
+        "a:policy=client_tool,ttft_ms=10,token_ms=1",
+        "b:policy=client_tool,ttft_ms=40,token_ms=1",
+    ];
+    let config = support::write(
+        dir.path(),
+        "tools.yaml",
+        &support::panel_yaml(&mock.url, &models, ""),
+    );
+    let server = support::serve(&["--config", config.to_str().expect("utf-8 path")]);
+    pytest(&python, "tests/python/test_openai_tools.py", &server.url);
 }

@@ -28,6 +28,7 @@ pub fn demo_panel(mock_base_url: &str) -> PanelConfig {
             params: Map::new(),
             api_version: None,
         },
+        tools: None,
     };
     PanelConfig {
         name: "demo".to_string(),

@@ -18,10 +18,12 @@ use serde_json::{Map, Value};
 
 use super::expand::{expand_value, join};
 use super::{AgentConfig, BackendConfig, ConfigError, Env, PanelCatalog, PanelConfig, yaml};
+use crate::coordination::ToolLimits;
 use crate::coordination::{OrchestratorOptions, Strictness};
 use crate::providers::presets::{self, PRESETS, Preset, Wire};
 use crate::providers::retry::CallPolicy;
 use crate::secret::Secret;
+use crate::tools::{AgentToolsConfig, McpServerConfig, McpTransport, SecretText};
 
 /// Backend keys the server itself interprets; everything else may become a param.
 const SERVER_KEYS: &[&str] = &["type", "model", "api_key", "base_url"];
@@ -35,9 +37,6 @@ const MASSGEN_ONLY_KEYS: &[&str] = &[
     "command_line_execution_mode",
     "command_line_docker_image",
     "cwd",
-    "mcp_servers",
-    "allowed_tools",
-    "exclude_tools",
     "disallowed_tools",
     "custom_tools",
     "context_paths",
@@ -63,6 +62,16 @@ const REQUEST_OWNED_KEYS: &[&str] = &[
 
 const AGENT_KEYS: &[&str] = &["id", "backend", "system_message"];
 
+/// Backend keys of the agent's own tools (parsed into `AgentConfig::tools`).
+const TOOL_KEYS: &[&str] = &[
+    "mcp_servers",
+    "allowed_tools",
+    "exclude_tools",
+    "max_tool_rounds",
+    "tool_timeout_seconds",
+    "tool_result_max_bytes",
+];
+
 const ORCHESTRATOR_KEYS: &[&str] = &[
     "voting_sensitivity",
     "answer_novelty_requirement",
@@ -72,6 +81,7 @@ const ORCHESTRATOR_KEYS: &[&str] = &[
     "min_live_agents",
     "agent_turn_timeout_seconds",
     "presentation_timeout_seconds",
+    "present_tool_calls",
 ];
 
 /// MassGen `orchestrator:` keys for features we don't have: ignored with a warning, so real
@@ -471,8 +481,11 @@ impl Cx<'_> {
         let system_message =
             self.string(map.get("system_message"), &join(path, "system_message"))?;
         let backend_key = join(path, "backend");
-        let backend = match self.section(map.get("backend"), &backend_key)? {
-            Some(backend) => self.backend(&backend_key, backend)?,
+        let (backend, tools) = match self.section(map.get("backend"), &backend_key)? {
+            Some(backend) => (
+                self.backend(&backend_key, backend)?,
+                self.agent_tools(&backend_key, backend)?,
+            ),
             None => {
                 return Err(self.err(
                     &backend_key,
@@ -484,6 +497,7 @@ impl Cx<'_> {
             id,
             system_message,
             backend,
+            tools,
         })
     }
 
@@ -562,7 +576,10 @@ impl Cx<'_> {
         let mut params = Map::new();
         for (key, value) in map {
             let key_path = join(path, key);
-            if SERVER_KEYS.contains(&key.as_str()) || (azure && key == "api_version") {
+            if SERVER_KEYS.contains(&key.as_str())
+                || TOOL_KEYS.contains(&key.as_str())
+                || (azure && key == "api_version")
+            {
                 continue;
             } else if MASSGEN_ONLY_KEYS.contains(&key.as_str()) {
                 warn_ignored_once(&key_path, "MassGen-only backend feature, ignored for now");
@@ -659,6 +676,9 @@ impl Cx<'_> {
         )? {
             options.skip_final_presentation = b;
         }
+        if let Some(b) = self.boolean(orch.get("present_tool_calls"), &key("present_tool_calls"))? {
+            options.present_tool_calls = b;
+        }
         let max_live = i64::try_from(agent_count).unwrap_or(i64::MAX);
         let min_live_key = key("min_live_agents");
         if let Some(n) = self.integer(orch.get("min_live_agents"), &min_live_key)? {
@@ -746,5 +766,207 @@ impl Cx<'_> {
             ));
         }
         Ok(policy)
+    }
+}
+
+impl Cx<'_> {
+    /// `mcp_servers` (a mapping of name → server, or a list of servers with `name`),
+    /// `allowed_tools`, `exclude_tools` and the tool-loop limits of one backend section.
+    fn agent_tools(
+        &self,
+        path: &str,
+        map: &Map<String, Value>,
+    ) -> Result<Option<AgentToolsConfig>, ConfigError> {
+        if !TOOL_KEYS
+            .iter()
+            .any(|k| map.get(*k).is_some_and(|v| !v.is_null()))
+        {
+            return Ok(None);
+        }
+        let key = |k: &str| join(path, k);
+        let servers = match map.get("mcp_servers") {
+            None | Some(Value::Null) => Vec::new(),
+            Some(v) => {
+                let k = key("mcp_servers");
+                self.mcp_servers(&k, &self.expanded(v, &k)?)?
+            }
+        };
+        let mut limits = ToolLimits::default();
+        if let Some(n) = self.count(map.get("max_tool_rounds"), &key("max_tool_rounds"), 0, 1000)? {
+            limits.max_rounds = u32::try_from(n).unwrap_or(0);
+        }
+        if let Some(d) = self.duration(
+            map.get("tool_timeout_seconds"),
+            &key("tool_timeout_seconds"),
+            false,
+            false,
+        )? {
+            limits.call_timeout = d;
+        }
+        if let Some(n) = self.count(
+            map.get("tool_result_max_bytes"),
+            &key("tool_result_max_bytes"),
+            256,
+            i64::from(u32::MAX),
+        )? {
+            limits.max_result_bytes = usize::try_from(n).unwrap_or(usize::MAX);
+        }
+        Ok(Some(AgentToolsConfig {
+            servers,
+            allowed: self.string_list(map.get("allowed_tools"), &key("allowed_tools"))?,
+            exclude: self
+                .string_list(map.get("exclude_tools"), &key("exclude_tools"))?
+                .unwrap_or_default(),
+            limits,
+        }))
+    }
+
+    fn string_list(
+        &self,
+        value: Option<&Value>,
+        key: &str,
+    ) -> Result<Option<Vec<String>>, ConfigError> {
+        match value {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, v)| {
+                    let k = format!("{key}[{i}]");
+                    self.string(Some(v), &k)?
+                        .ok_or_else(|| self.err(&k, "must be a string"))
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(self.err(key, "must be a list of strings")),
+        }
+    }
+
+    fn mcp_servers(&self, key: &str, value: &Value) -> Result<Vec<McpServerConfig>, ConfigError> {
+        let entries: Vec<(String, String, &Map<String, Value>)> = match value {
+            Value::Object(servers) => servers
+                .iter()
+                .map(|(name, spec)| match spec {
+                    Value::Object(spec) => Ok((join(key, name), name.clone(), spec)),
+                    _ => Err(self.err(&join(key, name), "must be a mapping")),
+                })
+                .collect::<Result<_, _>>()?,
+            Value::Array(list) => list
+                .iter()
+                .enumerate()
+                .map(|(i, spec)| {
+                    let at = format!("{key}[{i}]");
+                    let Value::Object(spec) = spec else {
+                        return Err(self.err(&at, "must be a mapping"));
+                    };
+                    match spec.get("name").and_then(Value::as_str) {
+                        Some(name) => Ok((at, name.to_string(), spec)),
+                        None => Err(self.err(&join(&at, "name"), "missing server name")),
+                    }
+                })
+                .collect::<Result<_, _>>()?,
+            _ => return Err(self.err(key, "must be a mapping of server name to server")),
+        };
+        let mut servers: Vec<McpServerConfig> = Vec::new();
+        for (at, name, spec) in entries {
+            let valid = !name.is_empty()
+                && !name.contains("__")
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+            if !valid {
+                return Err(self.err(
+                    &at,
+                    format!(
+                        "server name '{name}' must use letters, digits, '-' and single '_' only"
+                    ),
+                ));
+            }
+            if servers.iter().any(|s| s.name == name) {
+                return Err(self.err(&at, format!("duplicate server name '{name}'")));
+            }
+            servers.push(McpServerConfig {
+                name,
+                transport: self.mcp_transport(&at, spec)?,
+            });
+        }
+        Ok(servers)
+    }
+
+    fn mcp_transport(
+        &self,
+        at: &str,
+        spec: &Map<String, Value>,
+    ) -> Result<McpTransport, ConfigError> {
+        let text = |k: &str| match spec.get(k) {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(s)) => Ok(Some(s.clone())),
+            Some(Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(_) => Err(self.err(&join(at, k), "must be a string")),
+        };
+        let pairs = |k: &str| -> Result<BTreeMap<String, SecretText>, ConfigError> {
+            match spec.get(k) {
+                None | Some(Value::Null) => Ok(BTreeMap::new()),
+                Some(Value::Object(m)) => m
+                    .iter()
+                    .map(|(name, v)| match v {
+                        Value::String(s) => Ok((name.clone(), SecretText::new(s.clone()))),
+                        Value::Number(n) => Ok((name.clone(), SecretText::new(n.to_string()))),
+                        _ => Err(self.err(&join(&join(at, k), name), "must be a string")),
+                    })
+                    .collect(),
+                Some(_) => Err(self.err(&join(at, k), "must be a mapping")),
+            }
+        };
+        let kind = text("type")?.unwrap_or_else(|| {
+            if spec.contains_key("url") {
+                "streamable-http".into()
+            } else {
+                "stdio".into()
+            }
+        });
+        match kind.as_str() {
+            "stdio" => {
+                let command = text("command")?
+                    .filter(|c| !c.trim().is_empty())
+                    .ok_or_else(|| self.err(&join(at, "command"), "missing command"))?;
+                let args = match spec.get("args") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(Value::Array(items)) => items
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| match v {
+                            Value::String(s) => Ok(s.clone()),
+                            Value::Number(n) => Ok(n.to_string()),
+                            _ => {
+                                Err(self
+                                    .err(&format!("{}[{i}]", join(at, "args")), "must be a string"))
+                            }
+                        })
+                        .collect::<Result<_, _>>()?,
+                    Some(_) => return Err(self.err(&join(at, "args"), "must be a list")),
+                };
+                Ok(McpTransport::Stdio {
+                    command,
+                    args,
+                    env: pairs("env")?,
+                    cwd: text("cwd")?,
+                })
+            }
+            "streamable-http" | "http" => {
+                let url = text("url")?.ok_or_else(|| self.err(&join(at, "url"), "missing url"))?;
+                if !(url.starts_with("http://") || url.starts_with("https://")) {
+                    return Err(self.err(&join(at, "url"), "must start with http:// or https://"));
+                }
+                Ok(McpTransport::StreamableHttp {
+                    url,
+                    headers: pairs("headers")?,
+                })
+            }
+            other => Err(self.err(
+                &join(at, "type"),
+                format!("unknown MCP transport '{other}' (known: stdio, streamable-http)"),
+            )),
+        }
     }
 }

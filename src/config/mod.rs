@@ -57,6 +57,8 @@ pub struct AgentConfig {
     pub id: String,
     pub system_message: Option<String>,
     pub backend: BackendConfig,
+    /// The agent's own MCP tools (`backend.mcp_servers` and friends); `None` without them.
+    pub tools: Option<crate::tools::AgentToolsConfig>,
 }
 
 /// One loaded panel config file.

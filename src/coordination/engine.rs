@@ -11,7 +11,8 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::call::{AttemptDone, CallError, Gathered, attempt};
+use super::agent_tools::ToolCallRecord;
+use super::call::{AttemptDone, AttemptTools, CallError, Gathered, Side, attempt};
 use super::emit::{ClientGone, Emitter};
 use super::events::*;
 use super::options::OrchestratorOptions;
@@ -79,6 +80,10 @@ pub(super) struct Turn {
     tools: Vec<ToolSpec>,
     vote_labels: Vec<String>,
     offer_new_answer: bool,
+    /// Names of the client tools offered in this turn.
+    client_tools: Vec<String>,
+    /// Rounds of the agent's own tool loop used so far in this turn.
+    tool_rounds_used: u32,
 }
 
 pub(super) struct AgentState {
@@ -92,6 +97,8 @@ pub(super) struct AgentState {
     pub(super) vote: Option<VoteRecord>,
     pub(super) usage: Usage,
     pub(super) error: Option<AgentError>,
+    /// The agent's own tools, as discovered when the session started.
+    own_tools: Vec<ToolSpec>,
 }
 
 pub(super) struct Session {
@@ -109,14 +116,14 @@ pub(super) struct Session {
     version: u64,
     pub(super) usage: Usage,
     pub(super) running: FuturesUnordered<BoxFuture<'static, AttemptDone>>,
-    delta_tx: mpsc::Sender<(usize, String)>,
-    delta_rx: mpsc::Receiver<(usize, String)>,
+    side_tx: mpsc::Sender<(usize, Side)>,
+    side_rx: mpsc::Receiver<(usize, Side)>,
 }
 
 enum Step {
     Cancel,
     Timeout,
-    Delta(usize, String),
+    Side(usize, Side),
     Done(AttemptDone),
 }
 
@@ -133,7 +140,7 @@ impl Session {
         } else {
             spec.options.min_live_agents.max(1)
         };
-        let (delta_tx, delta_rx) = mpsc::channel(64);
+        let (side_tx, side_rx) = mpsc::channel(64);
         Self {
             single: agents.len() == 1,
             agents: agents
@@ -152,6 +159,7 @@ impl Session {
                     vote: None,
                     usage: Usage::default(),
                     error: None,
+                    own_tools: Vec::new(),
                 })
                 .collect(),
             options: spec.options,
@@ -163,8 +171,8 @@ impl Session {
             version: 0,
             usage: Usage::default(),
             running: FuturesUnordered::new(),
-            delta_tx,
-            delta_rx,
+            side_tx,
+            side_rx,
         }
     }
 
@@ -187,6 +195,7 @@ impl Session {
             ));
         }
         let deadline = started + self.options.session_timeout;
+        self.discover_tools(cancel, deadline).await?;
         let reason = self.coordinate(em, cancel, deadline).await?;
         // At a timeout this cancels the turns still running.
         self.running.clear();
@@ -211,6 +220,7 @@ impl Session {
             winner: self.agents[winner].who.clone(),
             consensus_reason: reason,
             final_answer: presented.text,
+            final_tool_calls: presented.calls,
             finish_reason: presented.finish,
             presentation: presented.mode,
             answers: self.answers.clone(),
@@ -252,18 +262,18 @@ impl Session {
                 biased;
                 _ = cancel.cancelled() => Step::Cancel,
                 _ = em.closed() => Step::Cancel,
-                Some((i, text)) = self.delta_rx.recv() => Step::Delta(i, text),
+                Some((i, side)) = self.side_rx.recv() => Step::Side(i, side),
                 _ = sleep_until(deadline) => Step::Timeout,
                 Some(done) = self.running.next() => Step::Done(done),
             };
             match step {
                 Step::Cancel => return Err(self.cancelled()),
                 Step::Timeout => return Ok(ConsensusReason::Timeout),
-                Step::Delta(i, text) => self.send_delta(i, text, em).await?,
+                Step::Side(i, side) => self.send_side(i, side, em).await?,
                 Step::Done(done) => {
                     // The attempt's last deltas may still sit in the channel: keep order.
-                    while let Ok((i, text)) = self.delta_rx.try_recv() {
-                        self.send_delta(i, text, em).await?;
+                    while let Ok((i, side)) = self.side_rx.try_recv() {
+                        self.send_side(i, side, em).await?;
                     }
                     self.on_attempt(done, em).await?;
                 }
@@ -271,14 +281,62 @@ impl Session {
         }
     }
 
-    async fn send_delta(
+    async fn send_side(
         &mut self,
         i: usize,
-        text: String,
+        side: Side,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
         let agent = self.agents[i].who.clone();
-        self.send(em, EventKind::AgentDelta { agent, text }).await
+        let event = match side {
+            Side::Delta(text) => EventKind::AgentDelta { agent, text },
+            Side::Tool(ToolCallRecord {
+                tool,
+                round,
+                duration_ms,
+                error,
+            }) => EventKind::ToolCalled {
+                agent,
+                tool,
+                round,
+                duration_ms,
+                error,
+            },
+        };
+        self.send(em, event).await
+    }
+
+    /// Asks every agent's own tool source what it offers, all at once, before the first
+    /// turn (MCP servers start on first use, so this may take a while the first time).
+    async fn discover_tools(
+        &mut self,
+        cancel: &CancellationToken,
+        deadline: Instant,
+    ) -> Result<(), SessionError> {
+        let pending: Vec<_> = self
+            .agents
+            .iter()
+            .map(|a| a.spec.tools.as_ref().map(|t| t.discover()))
+            .collect();
+        if pending.iter().all(Option::is_none) {
+            return Ok(());
+        }
+        let all = futures::future::join_all(pending.into_iter().map(|p| async move {
+            match p {
+                Some(fut) => fut.await,
+                None => Vec::new(),
+            }
+        }));
+        let found = tokio::select! {
+            biased;
+            _ = cancel.cancelled() => return Err(self.cancelled()),
+            _ = sleep_until(deadline) => return Ok(()),
+            found = all => found,
+        };
+        for (agent, specs) in self.agents.iter_mut().zip(found) {
+            agent.own_tools = specs;
+        }
+        Ok(())
     }
 
     async fn start_turn(&mut self, i: usize, em: &mut Emitter) -> Result<(), SessionError> {
@@ -288,8 +346,17 @@ impl Session {
         } else {
             shown.iter().map(|a| a.label.clone()).collect()
         };
-        let offer_new_answer = self.limit_reached(i).is_none();
-        if !offer_new_answer && vote_labels.is_empty() {
+        let may_answer = self.limit_reached(i).is_none();
+        let client = &self.input.tools;
+        let client_specs = if may_answer {
+            client.offered()
+        } else {
+            Vec::new()
+        };
+        let call_required = client.call_required();
+        // With `required` / a named function the answer must be calls: no text answers.
+        let offer_new_answer = may_answer && !call_required;
+        if !may_answer && vote_labels.is_empty() {
             let message = "max_new_answers_per_agent is used up and there is no answer to vote for";
             return self
                 .fail(i, AgentErrorKind::InvalidTurns, message.into(), None, em)
@@ -302,6 +369,11 @@ impl Session {
             voting: self.options.voting_sensitivity,
             novelty: self.options.answer_novelty_requirement,
             now: self.clock.now(),
+            client_tools: &client_specs
+                .iter()
+                .map(|t| t.name.clone())
+                .collect::<Vec<_>>(),
+            call_required,
         };
         let system = prompt::coordination_system(
             agent.spec.system_message.as_deref(),
@@ -312,15 +384,21 @@ impl Session {
             Message::system(system),
             Message::user(prompt::coordination_user(&self.input, &shown)),
         ];
+        let mut tools = prompt::workflow_tools(offer_new_answer, &vote_labels);
+        let client_tools = client_specs.iter().map(|t| t.name.clone()).collect();
+        tools.extend(client_specs);
+        tools.extend(agent.own_tools.iter().cloned());
         let turn = Turn {
             number: agent.turns + 1,
             attempt: 1,
             seen_version: self.version,
             deadline: Instant::now() + self.options.agent_turn_timeout,
             messages,
-            tools: prompt::workflow_tools(offer_new_answer, &vote_labels),
+            tools,
             vote_labels,
             offer_new_answer,
+            client_tools,
+            tool_rounds_used: 0,
         };
         let started = EventKind::TurnStarted {
             agent: agent.who.clone(),
@@ -336,21 +414,43 @@ impl Session {
     }
 
     fn launch(&mut self, i: usize, turn: &Turn) {
+        let client = &self.input.tools;
+        let offers_client = !turn.client_tools.is_empty();
         let request = ProviderRequest {
             messages: turn.messages.clone(),
             tools: turn.tools.clone(),
-            // Not `Required`: many local servers reject it; validation asks again instead.
-            tool_choice: Some(ToolChoice::Auto),
-            parallel_tool_calls: None,
+            // Not `Required` (unless the client demanded a call): many local servers reject
+            // it; validation asks again instead.
+            tool_choice: Some(if offers_client {
+                client.upstream_choice()
+            } else {
+                ToolChoice::Auto
+            }),
+            parallel_tool_calls: client.parallel.filter(|_| offers_client),
         };
-        let provider = self.agents[i].spec.provider.clone();
-        let deltas = self.stream_agent_text.then(|| self.delta_tx.clone());
+        let agent = &self.agents[i];
+        let provider = agent.spec.provider.clone();
+        let tools = agent.spec.tools.clone().and_then(|tools| {
+            let names: std::collections::HashSet<String> =
+                agent.own_tools.iter().map(|t| t.name.clone()).collect();
+            let rounds_left = tools
+                .limits()
+                .max_rounds
+                .saturating_sub(turn.tool_rounds_used);
+            (!names.is_empty()).then_some(AttemptTools {
+                tools,
+                names,
+                rounds_left,
+            })
+        });
         self.running.push(Box::pin(attempt(
             i,
             provider,
             request,
             turn.deadline,
-            deltas,
+            self.side_tx.clone(),
+            self.stream_agent_text,
+            tools,
         )));
     }
 
@@ -382,6 +482,9 @@ impl Session {
             }
             Ok(()) => {}
         }
+        if let Status::Running(turn) = &mut self.agents[i].status {
+            turn.tool_rounds_used += done.tool_rounds;
+        }
         let Status::Running(turn) = &self.agents[i].status else {
             return Ok(());
         };
@@ -391,11 +494,23 @@ impl Session {
             answer_limit_reached: self.limit_reached(i),
             current: &current,
             novelty: self.options.answer_novelty_requirement,
+            client_tools: &turn.client_tools,
+            call_required: !turn.client_tools.is_empty() && self.input.tools.call_required(),
+            one_call_only: self.input.tools.one_call_only(),
         };
         let checked = validate(&rules, &done.gathered.text, &done.gathered.tool_calls);
         match checked {
-            Err(invalid) => self.on_invalid(i, invalid, done.gathered, em).await,
-            Ok(Action::NewAnswer(text)) => self.on_answer(i, text, em).await,
+            Err(invalid) => {
+                self.on_invalid(i, invalid, done.gathered, done.transcript, em)
+                    .await
+            }
+            Ok(Action::NewAnswer(text)) => {
+                self.on_answer(i, AnswerContent::Text { text }, em).await
+            }
+            Ok(Action::ToolCalls(calls)) => {
+                self.on_answer(i, AnswerContent::ToolCalls { calls }, em)
+                    .await
+            }
             Ok(Action::Vote { target, reason }) => self.on_vote(i, target, reason, em).await,
         }
     }
@@ -405,6 +520,7 @@ impl Session {
         i: usize,
         invalid: Invalid,
         gathered: Gathered,
+        transcript: Vec<Message>,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
         let Status::Running(turn) = &self.agents[i].status else {
@@ -431,15 +547,17 @@ impl Session {
         else {
             return Ok(());
         };
+        turn.messages.extend(transcript);
         if gathered.tool_calls.is_empty() {
             if !gathered.text.trim().is_empty() {
                 turn.messages.push(Message::assistant(gathered.text));
             }
-            turn.messages
-                .push(Message::user(prompt::missing_tool_reminder(
-                    turn.offer_new_answer,
-                    !turn.vote_labels.is_empty(),
-                )));
+            let reminder = if turn.client_tools.is_empty() {
+                prompt::missing_tool_reminder(turn.offer_new_answer, !turn.vote_labels.is_empty())
+            } else {
+                format!("You did not call a tool. {}", invalid.message)
+            };
+            turn.messages.push(Message::user(reminder));
         } else {
             let results: Vec<Message> = gathered
                 .tool_calls
@@ -463,7 +581,7 @@ impl Session {
     async fn on_answer(
         &mut self,
         i: usize,
-        text: String,
+        content: AnswerContent,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
         let agent = &mut self.agents[i];
@@ -471,7 +589,7 @@ impl Session {
         let answer = Answer {
             agent: agent.who.clone(),
             answer_label: format!("{}.{}", agent.who.label, agent.answers),
-            content: AnswerContent::Text { text },
+            content,
         };
         agent.latest = Some(self.answers.len());
         agent.status = Status::Idle;

@@ -27,7 +27,7 @@ pub struct AgentRef {
     pub label: String,
 }
 
-/// What an agent proposed. Text today; client tool calls later.
+/// What an agent proposed: text, or a set of calls to the client's tools.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum AnswerContent {
@@ -150,8 +150,11 @@ pub struct AgentSummary {
 pub struct SessionSummary {
     pub winner: AgentRef,
     pub consensus_reason: ConsensusReason,
-    /// The final answer as sent to the client.
+    /// The final answer as sent to the client (empty when it is a set of tool calls).
     pub final_answer: String,
+    /// The client tool calls returned instead of text (`finish_reason: tool_calls`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub final_tool_calls: Vec<ToolCall>,
     pub finish_reason: FinishReason,
     pub presentation: PresentationMode,
     /// Every answer of the session, in order (`agent1.1`, `agent2.1`, `agent1.2`, …).
@@ -226,6 +229,18 @@ pub enum EventKind {
     AgentFailed {
         error: AgentError,
     },
+    /// An agent called one of its own (MCP) tools inside its turn. The hook for tool
+    /// metrics and traces: name, round, duration and outcome.
+    ToolCalled {
+        agent: AgentRef,
+        tool: String,
+        /// 1-based tool round of the turn.
+        round: u32,
+        duration_ms: u64,
+        /// Set when the call failed (the model got the error as the tool result).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
     Consensus {
         winner: AgentRef,
         reason: ConsensusReason,
@@ -237,6 +252,10 @@ pub enum EventKind {
     },
     FinalDelta {
         text: String,
+    },
+    /// The final answer is this set of client tool calls (sent once, after any text).
+    FinalToolCalls {
+        calls: Vec<ToolCall>,
     },
     /// The presentation call failed; the stored winning answer is used instead.
     PresentationFailed {

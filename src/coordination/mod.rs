@@ -18,7 +18,9 @@
 //!   then runs under `presentation_timeout` only.
 //! - `max_new_answers_per_agent: 0` with no answer to vote for fails that agent.
 
+pub mod agent_tools;
 mod call;
+pub mod client_tools;
 mod emit;
 mod engine;
 pub mod events;
@@ -29,6 +31,8 @@ mod record;
 pub mod session;
 mod validate;
 
+pub use agent_tools::{AgentTools, ToolCallRecord, ToolLimits};
+pub use client_tools::ClientTools;
 pub use events::*;
 pub use options::*;
 pub use session::{Clock, SessionAgent, SessionInput, SessionSpec, SystemClock, run_session};

@@ -31,6 +31,10 @@ pub struct OrchestratorOptions {
     pub presentation_timeout: Duration,
     /// Attempts per turn before the agent fails (protocol: 3).
     pub max_attempts_per_turn: u32,
+    /// A winning answer that is a set of client tool calls goes to the client as it stands
+    /// unless this is set: then the winner gets a presentation call with the client's tools
+    /// and may restate (or correct) the calls.
+    pub present_tool_calls: bool,
 }
 
 impl Default for OrchestratorOptions {
@@ -46,6 +50,7 @@ impl Default for OrchestratorOptions {
             agent_turn_timeout: Duration::from_secs(300),
             presentation_timeout: Duration::from_secs(300),
             max_attempts_per_turn: 3,
+            present_tool_calls: false,
         }
     }
 }

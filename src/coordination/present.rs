@@ -7,14 +7,17 @@ use tokio_util::sync::CancellationToken;
 use super::call::Gathered;
 use super::emit::Emitter;
 use super::engine::Session;
-use super::events::{CallPhase, EventKind, PresentationMode, SessionError};
+use super::events::{AnswerContent, CallPhase, EventKind, PresentationMode, SessionError};
 use super::prompt;
-use crate::providers::{FinishReason, Message, ProviderRequest};
+use super::validate::{Action, Rules, validate};
+use crate::providers::{FinishReason, Message, ProviderRequest, ToolCall};
 
 pub(super) struct Presented {
     pub text: String,
     pub finish: FinishReason,
     pub mode: PresentationMode,
+    /// Client tool calls returned instead of (or after) the text.
+    pub calls: Vec<ToolCall>,
 }
 
 impl Session {
@@ -26,6 +29,21 @@ impl Session {
         em: &mut Emitter,
         cancel: &CancellationToken,
     ) -> Result<Presented, SessionError> {
+        let stored_calls =
+            self.agents[winner]
+                .latest
+                .and_then(|i| match &self.answers[i].content {
+                    AnswerContent::ToolCalls { calls } => Some(calls.clone()),
+                    AnswerContent::Text { .. } => None,
+                });
+        if let Some(calls) = stored_calls {
+            if self.options.present_tool_calls && !self.options.skip_final_presentation {
+                return self.present_calls(winner, calls, em, cancel).await;
+            }
+            return self
+                .return_calls(em, calls, PresentationMode::Skipped)
+                .await;
+        }
         let stored = self.agents[winner]
             .latest
             .map(|i| self.answers[i].content.as_text())
@@ -36,6 +54,7 @@ impl Session {
                 text: stored,
                 finish: FinishReason::Stop,
                 mode: PresentationMode::Skipped,
+                calls: Vec::new(),
             });
         }
         let who = self.agents[winner].who.clone();
@@ -101,6 +120,7 @@ impl Session {
                 text: gathered.text,
                 finish: gathered.finish.unwrap_or(FinishReason::Stop),
                 mode: PresentationMode::Presented,
+                calls: Vec::new(),
             });
         };
         self.send(
@@ -125,7 +145,138 @@ impl Session {
             text: gathered.text + &tail,
             finish: FinishReason::Stop,
             mode: PresentationMode::Fallback,
+            calls: Vec::new(),
         })
+    }
+
+    async fn return_calls(
+        &mut self,
+        em: &mut Emitter,
+        calls: Vec<ToolCall>,
+        mode: PresentationMode,
+    ) -> Result<Presented, SessionError> {
+        self.send(
+            em,
+            EventKind::FinalToolCalls {
+                calls: calls.clone(),
+            },
+        )
+        .await?;
+        Ok(Presented {
+            text: String::new(),
+            finish: FinishReason::ToolCalls,
+            mode,
+            calls,
+        })
+    }
+
+    /// `present_tool_calls`: the winner restates its calls with the client's tools offered.
+    /// The reply is gathered whole (calls cannot be streamed before they are checked); valid
+    /// calls, or text where the client did not demand calls, become the final answer, and
+    /// anything else falls back to the stored calls.
+    async fn present_calls(
+        &mut self,
+        winner: usize,
+        stored: Vec<ToolCall>,
+        em: &mut Emitter,
+        cancel: &CancellationToken,
+    ) -> Result<Presented, SessionError> {
+        let who = self.agents[winner].who.clone();
+        self.send(em, EventKind::PresentationStarted { agent: who.clone() })
+            .await?;
+        let votes: Vec<(String, String, String)> = self
+            .counted_votes()
+            .into_iter()
+            .map(|v| (v.voter.label, v.target_label, v.reason))
+            .collect();
+        let system = format!(
+            "{}\nThe chosen answer is a set of calls to the client's tools. Make those calls \
+             now, correcting the arguments if needed; answer in text only if no call is needed.",
+            prompt::presentation_system(
+                self.agents[winner].spec.system_message.as_deref(),
+                self.input.extra_system.as_deref(),
+                &who.label,
+                self.clock.now(),
+            )
+        );
+        let user =
+            prompt::presentation_user(&self.input, &self.shown_answers(), &who.label, &votes);
+        let client = &self.input.tools;
+        let tools = client.offered();
+        let names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
+        let request = ProviderRequest {
+            messages: vec![Message::system(system), Message::user(user)],
+            tools,
+            tool_choice: Some(client.upstream_choice()),
+            parallel_tool_calls: client.parallel,
+        };
+        let mut stream = self.agents[winner].spec.provider.stream(request);
+        let deadline = Instant::now() + self.options.presentation_timeout;
+        let mut gathered = Gathered::default();
+        let failure = loop {
+            let next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(self.cancelled()),
+                _ = em.closed() => return Err(self.cancelled()),
+                next = timeout_at(deadline, stream.next()) => next,
+            };
+            match next {
+                Err(_) => break Some("the presentation timed out".to_string()),
+                Ok(None) => break None,
+                Ok(Some(Err(e))) => break Some(e.to_string()),
+                Ok(Some(Ok(chunk))) => {
+                    gathered.absorb(chunk);
+                }
+            }
+        };
+        drop(stream);
+        if let Some(usage) = gathered.usage {
+            self.record_usage(winner, CallPhase::Presentation, usage, em)
+                .await?;
+        }
+        let rules = Rules {
+            vote_labels: &[],
+            answer_limit_reached: None,
+            current: &[],
+            novelty: self.options.answer_novelty_requirement,
+            client_tools: &names,
+            call_required: self.input.tools.call_required(),
+            one_call_only: self.input.tools.one_call_only(),
+        };
+        let message = match failure {
+            Some(message) => message,
+            None if !gathered.tool_calls.is_empty() => {
+                match validate(&rules, "", &gathered.tool_calls) {
+                    Ok(Action::ToolCalls(calls)) => {
+                        return self
+                            .return_calls(em, calls, PresentationMode::Presented)
+                            .await;
+                    }
+                    Ok(_) => "the presentation did not call the client's tools".to_string(),
+                    Err(invalid) => invalid.message,
+                }
+            }
+            None if !gathered.text.trim().is_empty() && !rules.call_required => {
+                self.final_delta(em, gathered.text.clone()).await?;
+                return Ok(Presented {
+                    text: gathered.text,
+                    finish: gathered.finish.unwrap_or(FinishReason::Stop),
+                    mode: PresentationMode::Presented,
+                    calls: Vec::new(),
+                });
+            }
+            None => "the presentation made no tool call".to_string(),
+        };
+        self.send(
+            em,
+            EventKind::PresentationFailed {
+                agent: who,
+                message,
+            },
+        )
+        .await?;
+        self.return_calls(em, stored, PresentationMode::Fallback)
+            .await
     }
 
     async fn final_delta(&mut self, em: &mut Emitter, text: String) -> Result<(), SessionError> {

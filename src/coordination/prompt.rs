@@ -6,18 +6,43 @@ use std::time::SystemTime;
 
 use serde_json::json;
 
+use super::client_tools::describe_calls;
 use super::options::Strictness;
 use super::session::SessionInput;
-use crate::providers::{Message, Role, ToolSpec};
+use crate::providers::{Message, Role, ToolCall, ToolSpec};
 
 pub const NEW_ANSWER: &str = "new_answer";
 pub const VOTE: &str = "vote";
 
-/// One answer as the prompt shows it: the agent's label (`agent2`) and its latest text.
+/// One answer as the prompt shows it: the agent's label (`agent2`) and its latest text
+/// (for a tool-call answer, `agent2 proposes calling get_weather({"city":"Paris"})`, with
+/// the calls themselves in `calls`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ShownAnswer {
     pub label: String,
     pub text: String,
+    /// The proposed client tool calls; empty for a text answer.
+    pub calls: Vec<ToolCall>,
+}
+
+impl ShownAnswer {
+    pub fn proposal(label: &str, calls: &[ToolCall]) -> Self {
+        let text = match calls {
+            [one] => format!(
+                "{label} proposes calling {}",
+                describe_calls(std::slice::from_ref(one))
+            ),
+            _ => format!(
+                "{label} proposes calling these tools together:\n{}",
+                describe_calls(calls)
+            ),
+        };
+        Self {
+            label: label.to_string(),
+            text,
+            calls: calls.to_vec(),
+        }
+    }
 }
 
 /// `new_answer`, then `vote` (only when `vote_labels` is not empty).
@@ -64,6 +89,36 @@ pub struct Instructions<'a> {
     pub voting: Strictness,
     pub novelty: Strictness,
     pub now: SystemTime,
+    /// Names of the client's tools offered in this turn (empty: none).
+    pub client_tools: &'a [String],
+    /// The client demands a call (`tool_choice` `required` or a named function).
+    pub call_required: bool,
+}
+
+/// The paragraph about the client's tools, when some are offered.
+fn client_tools_note(how: &Instructions<'_>) -> String {
+    if how.client_tools.is_empty() {
+        return String::new();
+    }
+    let names = how
+        .client_tools
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let mut note = format!(
+        "\nThe client that sent the original message offers its own tools: {names}. If the \
+         message needs them (information or actions you do not have), your answer can be a set \
+         of calls to those tools instead of text: call them directly, with complete arguments, \
+         and nothing else. The client runs the chosen calls and asks again with their results. \
+         A proposal of calls is shown as `agentN proposes calling …`; vote for it if you agree."
+    );
+    if how.call_required {
+        note.push_str(
+            " The client requires the answer to be calls to its tools: do not answer with text.",
+        );
+    }
+    note
 }
 
 /// The system message of a coordination turn.
@@ -77,10 +132,23 @@ pub fn coordination_system(
         httpdate::fmt_http_date(how.now)
     );
     let instructions = if how.single {
-        format!(
-            "Answer the original message below. Submit your complete answer by calling `{NEW_ANSWER}` \
-             with the answer as `content`; end your turn with exactly that one tool call.\n{date}"
-        )
+        if how.call_required {
+            format!(
+                "Answer the original message below by calling the client's tools.{}\n{date}",
+                client_tools_note(how)
+            )
+        } else {
+            let or_calls = if how.client_tools.is_empty() {
+                ""
+            } else {
+                " (or, if the message needs the client's tools, with your calls to them instead)"
+            };
+            format!(
+                "Answer the original message below. Submit your complete answer by calling `{NEW_ANSWER}` \
+                 with the answer as `content`; end your turn with exactly that one tool call{or_calls}.{}\n{date}",
+                client_tools_note(how)
+            )
+        }
     } else {
         let well = match how.voting {
             Strictness::Lenient => "reasonably well",
@@ -105,10 +173,16 @@ pub fn coordination_system(
              If the best current answer already addresses the original message {well}, call \
              `{VOTE}` with its label and a short reason. Otherwise call `{NEW_ANSWER}` with a \
              better, complete answer that combines the strengths of the current answers and \
-             fixes their weaknesses.{novelty}\n\
-             You must end your turn with exactly one tool call: either `{VOTE}` or `{NEW_ANSWER}`.\n\
+             fixes their weaknesses.{novelty}{client}\n\
+             You must end your turn with exactly one tool call: either `{VOTE}` or `{NEW_ANSWER}`{or_calls}.\n\
              {date}",
             label = how.label,
+            client = client_tools_note(how),
+            or_calls = if how.client_tools.is_empty() {
+                ""
+            } else {
+                " (or, instead of `new_answer`, your calls to the client's tools)"
+            },
         )
     };
     join_system(agent_system, extra_system, &instructions)
@@ -191,7 +265,11 @@ fn context_blocks(input: &SessionInput, answers: &[ShownAnswer]) -> String {
     }
     out.push_str("<original_message>\n");
     out.push_str(&input.question);
-    out.push_str("\n</original_message>\n<current_answers>\n");
+    out.push_str("\n</original_message>\n");
+    if !input.followup.is_empty() {
+        out.push_str(&tool_results_block(&input.followup));
+    }
+    out.push_str("<current_answers>\n");
     if answers.is_empty() {
         out.push_str("No answers exist yet.\n");
     }
@@ -202,6 +280,41 @@ fn context_blocks(input: &SessionInput, answers: &[ShownAnswer]) -> String {
         ));
     }
     out.push_str("</current_answers>");
+    out
+}
+
+/// What happened after the original message: the tool calls made for it (as chosen in an
+/// earlier session) and the results the client sent back, each result named by its call.
+fn tool_results_block(followup: &[Message]) -> String {
+    let mut out = String::from(
+        "<tool_results>\nTools were already called for the original message; the client ran \
+         them and sent these results:\n",
+    );
+    let mut names = std::collections::HashMap::new();
+    for m in followup {
+        match m.role {
+            Role::Assistant => {
+                if !m.content.trim().is_empty() {
+                    out.push_str(&format!("assistant: {}\n", m.content.trim()));
+                }
+                for call in &m.tool_calls {
+                    names.insert(call.id.as_str(), call.name.as_str());
+                    out.push_str(&format!(
+                        "called {} [{}]\n",
+                        describe_calls(std::slice::from_ref(call)),
+                        call.id
+                    ));
+                }
+            }
+            Role::Tool => {
+                let id = m.tool_call_id.as_deref().unwrap_or("?");
+                let name = names.get(id).copied().unwrap_or("a tool");
+                out.push_str(&format!("result of {name} [{id}]: {}\n", m.content));
+            }
+            _ => out.push_str(&format!("{}\n", render_history(m))),
+        }
+    }
+    out.push_str("</tool_results>\n");
     out
 }
 
@@ -246,6 +359,8 @@ mod tests {
             voting: Strictness::Strict,
             novelty: Strictness::Balanced,
             now: SystemTime::UNIX_EPOCH,
+            client_tools: &[],
+            call_required: false,
         };
         let s = coordination_system(Some("Be terse."), Some("Client rules."), &how);
         assert!(s.starts_with("Be terse.\n\nClient rules.\n\nYou are agent2"));

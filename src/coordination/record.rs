@@ -96,9 +96,15 @@ impl Session {
             .iter()
             .filter_map(|a| {
                 let answer = &self.answers[a.latest?];
-                Some(ShownAnswer {
-                    label: a.who.label.clone(),
-                    text: answer.content.as_text(),
+                Some(match &answer.content {
+                    AnswerContent::Text { text } => ShownAnswer {
+                        label: a.who.label.clone(),
+                        text: text.clone(),
+                        calls: Vec::new(),
+                    },
+                    AnswerContent::ToolCalls { calls } => {
+                        ShownAnswer::proposal(&a.who.label, calls)
+                    }
                 })
             })
             .collect()

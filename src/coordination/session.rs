@@ -6,6 +6,8 @@ use std::time::SystemTime;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
+use super::agent_tools::AgentTools;
+use super::client_tools::ClientTools;
 use super::events::{SessionError, SessionEvent, SessionSummary};
 use super::options::OrchestratorOptions;
 use crate::providers::{Message, Provider};
@@ -30,6 +32,8 @@ pub struct SessionAgent {
     pub id: String,
     pub system_message: Option<String>,
     pub provider: Arc<dyn Provider>,
+    /// The agent's own tools (MCP), used inside its turns; `None` for none.
+    pub tools: Option<Arc<dyn AgentTools>>,
 }
 
 /// What the client asked, split the way the prompt needs it.
@@ -41,6 +45,11 @@ pub struct SessionInput {
     pub question: String,
     /// The request's system messages, joined; given to every agent as extra system text.
     pub extra_system: Option<String>,
+    /// Messages after the last user message: the assistant's earlier tool calls and the
+    /// client's `role: "tool"` results for them (a follow-up after a tool-call answer).
+    pub followup: Vec<Message>,
+    /// The client's function tools (empty when the request had none).
+    pub tools: ClientTools,
 }
 
 #[derive(Debug, Clone)]

@@ -4,6 +4,7 @@ use std::collections::HashSet;
 
 use serde_json::{Map, Value};
 
+use super::client_tools::same_calls;
 use super::options::Strictness;
 use super::prompt::{NEW_ANSWER, ShownAnswer, VOTE};
 use crate::providers::ToolCall;
@@ -12,8 +13,16 @@ use crate::providers::ToolCall;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Action {
     NewAnswer(String),
-    Vote { target: String, reason: String },
+    Vote {
+        target: String,
+        reason: String,
+    },
+    /// A proposal of client tool calls (arguments valid JSON objects, ids unique).
+    ToolCalls(Vec<ToolCall>),
 }
+
+/// The reason recorded when a proposal repeats another agent's calls.
+pub const SAME_CALLS_REASON: &str = "proposed the same tool calls";
 
 /// A failed check: `check` is the stable name reported in `turn_invalid` events.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +41,33 @@ pub struct Rules<'a> {
     /// The latest answer of every agent now (duplicates are judged against the present).
     pub current: &'a [ShownAnswer],
     pub novelty: Strictness,
+    /// Names of the client tools offered in this turn (empty: none).
+    pub client_tools: &'a [String],
+    /// The client demands calls: `new_answer` was not offered.
+    pub call_required: bool,
+    /// `parallel_tool_calls: false`: at most one client call per answer.
+    pub one_call_only: bool,
+}
+
+impl Rules<'_> {
+    /// Every tool name this turn offered, for error messages.
+    fn available(&self) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        if !self.vote_labels.is_empty() {
+            names.push(VOTE);
+        }
+        if self.answer_limit_reached.is_none() {
+            if !self.call_required {
+                names.push(NEW_ANSWER);
+            }
+            names.extend(self.client_tools.iter().map(String::as_str));
+        }
+        names
+            .iter()
+            .map(|n| format!("`{n}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
 }
 
 /// `streamed` is the text the agent produced in this attempt (used when `new_answer` has
@@ -41,11 +77,46 @@ pub fn validate(rules: &Rules<'_>, streamed: &str, calls: &[ToolCall]) -> Result
         .iter()
         .filter(|c| c.name == NEW_ANSWER || c.name == VOTE)
         .collect();
+    let client: Vec<&ToolCall> = calls
+        .iter()
+        .filter(|c| rules.client_tools.contains(&c.name))
+        .collect();
+    if let Some(unknown) = calls
+        .iter()
+        .find(|c| c.name != NEW_ANSWER && c.name != VOTE && !rules.client_tools.contains(&c.name))
+    {
+        return Err(invalid(
+            "unknown_tool",
+            format!(
+                "`{}` is not a tool you can call here. Available tools: {}.",
+                unknown.name,
+                rules.available()
+            ),
+        ));
+    }
+    if !client.is_empty() {
+        if !workflow.is_empty() {
+            return Err(invalid(
+                "mixed_tool_calls",
+                format!(
+                    "End your turn either with `{VOTE}`, with `{NEW_ANSWER}`, or with calls to the client's tools, not with a mix of them."
+                ),
+            ));
+        }
+        return check_calls(rules, &client);
+    }
     let call = match workflow.as_slice() {
         [] => {
             return Err(invalid(
                 "no_workflow_tool",
-                format!("End your turn with exactly one call to `{VOTE}` or `{NEW_ANSWER}`."),
+                if rules.client_tools.is_empty() {
+                    format!("End your turn with exactly one call to `{VOTE}` or `{NEW_ANSWER}`.")
+                } else {
+                    format!(
+                        "End your turn with one call to `{VOTE}` or `{NEW_ANSWER}`, or with calls to the client's tools. Available tools: {}.",
+                        rules.available()
+                    )
+                },
             ));
         }
         [one] => *one,
@@ -126,6 +197,15 @@ fn check_answer(
             ),
         ));
     }
+    if rules.call_required {
+        return Err(invalid(
+            "tool_call_required",
+            format!(
+                "The client requires the answer to be calls to its tools; `{NEW_ANSWER}` is not available. Available tools: {}.",
+                rules.available()
+            ),
+        ));
+    }
     let content = match args.get("content") {
         None | Some(Value::Null) => "",
         Some(Value::String(s)) => s.as_str(),
@@ -149,7 +229,9 @@ fn check_answer(
             ),
         ));
     }
-    for other in rules.current {
+    // A proposal of calls is never a text duplicate, whatever its rendering says.
+    let texts = || rules.current.iter().filter(|a| a.calls.is_empty());
+    for other in texts() {
         if other.text.trim() == text {
             return Err(invalid(
                 "duplicate_answer",
@@ -166,7 +248,7 @@ fn check_answer(
         Strictness::Strict => Some(0.50),
     };
     if let Some(threshold) = threshold {
-        for other in rules.current {
+        for other in texts() {
             let similarity = jaccard(text, &other.text);
             if similarity > threshold {
                 return Err(invalid(
@@ -181,6 +263,58 @@ fn check_answer(
         }
     }
     Ok(Action::NewAnswer(text.to_string()))
+}
+
+/// A proposal of client calls. Repeating another agent's current proposal exactly (same
+/// tools, same arguments as JSON, any order) is taken as a vote for that agent: the two
+/// agents agree, and a second identical answer would only split the votes.
+fn check_calls(rules: &Rules<'_>, calls: &[&ToolCall]) -> Result<Action, Invalid> {
+    if let Some(limit) = rules.answer_limit_reached {
+        return Err(invalid(
+            "answer_limit_reached",
+            format!(
+                "You have used all {limit} of your new answers, and a proposal of tool calls is an answer. Vote for the best answer with `{VOTE}` (valid labels: {}).",
+                rules.vote_labels.join(", ")
+            ),
+        ));
+    }
+    if rules.one_call_only && calls.len() > 1 {
+        return Err(invalid(
+            "too_many_tool_calls",
+            format!(
+                "The client accepts one tool call at a time, and you made {}. Propose a single call.",
+                calls.len()
+            ),
+        ));
+    }
+    let mut out: Vec<ToolCall> = Vec::with_capacity(calls.len());
+    for call in calls {
+        parse_args(call)?;
+        let arguments = if call.arguments.trim().is_empty() {
+            "{}".to_string()
+        } else {
+            call.arguments.trim().to_string()
+        };
+        // Clients match results to calls by id: it must be present and unique.
+        let id = if call.id.trim().is_empty() || out.iter().any(|c| c.id == call.id) {
+            format!("call_{}", uuid::Uuid::now_v7().simple())
+        } else {
+            call.id.clone()
+        };
+        out.push(ToolCall {
+            id,
+            name: call.name.clone(),
+            arguments,
+            opaque: None,
+        });
+    }
+    if let Some(same) = rules.current.iter().find(|a| same_calls(&a.calls, &out)) {
+        return Ok(Action::Vote {
+            target: same.label.clone(),
+            reason: SAME_CALLS_REASON.to_string(),
+        });
+    }
+    Ok(Action::ToolCalls(out))
 }
 
 fn parse_args(call: &ToolCall) -> Result<Map<String, Value>, Invalid> {
@@ -247,12 +381,16 @@ mod tests {
         let current = vec![ShownAnswer {
             label: "agent1".into(),
             text: "a b c d".into(),
+            calls: Vec::new(),
         }];
         let rules = Rules {
             vote_labels: &labels,
             answer_limit_reached: None,
             current: &current,
             novelty: Strictness::Strict,
+            client_tools: &[],
+            call_required: false,
+            one_call_only: false,
         };
         let check = |calls: &[ToolCall]| validate(&rules, "streamed", calls).map_err(|e| e.check);
         assert_eq!(check(&[]), Err("no_workflow_tool"));
@@ -283,6 +421,75 @@ mod tests {
                 target: "agent1".into(),
                 reason: "ok".into()
             })
+        );
+    }
+
+    #[test]
+    fn client_tool_calls() {
+        let labels = vec!["agent1".to_string()];
+        let current = vec![
+            ShownAnswer::proposal("agent1", &[call("get_weather", r#"{"city":"Paris"}"#)]),
+            ShownAnswer {
+                label: "agent2".into(),
+                text: "a b c".into(),
+                calls: Vec::new(),
+            },
+        ];
+        let tools = vec!["get_weather".to_string(), "get_time".to_string()];
+        let mut rules = Rules {
+            vote_labels: &labels,
+            answer_limit_reached: None,
+            current: &current,
+            novelty: Strictness::Strict,
+            client_tools: &tools,
+            call_required: false,
+            one_call_only: true,
+        };
+        let check = |r: &Rules<'_>, calls: &[ToolCall]| validate(r, "", calls);
+        let code = |r: &Rules<'_>, calls: &[ToolCall]| check(r, calls).map_err(|e| e.check);
+        assert_eq!(
+            code(&rules, &[call("rm_rf", "{}")]).err(),
+            Some("unknown_tool")
+        );
+        assert_eq!(
+            code(&rules, &[call("vote", "{}"), call("get_time", "{}")]).err(),
+            Some("mixed_tool_calls")
+        );
+        assert_eq!(
+            code(&rules, &[call("get_time", "{}"), call("get_time", "{}")]).err(),
+            Some("too_many_tool_calls")
+        );
+        assert_eq!(
+            code(&rules, &[call("get_time", "[1]")]).err(),
+            Some("invalid_arguments")
+        );
+        // The same call as agent1's proposal is a vote for agent1.
+        assert_eq!(
+            check(&rules, &[call("get_weather", r#"{ "city": "Paris" }"#)]),
+            Ok(Action::Vote {
+                target: "agent1".into(),
+                reason: SAME_CALLS_REASON.into()
+            })
+        );
+        let Ok(Action::ToolCalls(calls)) = check(&rules, &[call("get_time", "")]) else {
+            panic!("expected calls");
+        };
+        assert_eq!(calls[0].arguments, "{}");
+        // A text answer equal to the rendering of a proposal is not a duplicate.
+        let text = serde_json::json!({ "content": current[0].text }).to_string();
+        assert!(matches!(
+            check(&rules, &[call("new_answer", &text)]),
+            Ok(Action::NewAnswer(_))
+        ));
+        rules.call_required = true;
+        assert_eq!(
+            code(&rules, &[call("new_answer", r#"{"content":"x y z"}"#)]).err(),
+            Some("tool_call_required")
+        );
+        rules.answer_limit_reached = Some(1);
+        assert_eq!(
+            code(&rules, &[call("get_time", "{}")]).err(),
+            Some("answer_limit_reached")
         );
     }
 }

@@ -8,7 +8,8 @@
 //! option  = key "=" value                              ; spaces around key/value ignored
 //! ttft_ms=N        delay before the first chunk (30)    token_ms=N   delay between chunks (5)
 //! words=N          answer length in words, >= 1 (30)
-//! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy                    (auto)
+//! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy|client_tool        (auto)
+//!                  client_tool: call the first non-workflow tool offered (see plan.rs)
 //! vote=first|last|<label>   label not offered -> first                        (first)
 //! fault=none|429|500|503|context|hang|hang_headers|drop|malformed|error_chunk  (none)
 //! fault_times=N    only the first N requests with this exact model string fault
@@ -66,6 +67,8 @@ pub enum Policy {
     BadVote,
     DoubleVote,
     Copy,
+    /// Call the first offered tool that is not a workflow tool, until tool results are in.
+    ClientTool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -180,11 +183,12 @@ impl Behaviour {
                     "bad_vote" => Policy::BadVote,
                     "double_vote" => Policy::DoubleVote,
                     "copy" => Policy::Copy,
+                    "client_tool" => Policy::ClientTool,
                     _ => {
                         return Err(invalid(
                             key,
                             value,
-                            "expected auto, answer, vote, no_tool, bad_vote, double_vote or copy",
+                            "expected auto, answer, vote, no_tool, bad_vote, double_vote, copy or client_tool",
                         ));
                     }
                 }

@@ -15,6 +15,9 @@ pub struct Request {
     /// ceil(chars of every message's text / 4): deterministic so callers can check sums.
     pub prompt_tokens: u64,
     pub last_user: String,
+    /// Tool results the model has been given: the `<tool_results>` block of a massgen
+    /// prompt, or the content of `role: "tool"` messages after the last user message.
+    pub tool_results: Option<String>,
 }
 
 /// Which workflow tools the request offers.
@@ -24,6 +27,8 @@ pub struct Offered {
     pub new_answer: bool,
     /// `Some(enum of agent_id)` when `vote` is offered.
     pub vote: Option<Vec<String>>,
+    /// The first offered tool that is not a workflow tool: name and parameters schema.
+    pub client: Option<(String, Value)>,
 }
 
 /// A request the simulator refuses with 400 before doing anything.
@@ -35,7 +40,7 @@ pub struct BadRequest {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ToolCall {
-    pub name: &'static str,
+    pub name: String,
     pub arguments: String,
 }
 
@@ -76,7 +81,11 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         .map(|m| content_text(m.get("content")))
         .unwrap_or_default();
+    let tool_results = text::block(&last_user, "<tool_results>", "</tool_results>")
+        .map(|b| b.trim().to_string())
+        .or_else(|| direct_tool_results(messages));
     Ok(Request {
+        tool_results,
         model: model.to_string(),
         stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
         include_usage: v
@@ -87,6 +96,20 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
         prompt_tokens: chars.div_ceil(4) as u64,
         last_user,
     })
+}
+
+/// `role: "tool"` contents after the last user message, joined (a client's own tool loop).
+fn direct_tool_results(messages: &[Value]) -> Option<String> {
+    let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
+    let last_user = messages
+        .iter()
+        .rposition(|m| role(m).as_deref() == Some("user"))?;
+    let results: Vec<String> = messages[last_user..]
+        .iter()
+        .filter(|m| role(m).as_deref() == Some("tool"))
+        .map(|m| content_text(m.get("content")))
+        .collect();
+    (!results.is_empty()).then(|| results.join("; "))
 }
 
 /// Text of a message content: a string, or the `text` of its parts.
@@ -134,6 +157,13 @@ fn offered(tools: Option<&Value>) -> Offered {
         o.any_tool = true;
         match tool.pointer("/function/name").and_then(Value::as_str) {
             Some("new_answer") => o.new_answer = true,
+            Some(name) if name != "new_answer" && name != "vote" && o.client.is_none() => {
+                let params = tool
+                    .pointer("/function/parameters")
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                o.client = Some((name.to_string(), params));
+            }
             Some("vote") => {
                 let labels = tool
                     .pointer("/function/parameters/properties/agent_id/enum")
@@ -170,7 +200,28 @@ pub fn plan(b: &Behaviour, req: &Request) -> Plan {
         }
     };
     let tools = |calls: Vec<ToolCall>| Reply::Tools(calls);
+    let results = req.tool_results.as_deref();
+    let with_results = |text: String| match results {
+        Some(r) => format!("{text} Tool results used: {}", one_line(r)),
+        None => text,
+    };
     let reply = match b.policy {
+        Policy::ClientTool if results.is_some() && can_vote => tools(vec![vote()]),
+        Policy::ClientTool if results.is_some() && o.new_answer => tools(vec![new_answer(
+            with_results(text::answer(&seed, &question, b.words)),
+        )]),
+        Policy::ClientTool if results.is_some() => match plain() {
+            Reply::Text(t) => Reply::Text(with_results(t)),
+            other => other,
+        },
+        Policy::ClientTool if can_vote => tools(vec![vote()]),
+        Policy::ClientTool if o.client.is_some() => {
+            let (name, params) = o.client.clone().unwrap_or_default();
+            tools(vec![ToolCall {
+                arguments: sample_arguments(&params).to_string(),
+                name,
+            }])
+        }
         Policy::NoTool => plain(),
         Policy::BadVote if o.any_tool => tools(vec![vote_call(BAD_LABEL)]),
         Policy::Copy if o.new_answer => {
@@ -191,6 +242,33 @@ pub fn plan(b: &Behaviour, req: &Request) -> Plan {
     }
 }
 
+/// Simple arguments that fit a JSON Schema: every property of the object gets a value of
+/// its type (`"simulated"`, 1, true, the first enum value, …).
+fn sample_arguments(schema: &Value) -> Value {
+    let mut args = serde_json::Map::new();
+    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+        for (key, prop) in props {
+            let value = if let Some(first) = prop.pointer("/enum/0") {
+                first.clone()
+            } else {
+                match prop.get("type").and_then(Value::as_str) {
+                    Some("integer" | "number") => json!(1),
+                    Some("boolean") => json!(true),
+                    Some("array") => json!([]),
+                    Some("object") => json!({}),
+                    _ => json!("simulated"),
+                }
+            };
+            args.insert(key.clone(), value);
+        }
+    }
+    Value::Object(args)
+}
+
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 fn pick_label(choice: &VoteChoice, labels: &[String]) -> String {
     let first = || labels.first().cloned().unwrap_or_else(|| "agent1".into());
     match choice {
@@ -203,14 +281,14 @@ fn pick_label(choice: &VoteChoice, labels: &[String]) -> String {
 
 fn new_answer(content: String) -> ToolCall {
     ToolCall {
-        name: "new_answer",
+        name: "new_answer".into(),
         arguments: json!({ "content": content }).to_string(),
     }
 }
 
 fn vote_call(label: &str) -> ToolCall {
     ToolCall {
-        name: "vote",
+        name: "vote".into(),
         arguments: json!({ "agent_id": label, "reason": VOTE_REASON }).to_string(),
     }
 }
@@ -324,5 +402,34 @@ mod tests {
         let p = plan(&beh("a:policy=no_tool,reasoning=on"), &r);
         assert!(matches!(p.reply, Reply::Text(t) if t.starts_with("[simulated] ")));
         assert!(p.reasoning.unwrap().starts_with("[simulated reasoning]"));
+    }
+
+    #[test]
+    fn client_tool_policy_calls_then_uses_results() {
+        let weather = json!({"type": "function", "function": {"name": "get_weather",
+            "parameters": {"type": "object", "properties": {
+                "city": {"type": "string"}, "unit": {"enum": ["c", "f"]}, "days": {"type": "integer"}}}}});
+        let mut tools = workflow(&[]);
+        tools.as_array_mut().unwrap().push(weather.clone());
+        let b = beh("a:policy=client_tool");
+        let c = calls(plan(
+            &b,
+            &request(tools.clone(), "<original_message>Q?</original_message>"),
+        ));
+        assert_eq!(c[0].0, "get_weather");
+        assert_eq!(c[0].1, json!({"city": "simulated", "unit": "c", "days": 1}));
+        // With results in the prompt it answers, quoting them.
+        let prompt = "<original_message>Q?</original_message>\n<tool_results>\nresult of get_weather [c1]: 18C sunny\n</tool_results>";
+        let c = calls(plan(&b, &request(tools, prompt)));
+        assert_eq!(c[0].0, "new_answer");
+        assert!(c[0].1["content"].as_str().unwrap().contains("18C sunny"));
+        // A client's own loop: tool messages after the user message.
+        let body = json!({"model": "a:policy=client_tool", "tools": [weather], "messages": [
+            {"role": "user", "content": "Q?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "rainy"}]});
+        let req = parse_request(body.to_string().as_bytes()).unwrap();
+        assert!(matches!(plan(&b, &req).reply, Reply::Text(t) if t.contains("rainy")));
     }
 }

@@ -194,6 +194,11 @@ pub fn first_answer_block(text: &str) -> Option<&str> {
     None
 }
 
+/// The text between `open` and the next `close`.
+pub fn block<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
+    between(text, open, close)
+}
+
 fn between<'a>(text: &'a str, open: &str, close: &str) -> Option<&'a str> {
     let start = text.find(open)? + open.len();
     let len = text[start..].find(close)?;

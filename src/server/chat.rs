@@ -70,6 +70,7 @@ pub async fn chat_completions(
             id: agent.id.clone(),
             system_message: agent.system_message.clone(),
             provider: telemetry::instrument(provider, &agent.id, &tracker),
+            tools: crate::tools::agent_tools(agent),
         });
     }
 
@@ -237,6 +238,13 @@ fn stream_response(
             };
             let out = match event.kind {
                 EventKind::FinalDelta { text } if !text.is_empty() => data(&header.content(&text)),
+                EventKind::FinalToolCalls { calls } => {
+                    for chunk in header.tool_call_deltas(&calls) {
+                        yield Ok(data(&chunk));
+                    }
+                    quiet_until = Instant::now() + keepalive;
+                    continue;
+                }
                 EventKind::SessionCompleted { summary } => {
                     log_completed(&session_id, &summary.usage, summary.duration_ms);
                     let metadata = metadata_json(&session_id, &summary);

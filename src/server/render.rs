@@ -4,8 +4,12 @@
 use serde_json::{Value, json};
 
 use super::request::Deliberation;
-use crate::coordination::{EventKind, SessionSummary};
-use crate::providers::{FinishReason, Usage};
+use crate::coordination::client_tools::describe_calls;
+use crate::coordination::{AnswerContent, EventKind, SessionSummary};
+use crate::providers::{FinishReason, ToolCall, Usage};
+
+/// Tool-call arguments go out in pieces of at most this many bytes, as OpenAI streams them.
+const ARGUMENT_PIECE_BYTES: usize = 64;
 
 /// Turns events into reasoning text, remembering whose streamed text came last so that
 /// `full` deliberation gets one header per speaker change instead of one per token.
@@ -60,12 +64,18 @@ fn summary_line(event: &EventKind) -> Option<String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
-        EventKind::Answer { answer } => {
-            format!(
+        EventKind::Answer { answer } => match &answer.content {
+            AnswerContent::ToolCalls { calls } => format!(
+                "[{}] proposes calling {} ({})",
+                answer.agent.label,
+                one_line(&describe_calls(calls).replace('\n', ", ")),
+                answer.answer_label
+            ),
+            AnswerContent::Text { .. } => format!(
                 "[{}] answered ({})",
                 answer.agent.label, answer.answer_label
-            )
-        }
+            ),
+        },
         EventKind::Vote { vote } => format!(
             "[{}] voted for {}: {}",
             vote.voter.label,
@@ -111,6 +121,20 @@ fn summary_line(event: &EventKind) -> Option<String> {
                 )
             }
         }
+        EventKind::ToolCalled {
+            agent,
+            tool,
+            duration_ms,
+            error,
+            ..
+        } => match error {
+            None => format!("[{}] used {tool} ({duration_ms} ms)", agent.label),
+            Some(e) => format!(
+                "[{}] used {tool}: failed after {duration_ms} ms: {}",
+                agent.label,
+                one_line(e)
+            ),
+        },
         EventKind::PresentationStarted { agent } => {
             format!("[{}] presenting the final answer", agent.label)
         }
@@ -210,6 +234,26 @@ impl ChunkHeader {
         self.delta(json!({"content": text}), None)
     }
 
+    /// The deltas of the final tool calls (contract: index from 0, `id`, `type` and
+    /// `function.name` only on each call's first delta, then the arguments in pieces).
+    pub fn tool_call_deltas(&self, calls: &[ToolCall]) -> Vec<Value> {
+        let mut out = Vec::new();
+        for (index, call) in calls.iter().enumerate() {
+            out.push(self.delta(
+                json!({"tool_calls": [{"index": index, "id": call.id, "type": "function",
+                    "function": {"name": call.name, "arguments": ""}}]}),
+                None,
+            ));
+            for piece in pieces(&call.arguments, ARGUMENT_PIECE_BYTES) {
+                out.push(self.delta(
+                    json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}),
+                    None,
+                ));
+            }
+        }
+        out
+    }
+
     pub fn finish(&self, reason: FinishReason, metadata: Value) -> Value {
         let mut chunk = self.delta(json!({}), Some(finish_reason(reason)));
         if let Value::Object(o) = &mut chunk {
@@ -236,6 +280,12 @@ impl ChunkHeader {
         if !reasoning.is_empty() {
             message["reasoning_content"] = Value::String(reasoning.to_string());
         }
+        if !summary.final_tool_calls.is_empty() {
+            message["tool_calls"] = tool_calls_json(&summary.final_tool_calls);
+            if summary.final_answer.is_empty() {
+                message["content"] = Value::Null;
+            }
+        }
         json!({
             "id": self.id,
             "object": "chat.completion",
@@ -252,6 +302,38 @@ impl ChunkHeader {
             "massgen_metadata": metadata,
         })
     }
+}
+
+/// `message.tool_calls` of a non-streaming response.
+pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
+    Value::Array(
+        calls
+            .iter()
+            .map(|c| {
+                json!({"id": c.id, "type": "function",
+                    "function": {"name": c.name, "arguments": c.arguments}})
+            })
+            .collect(),
+    )
+}
+
+/// `text` cut into pieces of at most `max` bytes, never inside a character.
+fn pieces(text: &str, max: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    while start < text.len() {
+        let mut end = (start + max).min(text.len());
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        if end == start {
+            // A character wider than `max`: take it whole.
+            end = start + text[start..].chars().next().map_or(1, char::len_utf8);
+        }
+        out.push(&text[start..end]);
+        start = end;
+    }
+    out
 }
 
 #[cfg(test)]
@@ -299,5 +381,56 @@ mod tests {
         assert_eq!(n.line(&d("agent1", "a")).as_deref(), Some("\n[agent1] a"));
         assert_eq!(n.line(&d("agent1", "b")).as_deref(), Some("b"));
         assert_eq!(n.line(&d("agent2", "c")).as_deref(), Some("\n[agent2] c"));
+    }
+
+    #[test]
+    fn tool_call_deltas_follow_the_contract() {
+        let h = ChunkHeader {
+            id: "chatcmpl-x".into(),
+            created: 1,
+            model: "massgen".into(),
+        };
+        let long = format!(r#"{{"q":"{}é"}}"#, "x".repeat(100));
+        let calls = [
+            ToolCall {
+                id: "call_a".into(),
+                name: "search".into(),
+                arguments: long.clone(),
+                opaque: None,
+            },
+            ToolCall {
+                id: "call_b".into(),
+                name: "get_time".into(),
+                arguments: "{}".into(),
+                opaque: None,
+            },
+        ];
+        let chunks = h.tool_call_deltas(&calls);
+        let entries: Vec<&Value> = chunks
+            .iter()
+            .map(|c| &c["choices"][0]["delta"]["tool_calls"][0])
+            .collect();
+        assert_eq!(entries[0]["index"], 0);
+        assert_eq!(entries[0]["id"], "call_a");
+        assert_eq!(entries[0]["function"]["name"], "search");
+        let mut args = [String::new(), String::new()];
+        for e in &entries {
+            let i = e["index"].as_u64().unwrap() as usize;
+            args[i].push_str(e["function"]["arguments"].as_str().unwrap());
+        }
+        assert_eq!(args[0], long);
+        assert_eq!(args[1], "{}");
+        // id and name only on the first delta of each call.
+        let heads: Vec<_> = entries.iter().filter(|e| e.get("id").is_some()).collect();
+        assert_eq!(heads.len(), 2);
+        assert!(entries.iter().filter(|e| e["index"] == 0).count() > 2);
+        assert!(
+            entries
+                .iter()
+                .filter(|e| e.get("id").is_none())
+                .all(|e| e["function"].get("name").is_none())
+        );
+        assert_eq!(pieces("abc", 2), ["ab", "c"]);
+        assert_eq!(pieces("éé", 1), ["é", "é"]);
     }
 }

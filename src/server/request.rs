@@ -4,11 +4,14 @@
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use crate::coordination::SessionInput;
-use crate::providers::{Message, Role, ToolCall};
+use crate::coordination::{ClientTools, SessionInput};
+use crate::providers::{Message, Role, ToolCall, ToolChoice, ToolSpec};
 
 /// Names of the coordination tools; a client tool may not take them.
 pub const WORKFLOW_TOOL_NAMES: &[&str] = &["new_answer", "vote"];
+
+/// Prefix of the agents' own MCP tools (`mcp__{server}__{tool}`); reserved.
+pub const MCP_TOOL_PREFIX: &str = "mcp__";
 
 /// How much of the deliberation the client sees (`massgen.deliberation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -62,8 +65,9 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         Some(_) => return Err(type_error("stream_options", "an object")),
     };
     let deliberation = parse_deliberation(&obj)?;
-    check_tools(&obj)?;
-    let input = parse_messages(obj.get("messages"))?;
+    let tools = parse_client_tools(&obj)?;
+    let mut input = parse_messages(obj.get("messages"))?;
+    input.tools = tools;
 
     Ok(ChatRequest {
         model,
@@ -112,32 +116,130 @@ fn parse_deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError
     }
 }
 
-/// Client tools are accepted and not yet used, but a name that collides with a
-/// coordination tool would make the agents' turns ambiguous.
-fn check_tools(obj: &Map<String, Value>) -> Result<(), ApiError> {
-    let tools = match obj.get("tools") {
-        None | Some(Value::Null) => return Ok(()),
+/// `tools`, `tool_choice` and `parallel_tool_calls`. Only function tools exist here; a
+/// name that collides with a coordination tool (or takes the MCP prefix) would make the
+/// agents' turns ambiguous.
+fn parse_client_tools(obj: &Map<String, Value>) -> Result<ClientTools, ApiError> {
+    let list = match obj.get("tools") {
+        None | Some(Value::Null) => &Vec::new(),
         Some(Value::Array(t)) => t,
         Some(_) => return Err(type_error("tools", "an array")),
     };
-    for tool in tools {
-        let name = tool
-            .get("function")
-            .and_then(|f| f.get("name"))
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        if WORKFLOW_TOOL_NAMES.contains(&name) {
-            return Err(ApiError::invalid(
-                format!(
-                    "The client tool '{name}' collides with a massgen coordination tool ({}); rename it",
-                    WORKFLOW_TOOL_NAMES.join(", ")
-                ),
-                Some("tools"),
-                "tool_name_collision",
+    let mut tools: Vec<ToolSpec> = Vec::with_capacity(list.len());
+    for (i, tool) in list.iter().enumerate() {
+        let spec = client_tool(i, tool)?;
+        if tools.iter().any(|t| t.name == spec.name) {
+            return Err(tools_error(
+                format!("tools[{i}]: the name '{}' is used twice", spec.name),
+                "invalid_value",
             ));
         }
+        tools.push(spec);
     }
-    Ok(())
+    let choice = match obj.get("tool_choice") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(s)) => Some(match s.as_str() {
+            "none" => ToolChoice::None,
+            "auto" => ToolChoice::Auto,
+            "required" => ToolChoice::Required,
+            _ => {
+                return Err(choice_error(
+                    "'tool_choice' must be \"none\", \"auto\", \"required\" or a function".into(),
+                ));
+            }
+        }),
+        Some(Value::Object(o)) => {
+            let name = o
+                .get("function")
+                .and_then(|f| f.get("name"))
+                .and_then(Value::as_str)
+                .ok_or_else(|| choice_error("'tool_choice' needs function.name".into()))?;
+            if !tools.iter().any(|t| t.name == name) {
+                return Err(choice_error(format!(
+                    "'tool_choice' names the function '{name}', which is not in 'tools'"
+                )));
+            }
+            Some(ToolChoice::Function(name.to_string()))
+        }
+        Some(_) => return Err(type_error("tool_choice", "a string or an object")),
+    };
+    if tools.is_empty() && matches!(choice, Some(ToolChoice::Required)) {
+        return Err(choice_error(
+            "'tool_choice' \"required\" needs at least one tool in 'tools'".into(),
+        ));
+    }
+    let parallel = optional_bool(obj, "parallel_tool_calls")?;
+    Ok(ClientTools {
+        tools,
+        choice,
+        parallel,
+    })
+}
+
+fn client_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
+    let kind = tool
+        .get("type")
+        .and_then(Value::as_str)
+        .unwrap_or("function");
+    if kind != "function" {
+        return Err(tools_error(
+            format!("tools[{i}]: only function tools are supported (got type '{kind}')"),
+            "invalid_value",
+        ));
+    }
+    let function = tool.get("function").and_then(Value::as_object);
+    let name = function
+        .and_then(|f| f.get("name"))
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    if WORKFLOW_TOOL_NAMES.contains(&name) || name.starts_with(MCP_TOOL_PREFIX) {
+        return Err(tools_error(
+            format!(
+                "The client tool '{name}' collides with a massgen coordination tool ({}) or the reserved prefix '{MCP_TOOL_PREFIX}'; rename it",
+                WORKFLOW_TOOL_NAMES.join(", ")
+            ),
+            "tool_name_collision",
+        ));
+    }
+    let valid_name = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid_name {
+        return Err(tools_error(
+            format!("tools[{i}].function.name must match ^[a-zA-Z0-9_-]{{1,64}}$"),
+            "invalid_value",
+        ));
+    }
+    let description = function
+        .and_then(|f| f.get("description"))
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let parameters = match function.and_then(|f| f.get("parameters")) {
+        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => {
+            return Err(tools_error(
+                format!("tools[{i}].function.parameters must be a JSON Schema object"),
+                "invalid_type",
+            ));
+        }
+    };
+    Ok(ToolSpec {
+        name: name.to_string(),
+        description,
+        parameters,
+    })
+}
+
+fn tools_error(message: String, code: &'static str) -> ApiError {
+    ApiError::invalid(message, Some("tools"), code)
+}
+
+fn choice_error(message: String) -> ApiError {
+    ApiError::invalid(message, Some("tool_choice"), "invalid_value")
 }
 
 fn parse_messages(value: Option<&Value>) -> Result<SessionInput, ApiError> {
@@ -204,6 +306,18 @@ fn parse_messages(value: Option<&Value>) -> Result<SessionInput, ApiError> {
             "missing_user_message",
         ));
     };
+    // What follows the question (an assistant's tool calls and the client's results) is
+    // shown apart from the earlier conversation; anything else stays in the history.
+    let after: Vec<Message> = rest.split_off(last_user + 1);
+    let followup = if after
+        .iter()
+        .any(|m| m.role == Role::Tool || !m.tool_calls.is_empty())
+    {
+        after
+    } else {
+        rest.extend(after);
+        Vec::new()
+    };
     let question = rest.remove(last_user).content;
     if question.trim().is_empty() {
         return Err(ApiError::invalid(
@@ -217,6 +331,8 @@ fn parse_messages(value: Option<&Value>) -> Result<SessionInput, ApiError> {
         history: rest,
         question,
         extra_system,
+        followup,
+        tools: ClientTools::default(),
     })
 }
 
@@ -341,6 +457,64 @@ mod tests {
         assert_eq!(
             parse(b"{not json").err().map(|e| e.code()),
             Some("invalid_json")
+        );
+    }
+
+    #[test]
+    fn client_tools_choice_and_followup() {
+        let tool = |n: &str| serde_json::json!({"type": "function", "function": {"name": n, "parameters": {"type": "object"}}});
+        let req = parse_json(serde_json::json!({
+            "messages": [
+                {"role": "user", "content": "Weather in Paris?"},
+                {"role": "assistant", "content": null, "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "18C"}
+            ],
+            "tools": [tool("get_weather")],
+            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
+            "parallel_tool_calls": false
+        }))
+        .unwrap();
+        assert_eq!(req.input.question, "Weather in Paris?");
+        assert!(req.input.history.is_empty());
+        assert_eq!(req.input.followup.len(), 2);
+        assert_eq!(req.input.tools.tools[0].name, "get_weather");
+        assert_eq!(
+            req.input.tools.choice,
+            Some(ToolChoice::Function("get_weather".into()))
+        );
+        assert_eq!(req.input.tools.parallel, Some(false));
+        let code = |v: Value| match parse_json(v) {
+            Err(e) => e.code(),
+            Ok(_) => "ok",
+        };
+        let msgs = serde_json::json!([{"role": "user", "content": "x"}]);
+        assert_eq!(
+            code(serde_json::json!({"messages": msgs, "tools": [tool("mcp__a__b")]})),
+            "tool_name_collision"
+        );
+        assert_eq!(
+            code(serde_json::json!({"messages": msgs, "tools": [tool("a"), tool("a")]})),
+            "invalid_value"
+        );
+        assert_eq!(
+            code(serde_json::json!({"messages": msgs, "tools": [tool("a b")]})),
+            "invalid_value"
+        );
+        assert_eq!(
+            code(serde_json::json!({"messages": msgs, "tools": [tool("a")],
+                "tool_choice": {"type": "function", "function": {"name": "b"}}})),
+            "invalid_value"
+        );
+        assert_eq!(
+            code(serde_json::json!({"messages": msgs, "tool_choice": "required"})),
+            "invalid_value"
+        );
+        assert_eq!(
+            code(
+                serde_json::json!({"messages": msgs, "tools": [tool("a")], "tool_choice": "none"})
+            ),
+            "ok"
         );
     }
 }

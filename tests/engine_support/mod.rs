@@ -245,6 +245,7 @@ pub fn spec(agents: &[(&str, &Scripted)], options: OrchestratorOptions) -> Sessi
                 id: id.to_string(),
                 system_message: None,
                 provider: Arc::new((*p).clone()),
+                tools: None,
             })
             .collect(),
         options,
@@ -252,6 +253,7 @@ pub fn spec(agents: &[(&str, &Scripted)], options: OrchestratorOptions) -> Sessi
             history: Vec::new(),
             question: "What is 2+2?".into(),
             extra_system: None,
+            ..SessionInput::default()
         },
         stream_agent_text: false,
     }

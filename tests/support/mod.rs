@@ -51,7 +51,7 @@ pub fn spawn(args: &[&str], prefix: &str, cwd: Option<&Path>) -> Proc {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
-        .env("RUST_LOG", "warn");
+        .env("RUST_LOG", "error,tower_http=off");
     if let Some(dir) = cwd {
         cmd.current_dir(dir);
     }

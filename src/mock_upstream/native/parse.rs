@@ -110,6 +110,12 @@ pub fn responses(body: &[u8]) -> Result<Request, BadRequest> {
                 .map(|t| (str_of(t.get("name")), t.get("parameters"))),
         ),
         prompt_tokens: total.div_ceil(4) as u64,
+        tool_results: crate::mock_upstream::text::block(
+            &last_user,
+            "<tool_results>",
+            "</tool_results>",
+        )
+        .map(|b| b.trim().to_string()),
         last_user,
     })
 }
@@ -168,6 +174,12 @@ pub fn anthropic(body: &[u8]) -> Result<Request, BadRequest> {
                 .map(|t| (str_of(t.get("name")), t.get("input_schema"))),
         ),
         prompt_tokens: total.div_ceil(4) as u64,
+        tool_results: crate::mock_upstream::text::block(
+            &last_user,
+            "<tool_results>",
+            "</tool_results>",
+        )
+        .map(|b| b.trim().to_string()),
         last_user,
     })
 }
@@ -221,6 +233,12 @@ pub fn gemini(model: &str, stream: bool, body: &[u8]) -> Result<Request, BadRequ
         include_usage: true,
         offered: offered(declarations.map(|d| (str_of(d.get("name")), d.get("parameters")))),
         prompt_tokens: total.div_ceil(4) as u64,
+        tool_results: crate::mock_upstream::text::block(
+            &last_user,
+            "<tool_results>",
+            "</tool_results>",
+        )
+        .map(|b| b.trim().to_string()),
         last_user,
     })
 }

@@ -20,7 +20,7 @@ use crate::mock_upstream::text::pieces;
 /// One planned tool call with its streamed argument fragments.
 pub struct Call {
     pub id: String,
-    pub name: &'static str,
+    pub name: String,
     pub arguments: String,
     pub fragments: Vec<String>,
 }
@@ -44,7 +44,7 @@ impl Script {
                     .iter()
                     .map(|c| Call {
                         id: format!("call_{}", short_id()),
-                        name: c.name,
+                        name: c.name.clone(),
                         arguments: c.arguments.clone(),
                         fragments: fragments(&c.arguments)
                             .into_iter()

@@ -17,6 +17,7 @@ struct AgentView {
     answers: u32,
     errors: Vec<Value>,
     invalid_turns: u32,
+    tool_calls: Vec<Value>,
 }
 
 pub fn record_json(record: &SessionRecord) -> Value {
@@ -96,8 +97,25 @@ pub fn record_json(record: &SessionRecord) -> Value {
                 status = "failed";
                 outcome = json!(error);
             }
+            EventKind::ToolCalled {
+                agent: a,
+                tool,
+                round,
+                duration_ms,
+                error,
+            } => {
+                agents
+                    .entry(a.agent_id.clone())
+                    .or_default()
+                    .tool_calls
+                    .push(json!({
+                        "at_ms": at_ms, "tool": tool, "round": round,
+                        "duration_ms": duration_ms, "error": error,
+                    }));
+            }
             EventKind::AgentDelta { .. }
             | EventKind::FinalDelta { .. }
+            | EventKind::FinalToolCalls { .. }
             | EventKind::PresentationStarted { .. } => {}
         }
     }
@@ -111,7 +129,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
             json!({
                 "agent_id": id, "label": a.label, "usage": a.usage, "turns": a.turns,
                 "answers": a.answers, "invalid_turns": a.invalid_turns,
-                "failed": !a.errors.is_empty(), "errors": a.errors,
+                "failed": !a.errors.is_empty(), "errors": a.errors, "tool_calls": a.tool_calls,
             })
         })
         .collect();
