@@ -460,6 +460,23 @@ async fn the_server_runs_mcp_tools_for_its_agents() {
         .as_str()
         .unwrap_or_default();
     assert!(answer.contains("Tool results used: simulated"), "{resp}");
+    // The call is counted in the metrics too.
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"massgen_tool_calls_total{outcome="ok",tool="mcp__local__echo"} 1"#),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains(r#"massgen_tool_call_duration_seconds_count{tool="mcp__local__echo"} 1"#),
+        "{metrics}"
+    );
     drop(server);
     drop(mock);
 }

@@ -41,6 +41,8 @@ pub struct Metrics {
     pub votes_per_session: Histogram,
     pub restarts_per_session: Histogram,
     pub rejected: IntCounterVec,
+    pub tool_calls: IntCounterVec,
+    pub tool_call_duration: HistogramVec,
 }
 
 impl Metrics {
@@ -161,6 +163,17 @@ impl Metrics {
                 "massgen_rejected_requests_total",
                 "Requests refused by access control or limits, by reason.",
                 &["reason"],
+            )?,
+            tool_calls: counter(
+                "massgen_tool_calls_total",
+                "MCP tool calls made by agents, by tool and outcome (ok, error).",
+                &["tool", "outcome"],
+            )?,
+            tool_call_duration: histogram_vec(
+                "massgen_tool_call_duration_seconds",
+                "MCP tool call duration, by tool.",
+                &["tool"],
+                SLOW,
             )?,
             registry,
         })

@@ -44,6 +44,12 @@ pub fn tee(
                 EventKind::Vote { .. } => votes += 1,
                 EventKind::TurnStarted { turn, .. } if *turn > 1 => restarts += 1,
                 EventKind::AgentFailed { error } => count_failed(error.kind),
+                EventKind::ToolCalled {
+                    tool,
+                    duration_ms,
+                    error,
+                    ..
+                } => count_tool_call(tool, *duration_ms, error.is_some()),
                 EventKind::SessionCompleted { .. } => {
                     finish(&tracker, "completed", votes, restarts)
                 }
@@ -93,6 +99,16 @@ fn count_failed(kind: AgentErrorKind) {
     };
     if let Some(m) = metrics() {
         m.agents_failed.with_label_values(&[label]).inc();
+    }
+}
+
+fn count_tool_call(tool: &str, duration_ms: u64, failed: bool) {
+    if let Some(m) = metrics() {
+        let outcome = if failed { "error" } else { "ok" };
+        m.tool_calls.with_label_values(&[tool, outcome]).inc();
+        m.tool_call_duration
+            .with_label_values(&[tool])
+            .observe(duration_ms as f64 / 1000.0);
     }
 }
 
