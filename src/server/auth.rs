@@ -75,11 +75,13 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// Paths that never need a key: liveness, and `/metrics` unless protected. CORS preflights
-/// carry no credentials, so they pass as well (the CORS layer answers them).
+/// carry no credentials, so they pass as well (the CORS layer answers them). The web page
+/// and its static files hold no data; the page sends the key itself on API calls.
 fn is_open(state: &AppState, method: &Method, path: &str) -> bool {
     path == "/health"
         || (path == "/metrics" && !state.production.protect_metrics)
         || method == Method::OPTIONS
+        || ((method == Method::GET || method == Method::HEAD) && super::ui::is_page_path(path))
 }
 
 pub async fn authenticate(

@@ -109,7 +109,16 @@ pub async fn chat_completions(
         .spawn(run_session(spec, tx, cancel.clone(), state.clock.clone()).instrument(session_span));
     let records = &state.production.records;
     let start = records::SessionStart {
-        record: records.insert(session_id.clone(), caller),
+        record: records.insert_with(
+            session_id.clone(),
+            caller,
+            records::SessionInfo {
+                model: request.model.clone(),
+                panel: panel.name.clone(),
+                question: request.input.question.clone(),
+                created_ms: unix_millis(),
+            },
+        ),
         tracker,
         permit,
         files_dir: records.dir.clone(),
@@ -163,6 +172,13 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
             )
         }
     })
+}
+
+fn unix_millis() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
 }
 
 fn unix_seconds() -> u64 {

@@ -12,6 +12,7 @@ pub mod records;
 mod render;
 pub mod request;
 pub mod routing;
+mod ui;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -110,10 +111,16 @@ pub fn router(state: AppState) -> Router {
     // Layers run outside-in from the last one added: request id, trace span, panic guard,
     // request metrics, CORS, authentication, rate limit, then the handler.
     let router = Router::new()
+        .route("/", get(ui::index))
+        .route("/ui", get(ui::index))
+        .route("/ui/app.js", get(ui::app_js))
+        .route("/ui/app.css", get(ui::app_css))
+        .route("/ui/favicon.svg", get(ui::favicon))
         .route("/health", get(health))
         .route("/metrics", get(observe::metrics_text))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat::chat_completions))
+        .route("/v1/sessions", get(records::routes::list_sessions))
         .route("/v1/sessions/{id}", get(records::routes::get_session))
         .route(
             "/v1/sessions/{id}/events",

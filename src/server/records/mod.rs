@@ -9,6 +9,6 @@ mod store;
 mod tee;
 mod view;
 
-pub use store::{RecordStore, SessionRecord};
+pub use store::{RecordStore, SessionInfo, SessionRecord, Summary};
 pub use tee::{SessionStart, tee};
-pub use view::record_json;
+pub use view::{list_entry_json, record_json};

@@ -1,14 +1,14 @@
-//! `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`.
+//! `GET /v1/sessions`, `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`.
 
 use std::convert::Infallible;
 
 use axum::body::{Body, Bytes};
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::record_json;
+use super::{list_entry_json, record_json};
 use crate::coordination::{EventKind, SessionEvent};
 use crate::server::AppState;
 use crate::server::auth::Caller;
@@ -16,6 +16,45 @@ use crate::server::error::ApiError;
 
 /// Whether the events response is live (`running`) or a replay (`finished`).
 pub const STATUS_HEADER: &str = "x-massgen-session-status";
+
+/// Sessions listed when the request names no `limit`, and the most it may name.
+const LIST_DEFAULT: usize = 50;
+const LIST_MAX: usize = 1000;
+
+#[derive(serde::Deserialize)]
+pub struct ListQuery {
+    limit: Option<String>,
+}
+
+/// The caller's newest sessions first, running and finished, as short summaries.
+pub async fn list_sessions(
+    State(state): State<AppState>,
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<ListQuery>,
+) -> Result<Response, ApiError> {
+    let limit = match query.limit.as_deref() {
+        None => LIST_DEFAULT,
+        Some(raw) => raw
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=LIST_MAX).contains(n))
+            .ok_or_else(|| {
+                ApiError::invalid(
+                    format!("limit must be a whole number from 1 to {LIST_MAX}"),
+                    Some("limit"),
+                    "invalid_value",
+                )
+            })?,
+    };
+    let data: Vec<_> = state
+        .production
+        .records
+        .list(&caller, limit)
+        .iter()
+        .map(|r| list_entry_json(r))
+        .collect();
+    Ok(axum::Json(serde_json::json!({"object": "list", "data": data})).into_response())
+}
 
 pub async fn get_session(
     State(state): State<AppState>,

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::broadcast;
 
-use crate::coordination::{EventKind, SessionEvent};
+use crate::coordination::{AgentRef, EventKind, SessionEvent};
+use crate::providers::Usage;
 use crate::server::auth::Caller;
 
 /// Events kept per session; the rest (token deltas of a very long answer) are counted only.
@@ -29,15 +30,80 @@ struct Inner {
 pub struct SessionRecord {
     pub id: Arc<str>,
     pub owner: Caller,
+    pub info: SessionInfo,
     log: Mutex<Log>,
     live: broadcast::Sender<SessionEvent>,
 }
 
-#[derive(Default)]
+/// What the request said about a session, for the session list and the record.
+#[derive(Debug, Clone, Default)]
+pub struct SessionInfo {
+    /// The `model` the client asked for (`massgen`, `massgen/<name>`).
+    pub model: String,
+    /// The panel that ran it.
+    pub panel: String,
+    /// The last user message.
+    pub question: String,
+    /// Unix time in milliseconds when the request arrived.
+    pub created_ms: u64,
+}
+
+/// Kept up to date on every event so listing many sessions never rescans their events.
+#[derive(Debug, Clone, Default)]
+pub struct Summary {
+    /// `running`, `completed` or `failed`.
+    pub status: &'static str,
+    pub agents: Vec<AgentRef>,
+    pub winner: Option<AgentRef>,
+    pub usage: Usage,
+    pub answers: u32,
+    pub votes: u32,
+    pub started_ms: Option<u64>,
+    pub ended_ms: Option<u64>,
+}
+
+impl Summary {
+    fn update(&mut self, event: &SessionEvent) {
+        self.started_ms.get_or_insert(event.at_ms);
+        match &event.kind {
+            EventKind::SessionStarted { agents } => self.agents.clone_from(agents),
+            EventKind::Answer { .. } => self.answers += 1,
+            EventKind::Vote { .. } => self.votes += 1,
+            EventKind::Consensus { winner, .. } => self.winner = Some(winner.clone()),
+            EventKind::Usage { usage, .. } => self.usage.add(usage),
+            EventKind::SessionCompleted { summary } => {
+                self.status = "completed";
+                self.winner = Some(summary.winner.clone());
+                self.ended_ms = Some(event.at_ms);
+            }
+            EventKind::SessionFailed { .. } => {
+                self.status = "failed";
+                self.ended_ms = Some(event.at_ms);
+            }
+            _ => {}
+        }
+    }
+}
+
 struct Log {
     events: Vec<SessionEvent>,
     dropped: u64,
     finished: Option<Instant>,
+    summary: Summary,
+}
+
+impl Default for Log {
+    fn default() -> Self {
+        Self {
+            events: Vec::new(),
+            dropped: 0,
+            finished: None,
+            summary: Summary {
+                status: "running",
+                ..Summary::default()
+            },
+        }
+    }
 }
 
 impl RecordStore {
@@ -51,9 +117,19 @@ impl RecordStore {
     }
 
     pub fn insert(&self, id: Arc<str>, owner: Caller) -> Arc<SessionRecord> {
+        self.insert_with(id, owner, SessionInfo::default())
+    }
+
+    pub fn insert_with(
+        &self,
+        id: Arc<str>,
+        owner: Caller,
+        info: SessionInfo,
+    ) -> Arc<SessionRecord> {
         let record = Arc::new(SessionRecord {
             id: id.clone(),
             owner,
+            info,
             log: Mutex::new(Log::default()),
             live: broadcast::channel(LIVE_BUFFER).0,
         });
@@ -75,6 +151,20 @@ impl RecordStore {
     pub fn get(&self, id: &str, caller: &Caller) -> Option<Arc<SessionRecord>> {
         let record = lock(&self.inner).by_id.get(id).cloned()?;
         (record.owner == *caller).then_some(record)
+    }
+
+    /// The newest `limit` records `caller` may read, newest first.
+    pub fn list(&self, caller: &Caller, limit: usize) -> Vec<Arc<SessionRecord>> {
+        let inner = lock(&self.inner);
+        inner
+            .order
+            .iter()
+            .rev()
+            .filter_map(|id| inner.by_id.get(id))
+            .filter(|r| r.owner == *caller)
+            .take(limit)
+            .cloned()
+            .collect()
     }
 
     /// Drops finished records older than the maximum age.
@@ -113,6 +203,7 @@ impl SessionRecord {
         ) {
             log.finished = Some(Instant::now());
         }
+        log.summary.update(&event);
         // Under the lock, so a subscriber's snapshot and its live feed never overlap or gap.
         let _ = self.live.send(event.clone());
         if log.events.len() < MAX_EVENTS || log.finished.is_some() {
@@ -124,6 +215,10 @@ impl SessionRecord {
 
     pub fn events(&self) -> Vec<SessionEvent> {
         lock(&self.log).events.clone()
+    }
+
+    pub fn summary(&self) -> Summary {
+        lock(&self.log).summary.clone()
     }
 
     pub fn dropped(&self) -> u64 {
@@ -209,6 +304,60 @@ mod tests {
         store.expire();
         assert!(store.get("done", &Caller::default()).is_none());
         assert!(store.get("running", &Caller::default()).is_some());
+    }
+
+    #[test]
+    fn list_is_newest_first_bounded_and_only_the_callers() {
+        let store = RecordStore::new(10, Duration::from_secs(60), None);
+        let keys = crate::server::auth::ApiKeys::new(&[crate::secret::Secret::new("k")]);
+        let owner = Caller {
+            key: keys.verify("k"),
+        };
+        for id in ["a", "b", "c"] {
+            store.insert(id.into(), Caller::default());
+        }
+        store.insert("mine".into(), owner);
+        let ids = |list: Vec<Arc<SessionRecord>>| {
+            list.iter().map(|r| r.id.to_string()).collect::<Vec<_>>()
+        };
+        assert_eq!(ids(store.list(&Caller::default(), 2)), ["c", "b"]);
+        assert_eq!(ids(store.list(&owner, 10)), ["mine"]);
+    }
+
+    #[test]
+    fn summary_follows_the_events() {
+        let store = RecordStore::new(10, Duration::from_secs(60), None);
+        let r = store.insert("s".into(), Caller::default());
+        assert_eq!(r.summary().status, "running");
+        let agent = AgentRef {
+            agent_id: "a".into(),
+            label: "agent1".into(),
+        };
+        r.push(event(
+            0,
+            EventKind::SessionStarted {
+                agents: vec![agent.clone()],
+            },
+        ));
+        let usage = Usage {
+            total_tokens: 7,
+            ..Usage::default()
+        };
+        r.push(event(
+            1,
+            EventKind::Usage {
+                agent,
+                phase: crate::coordination::CallPhase::Coordination,
+                usage,
+            },
+        ));
+        r.push(event(2, failed()));
+        let s = r.summary();
+        assert_eq!(
+            (s.status, s.agents.len(), s.usage.total_tokens),
+            ("failed", 1, 7)
+        );
+        assert_eq!(s.ended_ms, Some(0));
     }
 
     #[tokio::test]

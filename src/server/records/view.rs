@@ -143,6 +143,10 @@ pub fn record_json(record: &SessionRecord) -> Value {
     json!({
         "id": &*record.id,
         "object": "massgen.session",
+        "model": record.info.model,
+        "panel": record.info.panel,
+        "question": record.info.question,
+        "created_at_ms": record.info.created_ms,
         "status": status,
         "winner": winner,
         "final_answer": final_answer,
@@ -161,5 +165,33 @@ pub fn record_json(record: &SessionRecord) -> Value {
         "outcome": outcome,
         "events": events.len() as u64 + record.dropped(),
         "events_dropped": record.dropped(),
+    })
+}
+
+/// Longest question shown in the session list (characters); the record has all of it.
+const LIST_QUESTION_CHARS: usize = 200;
+
+/// One line of `GET /v1/sessions`, from the record's running summary (no event scan).
+pub fn list_entry_json(record: &SessionRecord) -> Value {
+    let s = record.summary();
+    let info = &record.info;
+    let mut question: String = info.question.chars().take(LIST_QUESTION_CHARS).collect();
+    if info.question.chars().nth(LIST_QUESTION_CHARS).is_some() {
+        question.push('…');
+    }
+    json!({
+        "id": &*record.id,
+        "object": "massgen.session.summary",
+        "model": info.model,
+        "panel": info.panel,
+        "question": question,
+        "created_at_ms": info.created_ms,
+        "status": s.status,
+        "agents": s.agents,
+        "winner": s.winner,
+        "answers": s.answers,
+        "votes": s.votes,
+        "usage": s.usage,
+        "duration_ms": s.started_ms.zip(s.ended_ms).map(|(a, b)| b.saturating_sub(a)),
     })
 }

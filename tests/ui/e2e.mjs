@@ -1,0 +1,233 @@
+// Browser end-to-end test of the massgen web page, run by tests/ui_e2e.rs against
+// `massgen serve --demo` (three simulated agents) with one API key.
+//
+//   node tests/ui/e2e.mjs <server url>
+//   env: MASSGEN_UI_KEY (the server's key), MASSGEN_CHROMIUM (default /usr/bin/chromium),
+//        MASSGEN_UI_SCREENSHOTS (a folder: write the README screenshots there)
+//
+// Expects the panels `massgen` (the demo) and `massgen/six` (six simulated agents).
+// Asserts, in a real headless Chromium: the key prompt; a session started from the question
+// box shows agent columns, then answers, votes, the winner and a final answer that grows
+// while it streams, in that order; the session list shows it; a finished session replays
+// at its pace and at once; model text containing <script> renders as text.
+import { chromium } from "playwright-core";
+
+const url = process.argv[2];
+if (!url) {
+  console.error("usage: node tests/ui/e2e.mjs <server url>");
+  process.exit(2);
+}
+const key = process.env.MASSGEN_UI_KEY || "";
+const shots = process.env.MASSGEN_UI_SCREENSHOTS || "";
+const executablePath = process.env.MASSGEN_CHROMIUM || "/usr/bin/chromium";
+const STEP_MS = 20_000;
+
+let browser;
+const watchdog = setTimeout(async () => {
+  console.error("e2e: FAILED: over the 55 s limit");
+  await browser?.close().catch(() => {});
+  process.exit(1);
+}, 55_000);
+
+function check(ok, what) {
+  if (!ok) throw new Error(`assertion failed: ${what}`);
+  console.log(`e2e: ok: ${what}`);
+}
+
+// Records when each stage first shows on the page and every length the final answer had.
+function installRecorder() {
+  window.__marks = {};
+  window.__finalLengths = [];
+  const mark = (k) => {
+    if (!(k in window.__marks)) window.__marks[k] = performance.now();
+  };
+  const look = () => {
+    const view = document.getElementById("session-view");
+    if (view.hidden) return;
+    if (view.querySelector(".agent-col")) mark("columns");
+    if (view.querySelector(".answer")) mark("answer");
+    if (view.querySelector("#vote-list .vote")) mark("vote");
+    if (document.getElementById("winner").textContent) mark("winner");
+    const n = document.getElementById("final-text").textContent.length;
+    const seen = window.__finalLengths;
+    if (n > 0 && seen[seen.length - 1] !== n) {
+      mark("final");
+      seen.push(n);
+    }
+    if (view.dataset.status === "completed") mark("completed");
+  };
+  window.__observer?.disconnect();
+  window.__observer = new MutationObserver(look);
+  window.__observer.observe(document.body, { subtree: true, childList: true, characterData: true, attributes: true });
+}
+
+async function enterKey(page) {
+  if (!key) return;
+  await page.locator("#key-box").waitFor({ state: "visible", timeout: STEP_MS });
+  await page.fill("#key-input", key);
+  await page.press("#key-input", "Enter");
+  await page.locator("#key-box").waitFor({ state: "hidden", timeout: STEP_MS });
+}
+
+async function ask(page, question) {
+  await page.evaluate(installRecorder);
+  const before = page.url();
+  await page.fill("#ask-question", question);
+  await page.click("#ask-submit");
+  await page.waitForFunction((b) => location.href !== b && location.hash.startsWith("#/s/"), before, { timeout: STEP_MS });
+  return decodeURIComponent(new URL(page.url()).hash.slice("#/s/".length));
+}
+
+const completed = (page) =>
+  page.waitForFunction(() => document.getElementById("session-view").dataset.status === "completed", null, { timeout: STEP_MS });
+
+function inOrder(marks, stages, what) {
+  for (const s of stages) check(typeof marks[s] === "number", `${what}: ${s} shown`);
+  for (let i = 1; i < stages.length; i++) {
+    check(marks[stages[i - 1]] <= marks[stages[i]], `${what}: ${stages[i - 1]} before ${stages[i]}`);
+  }
+}
+
+async function main() {
+  browser = await chromium.launch({
+    executablePath,
+    headless: true,
+    // Playwright gives every launch a fresh, empty profile (--user-data-dir).
+    args: [
+      "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+      "--disable-background-networking", "--disable-component-update", "--disable-sync",
+    ],
+  });
+  const context = await browser.newContext({ viewport: { width: 1366, height: 860 }, colorScheme: "light" });
+  const page = await context.newPage();
+  const dialogs = [];
+  const problems = [];
+  page.on("dialog", (d) => {
+    dialogs.push(d.message());
+    d.dismiss().catch(() => {});
+  });
+  page.on("pageerror", (e) => problems.push(`page error: ${e.message}`));
+  page.on("console", (m) => {
+    if (m.type() === "error" && !/401/.test(m.text())) problems.push(`console: ${m.text()}`);
+  });
+
+  // The page loads without a key and asks for one when the API answers 401.
+  await page.goto(url, { timeout: STEP_MS });
+  await enterKey(page);
+  if (key) {
+    check(await page.evaluate((k) => sessionStorage.getItem("massgen.apiKey") === k && localStorage.length === 0, key),
+      "the key is kept in sessionStorage only");
+  }
+  await page.waitForFunction(() => document.querySelectorAll("#ask-model option").length > 0, null, { timeout: STEP_MS });
+  check(await page.$eval("#ask-model", (s) => [...s.options].map((o) => o.value).includes("massgen")), "the panel list offers massgen");
+
+  // A live session, started from the question box.
+  const question = "How do panels of language models reach a consensus?";
+  const id = await ask(page, question);
+  check(id.startsWith("sess_"), `the page follows the new session ${id}`);
+  await page.waitForFunction(() => window.__marks.vote, null, { timeout: STEP_MS });
+  if (shots) await page.screenshot({ path: `${shots}/live-session.png` });
+  await completed(page);
+  const live = await page.evaluate(() => ({
+    marks: window.__marks,
+    lengths: window.__finalLengths,
+    columns: [...document.querySelectorAll(".agent-col")].map((c) => c.dataset.label),
+    answers: [...document.querySelectorAll(".answer")].map((a) => a.dataset.label),
+    votes: document.querySelectorAll("#vote-list .vote").length,
+    winner: document.getElementById("winner").dataset.label,
+    final: document.getElementById("final-text").textContent,
+    usageRows: document.querySelectorAll("#usage tbody tr").length,
+    question: document.getElementById("s-question").textContent,
+  }));
+  inOrder(live.marks, ["columns", "answer", "vote", "winner", "final", "completed"], "live");
+  check(live.columns.join() === "agent1,agent2,agent3", `one column per agent (${live.columns})`);
+  check(live.answers.length >= 3 && live.answers.every((l) => /^agent\d+\.\d+$/.test(l)), `labelled answers (${live.answers})`);
+  check(live.votes >= 3, `votes listed (${live.votes})`);
+  check(live.winner === "agent2", "the demo's winner agent2 is shown");
+  check(live.final.startsWith("[simulated final answer]"), "the final answer is shown");
+  check(live.lengths.length >= 3 && live.lengths.every((n, i) => i === 0 || n > live.lengths[i - 1]),
+    `the final answer grew while streaming (${live.lengths.length} lengths)`);
+  check(live.usageRows === 4, "usage per agent and in total at the end");
+  check(live.question === question, "the question heads the session");
+  if (shots) await page.screenshot({ path: `${shots}/finished-session.png`, fullPage: true });
+
+  // The session list shows it; opening it shows the record at once.
+  await page.click(".back");
+  const row = page.locator(`#sessions-body tr[data-id="${id}"][data-status="completed"]`);
+  await row.waitFor({ timeout: STEP_MS });
+  check((await row.textContent()).includes("agent2 (sim-critic)"), "the session list shows the session and its winner");
+  if (shots) await page.screenshot({ path: `${shots}/sessions.png` });
+  await row.click();
+  await completed(page);
+  check(await page.$eval("#final-text", (n, f) => n.textContent === f, live.final), "a finished session opens from its record");
+  await page.waitForFunction(() => !document.getElementById("replay-pace").disabled, null, { timeout: STEP_MS });
+
+  // Replay at the pace it happened: the view starts over and fills in stage by stage.
+  await page.evaluate(installRecorder);
+  await page.click("#replay-pace");
+  const early = await page.evaluate(() => ({
+    answers: document.querySelectorAll(".answer").length,
+    final: document.getElementById("final-text").textContent,
+  }));
+  check(early.answers < live.answers.length && early.final === "", "paced replay starts from the beginning");
+  await completed(page);
+  const paced = await page.evaluate(() => ({
+    marks: window.__marks,
+    lengths: window.__finalLengths,
+    answers: document.querySelectorAll(".answer").length,
+    final: document.getElementById("final-text").textContent,
+  }));
+  inOrder(paced.marks, ["answer", "vote", "winner", "final", "completed"], "paced replay");
+  check(paced.lengths.length >= 3, "paced replay streams the final answer");
+  check(paced.answers === live.answers.length && paced.final === live.final, "paced replay ends where the session ended");
+  await page.click("#replay-now");
+  check(await page.evaluate((f) => document.getElementById("final-text").textContent === f
+    && document.getElementById("session-view").dataset.status === "completed", live.final),
+    "replay at once shows the whole session immediately");
+
+  // Model text is text: the simulator quotes the question in its answers. Asked of the
+  // six-agent panel, which the question box offers as massgen/six.
+  await page.click(".back");
+  await page.selectOption("#ask-model", "massgen/six", { timeout: STEP_MS });
+  const hostile = "<script>alert(1)</script> <img src=x onerror=alert(2)> is this text?";
+  await ask(page, hostile);
+  await completed(page);
+  check(await page.$$eval(".agent-col", (c) => c.length) === 6, "six agents, six columns");
+  if (shots) await page.screenshot({ path: `${shots}/six-agents.png` });
+  const escaped = await page.evaluate(() => ({
+    answer: document.querySelector(".answer-text").textContent,
+    visible: document.querySelector(".answer-text").innerText,
+    final: document.getElementById("final-text").textContent,
+    scripts: document.querySelectorAll("main script, main img").length,
+    heading: document.getElementById("s-question").textContent,
+  }));
+  check(escaped.visible.includes("<script>alert(1)</script>") && escaped.visible.includes("<img src=x onerror=alert(2)>"),
+    "an answer containing <script> renders as literal text");
+  check(escaped.final.includes("<script>alert(1)</script>"), "the final answer's <script> renders as text");
+  check(escaped.heading === hostile, "the question renders as text");
+  check(escaped.scripts === 0, "no script or img element came from model text");
+  check(dialogs.length === 0, `no dialog fired (${dialogs.length})`);
+  check(problems.length === 0, `no page errors or CSP violations (${problems.join(" | ")})`);
+
+  if (shots) {
+    // The same finished session in the dark scheme.
+    const dark = await browser.newContext({ viewport: { width: 1366, height: 860 }, colorScheme: "dark" });
+    const p = await dark.newPage();
+    await p.goto(`${url}/#/s/${encodeURIComponent(id)}`, { timeout: STEP_MS });
+    await enterKey(p);
+    await completed(p);
+    await p.screenshot({ path: `${shots}/finished-session-dark.png` });
+  }
+}
+
+try {
+  await main();
+  console.log("e2e: PASSED");
+  process.exitCode = 0;
+} catch (err) {
+  console.error(`e2e: FAILED: ${err.stack || err}`);
+  process.exitCode = 1;
+} finally {
+  clearTimeout(watchdog);
+  await browser?.close().catch(() => {});
+}
