@@ -63,7 +63,14 @@ fn browser_follows_a_live_session_replays_it_and_shows_model_text_as_text() {
     }
     let mock = mock_upstream();
     let configs = tempfile::tempdir().unwrap();
-    let six: Vec<String> = (1..=6).map(|i| format!("sim{i}:vote=agent1")).collect();
+    // The sixth agent answers in plain text instead of calling a workflow tool: its text
+    // streams into its column (agent_delta), its turns are invalid and it fails.
+    let six: Vec<String> = (1..=6)
+        .map(|i| match i {
+            6 => "sim6:policy=no_tool,words=12".to_string(),
+            _ => format!("sim{i}:vote=agent1"),
+        })
+        .collect();
     let six: Vec<&str> = six.iter().map(String::as_str).collect();
     write(configs.path(), "six.yaml", &panel_yaml(&mock.url, &six, ""));
     let server = ui_server::serve_with_keys(

@@ -103,3 +103,18 @@ def test_health_and_models_match_openapi(client):
     models = httpx.get(f"{BASE}/v1/models").json()
     check("ModelList", models)
     assert "massgen" in [m.id for m in client.models.list()]
+
+
+def test_session_list_and_record_match_openapi(client):
+    raw = client.chat.completions.with_raw_response.create(model="massgen", messages=MESSAGES)
+    sid = raw.headers["x-massgen-session-id"]
+    listing = httpx.get(f"{BASE}/v1/sessions", timeout=30)
+    assert listing.status_code == 200
+    check("SessionList", listing.json())
+    entry = next(s for s in listing.json()["data"] if s["id"] == sid)
+    assert entry["status"] == "completed" and entry["question"] == MESSAGES[-1]["content"]
+    record = httpx.get(f"{BASE}/v1/sessions/{sid}", timeout=30)
+    check("SessionRecord", record.json())
+    bad = httpx.get(f"{BASE}/v1/sessions?limit=0", timeout=30)
+    assert bad.status_code == 400
+    check("ErrorResponse", bad.json())

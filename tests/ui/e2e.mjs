@@ -5,7 +5,8 @@
 //   env: MASSGEN_UI_KEY (the server's key), MASSGEN_CHROMIUM (default /usr/bin/chromium),
 //        MASSGEN_UI_SCREENSHOTS (a folder: write the README screenshots there)
 //
-// Expects the panels `massgen` (the demo) and `massgen/six` (six simulated agents).
+// Expects the panels `massgen` (the demo) and `massgen/six` (six simulated agents, the
+// sixth answering in plain text so that it streams, breaks the protocol and fails).
 // Asserts, in a real headless Chromium: the key prompt; a session started from the question
 // box shows agent columns, then answers, votes, the winner and a final answer that grows
 // while it streams, in that order; the session list shows it; a finished session replays
@@ -125,8 +126,12 @@ async function main() {
   const question = "How do panels of language models reach a consensus?";
   const id = await ask(page, question);
   check(id.startsWith("sess_"), `the page follows the new session ${id}`);
-  await page.waitForFunction(() => window.__marks.vote, null, { timeout: STEP_MS });
-  if (shots) await page.screenshot({ path: `${shots}/live-session.png` });
+  if (shots) {
+    // Mid-presentation: answers, votes, the winner and a final answer still streaming.
+    await page.waitForFunction(() => window.__finalLengths.length >= 8 || window.__marks.completed, null,
+      { timeout: STEP_MS, polling: "raf" });
+    await page.screenshot({ path: `${shots}/live-session.png` });
+  }
   await completed(page);
   const live = await page.evaluate(() => ({
     marks: window.__marks,
@@ -135,6 +140,7 @@ async function main() {
     answers: [...document.querySelectorAll(".answer")].map((a) => a.dataset.label),
     votes: document.querySelectorAll("#vote-list .vote").length,
     winner: document.getElementById("winner").dataset.label,
+    tally: [...document.getElementById("tally").children].map((c) => c.textContent).join(" "),
     final: document.getElementById("final-text").textContent,
     usageRows: document.querySelectorAll("#usage tbody tr").length,
     question: document.getElementById("s-question").textContent,
@@ -144,6 +150,7 @@ async function main() {
   check(live.answers.length >= 3 && live.answers.every((l) => /^agent\d+\.\d+$/.test(l)), `labelled answers (${live.answers})`);
   check(live.votes >= 3, `votes listed (${live.votes})`);
   check(live.winner === "agent2", "the demo's winner agent2 is shown");
+  check(live.tally === "agent2  3", `the tally at consensus: every agent for agent2 (${live.tally})`);
   check(live.final.startsWith("[simulated final answer]"), "the final answer is shown");
   check(live.lengths.length >= 3 && live.lengths.every((n, i) => i === 0 || n > live.lengths[i - 1]),
     `the final answer grew while streaming (${live.lengths.length} lengths)`);
@@ -193,6 +200,18 @@ async function main() {
   await ask(page, hostile);
   await completed(page);
   check(await page.$$eval(".agent-col", (c) => c.length) === 6, "six agents, six columns");
+  const sixth = await page.evaluate(() => {
+    const col = document.querySelector('.agent-col[data-label="agent6"]');
+    return {
+      stream: [...col.querySelectorAll(".stream")].map((s) => s.textContent),
+      invalid: col.querySelectorAll(".invalid").length,
+      failed: col.querySelector(".failed")?.textContent || "",
+      restarts: col.querySelectorAll(".turn.restart").length,
+    };
+  });
+  check(sixth.stream.length > 0 && sixth.stream.every((t) => t.includes("<script>alert(1)</script>")),
+    "an agent's streamed text shows in its column, as text");
+  check(sixth.invalid >= 2 && sixth.failed.includes("invalid_turns"), "invalid turns and the agent's failure show in its column");
   if (shots) await page.screenshot({ path: `${shots}/six-agents.png` });
   const escaped = await page.evaluate(() => ({
     answer: document.querySelector(".answer-text").textContent,

@@ -407,8 +407,11 @@ class SessionView {
 
   renderTally(fixed) {
     const counts = new Map();
-    if (fixed) for (const t of fixed) if (t.votes > 0) counts.set(t.label, t.votes);
-    else for (const v of this.votes) if (!v.cleared) counts.set(v.target, (counts.get(v.target) || 0) + 1);
+    if (fixed) {
+      for (const t of fixed) if (t.votes > 0) counts.set(t.label, t.votes);
+    } else {
+      for (const v of this.votes) if (!v.cleared) counts.set(v.target, (counts.get(v.target) || 0) + 1);
+    }
     const max = Math.max(1, ...counts.values());
     const rows = [];
     for (const [label, n] of [...counts].sort((x, y) => y[1] - x[1])) {
