@@ -192,9 +192,43 @@ async function main() {
     && document.getElementById("session-view").dataset.status === "completed", live.final),
     "replay at once shows the whole session immediately");
 
+  // An event stream that breaks off is picked up again: the page reconnects and skips
+  // the events it already showed.
+  let cut = 0;
+  await page.route("**/v1/sessions/*/events", async (route) => {
+    if (cut++ > 0) return route.continue();
+    const response = await route.fetch();
+    const body = await response.text();
+    const blocks = body.split("\n\n");
+    await route.fulfill({ response, body: blocks.slice(0, Math.floor(blocks.length / 2)).join("\n\n") + "\n\n" });
+  });
+  await page.click(".back");
+  await page.locator(`#sessions-body tr[data-id="${id}"]`).click();
+  await completed(page);
+  const resumed = await page.evaluate(() => ({
+    answers: document.querySelectorAll(".answer").length,
+    votes: document.querySelectorAll("#vote-list li").length,
+    final: document.getElementById("final-text").textContent,
+  }));
+  await page.unroute("**/v1/sessions/*/events");
+  check(cut === 2, `the page reconnected once after the stream broke off (${cut} requests)`);
+  check(resumed.answers === live.answers.length && resumed.final === live.final && resumed.votes >= live.votes,
+    "after reconnecting nothing is missing or shown twice");
+
+  // The list shows sessions that other clients start, while it is open.
+  await page.click(".back");
+  const rowsBefore = await page.locator("#sessions-body tr").count();
+  const other = fetch(`${url}/v1/chat/completions`, {
+    method: "POST",
+    headers: { "content-type": "application/json", ...(key ? { authorization: `Bearer ${key}` } : {}) },
+    body: JSON.stringify({ model: "massgen", messages: [{ role: "user", content: "Started by another client" }] }),
+  });
+  await page.waitForFunction((n) => document.querySelectorAll("#sessions-body tr").length > n, rowsBefore, { timeout: STEP_MS });
+  check((await page.locator("#sessions-body tr").first().textContent()).includes("Started by another client"),
+    "a session started elsewhere shows up in the open list");
+
   // Model text is text: the simulator quotes the question in its answers. Asked of the
   // six-agent panel, which the question box offers as massgen/six.
-  await page.click(".back");
   await page.selectOption("#ask-model", "massgen/six", { timeout: STEP_MS });
   const hostile = "<script>alert(1)</script> <img src=x onerror=alert(2)> is this text?";
   await ask(page, hostile);
@@ -227,6 +261,7 @@ async function main() {
   check(escaped.scripts === 0, "no script or img element came from model text");
   check(dialogs.length === 0, `no dialog fired (${dialogs.length})`);
   check(problems.length === 0, `no page errors or CSP violations (${problems.join(" | ")})`);
+  await other;
 
   if (shots) {
     // The same finished session in the dark scheme.

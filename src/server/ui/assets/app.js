@@ -540,9 +540,12 @@ function closeSession() {
   current = null;
 }
 
+const TERMINAL = new Set(["session_completed", "session_failed"]);
+const RECONNECTS = 5;
+
 async function openSession(id) {
   closeSession();
-  const ctl = { id, abort: new AbortController(), events: [], done: false, timer: null, replaying: false };
+  const ctl = { id, abort: new AbortController(), events: [], done: false, timer: null, replaying: false, live: null };
   current = ctl;
   view.reset();
   $("s-question").textContent = "";
@@ -550,35 +553,56 @@ async function openSession(id) {
   setReplayButtons(false);
   $("replay-progress").textContent = "";
   loadHeader(ctl);
+  for (let attempt = 1; ; attempt++) {
+    const outcome = await follow(ctl);
+    if (outcome === "stop" || current !== ctl) return;
+    if (outcome === "ended") break;
+    if (attempt > RECONNECTS) {
+      view.status("failed", "The event stream kept breaking off: reload the page to try again.");
+      return;
+    }
+    $("replay-progress").textContent = "event stream broke off: reconnecting…";
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    if (current !== ctl) return;
+  }
+  ctl.done = true;
+  $("replay-progress").textContent = ctl.live ? "finished live" : "from the record";
+  setReplayButtons(true);
+}
+
+/**
+ * Reads the session's event stream once. The server replays every stored event first, so
+ * after a reconnect the events already shown (by seq) are skipped. Returns "ended" after
+ * the session's last event, "broken" when the stream stopped before it, "stop" otherwise.
+ */
+async function follow(ctl) {
   let res;
   try {
-    res = await api(`/v1/sessions/${encodeURIComponent(id)}/events`, { signal: ctl.abort.signal });
+    res = await api(`/v1/sessions/${encodeURIComponent(ctl.id)}/events`, { signal: ctl.abort.signal });
   } catch (err) {
-    if (!(err instanceof AuthNeeded) && current === ctl) view.status("failed", `Could not open the session: ${err.message}`);
-    return;
+    return err instanceof AuthNeeded || ctl.abort.signal.aborted ? "stop" : "broken";
   }
   if (!res.ok) {
     const why = res.status === 404 ? "No such session here: records are kept in memory for a while, per API key." : await errorMessage(res);
-    view.status("failed", why);
-    return;
+    if (current === ctl) view.status("failed", why);
+    return "stop";
   }
-  const live = res.headers.get("x-massgen-session-status") === "running";
-  $("replay-progress").textContent = live ? "live" : "from the record";
+  if (ctl.live === null) ctl.live = res.headers.get("x-massgen-session-status") === "running";
+  $("replay-progress").textContent = ctl.live ? "live" : "from the record";
   try {
     for await (const m of sse(res)) {
-      if (current !== ctl) return;
+      if (current !== ctl) return "stop";
       const ev = JSON.parse(m.data);
+      const last = ctl.events[ctl.events.length - 1];
+      if (last && ev.seq <= last.seq) continue;
       ctl.events.push(ev);
       if (!ctl.replaying) view.apply(ev);
+      if (TERMINAL.has(ev.type)) return "ended";
     }
-  } catch (err) {
-    if (current === ctl && !ctl.abort.signal.aborted) view.status("failed", `The event stream broke: ${err.message}`);
-    return;
+  } catch {
+    return ctl.abort.signal.aborted ? "stop" : "broken";
   }
-  if (current !== ctl) return;
-  ctl.done = true;
-  $("replay-progress").textContent = live ? "finished live" : "from the record";
-  setReplayButtons(true);
+  return "broken";
 }
 
 async function loadHeader(ctl) {
@@ -644,6 +668,7 @@ function route() {
   $("session-view").hidden = sessionId === null;
   if (sessionId === null) {
     closeSession();
+    view.reset();
     pollList(true);
   } else {
     pollList(false);
