@@ -12,6 +12,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use massgen::coordination::{
+    AgentError, AgentErrorKind, AgentRef, Answer, AnswerContent, CallPhase, EventKind,
+    SessionError, SessionErrorKind, SessionEvent,
+};
+use massgen::providers::{ProviderErrorKind, ToolCall, Usage};
+
 use support::{mock_upstream, panel_yaml, write};
 
 const KEY: &str = "sk-mg-ui-test-5d2e8c41";
@@ -50,6 +56,116 @@ fn missing(ui_dir: &Path) -> Option<String> {
     None
 }
 
+fn agent(id: &str, label: &str) -> AgentRef {
+    AgentRef {
+        agent_id: id.into(),
+        label: label.into(),
+    }
+}
+
+/// A session the simulator cannot produce (MCP tool uses, an upstream failure, a proposal
+/// of client tool calls, a failed session), built from the engine's own event types and
+/// framed as `GET /v1/sessions/{id}/events` frames them. The page is fed it in place of
+/// the server's stream for `sess_fixture`.
+fn fixture_stream() -> String {
+    let (a1, a2) = (agent("researcher", "agent1"), agent("flaky", "agent2"));
+    let kinds = vec![
+        EventKind::SessionStarted {
+            agents: vec![a1.clone(), a2.clone()],
+        },
+        EventKind::TurnStarted {
+            agent: a1.clone(),
+            turn: 1,
+            answers_seen: vec![],
+        },
+        EventKind::TurnStarted {
+            agent: a2.clone(),
+            turn: 1,
+            answers_seen: vec![],
+        },
+        EventKind::AgentDelta {
+            agent: a1.clone(),
+            text: "Let me look that up.".into(),
+        },
+        EventKind::ToolCalled {
+            agent: a1.clone(),
+            tool: "mcp__search__query".into(),
+            round: 1,
+            duration_ms: 12,
+            error: None,
+        },
+        EventKind::ToolCalled {
+            agent: a1.clone(),
+            tool: "mcp__files__read".into(),
+            round: 1,
+            duration_ms: 60_000,
+            error: Some("timed out".into()),
+        },
+        EventKind::AgentFailed {
+            error: AgentError {
+                agent: a2.clone(),
+                kind: AgentErrorKind::Upstream,
+                message: "rate limited by groq (429)".into(),
+                provider: Some("groq".into()),
+                status: Some(429),
+                upstream_kind: Some(ProviderErrorKind::RateLimited),
+            },
+        },
+        EventKind::Answer {
+            answer: Answer {
+                agent: a1.clone(),
+                answer_label: "agent1.1".into(),
+                content: AnswerContent::ToolCalls {
+                    calls: vec![ToolCall {
+                        id: "call_1".into(),
+                        name: "get_weather".into(),
+                        arguments: r#"{"city":"Paris"}"#.into(),
+                        opaque: None,
+                    }],
+                },
+            },
+        },
+        EventKind::Usage {
+            agent: a1,
+            phase: CallPhase::Coordination,
+            usage: Usage {
+                input_tokens: 100,
+                output_tokens: 20,
+                total_tokens: 120,
+                ..Usage::default()
+            },
+        },
+        EventKind::SessionFailed {
+            error: SessionError {
+                kind: SessionErrorKind::Cancelled,
+                message: "the client went away".into(),
+                agent_errors: vec![],
+                usage: Usage {
+                    input_tokens: 100,
+                    output_tokens: 20,
+                    total_tokens: 120,
+                    ..Usage::default()
+                },
+            },
+        },
+    ];
+    let mut out = String::new();
+    for (seq, kind) in kinds.into_iter().enumerate() {
+        let event = SessionEvent {
+            seq: seq as u64,
+            at_ms: 1_700_000_000_000 + 400 * seq as u64,
+            session_id: "sess_fixture".into(),
+            kind,
+        };
+        let value = serde_json::to_value(&event).unwrap();
+        out.push_str(&format!(
+            "event: {}\ndata: {value}\n\n",
+            value["type"].as_str().unwrap()
+        ));
+    }
+    out
+}
+
 #[test]
 fn browser_follows_a_live_session_replays_it_and_shows_model_text_as_text() {
     let ui_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
@@ -83,11 +199,15 @@ fn browser_follows_a_live_session_replays_it_and_shows_model_text_as_text() {
     );
     let url = server.url.clone();
 
+    let fixture = configs.path().join("fixture.sse");
+    std::fs::write(&fixture, fixture_stream()).unwrap();
+
     let mut e2e = Command::new("node")
         .arg(ui_dir.join("e2e.mjs"))
         .arg(&url)
         .env("MASSGEN_UI_KEY", KEY)
         .env("MASSGEN_CHROMIUM", chromium())
+        .env("MASSGEN_UI_FIXTURE", &fixture)
         .stdin(Stdio::null())
         .spawn()
         .expect("start node");

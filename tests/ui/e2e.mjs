@@ -11,6 +11,7 @@
 // box shows agent columns, then answers, votes, the winner and a final answer that grows
 // while it streams, in that order; the session list shows it; a finished session replays
 // at its pace and at once; model text containing <script> renders as text.
+import { readFileSync } from "node:fs";
 import { chromium } from "playwright-core";
 
 const url = process.argv[2];
@@ -19,6 +20,8 @@ if (!url) {
   process.exit(2);
 }
 const key = process.env.MASSGEN_UI_KEY || "";
+// SSE frames of a session the simulator cannot produce (tests/ui_e2e.rs writes them).
+const fixture = process.env.MASSGEN_UI_FIXTURE || "";
 const shots = process.env.MASSGEN_UI_SCREENSHOTS || "";
 const executablePath = process.env.MASSGEN_CHROMIUM || "/usr/bin/chromium";
 const STEP_MS = 20_000;
@@ -262,6 +265,40 @@ async function main() {
   check(dialogs.length === 0, `no dialog fired (${dialogs.length})`);
   check(problems.length === 0, `no page errors or CSP violations (${problems.join(" | ")})`);
   await other;
+
+  // Tool uses, an upstream failure, a proposal of tool calls and a failed session, from
+  // events serialized by the engine's own types.
+  if (fixture) {
+    const frames = readFileSync(fixture, "utf8");
+    await page.route("**/v1/sessions/sess_fixture/events", (route) =>
+      route.fulfill({ status: 200, headers: { "content-type": "text/event-stream", "x-massgen-session-status": "finished" }, body: frames }));
+    await page.goto(`${url}/#/s/sess_fixture`, { timeout: STEP_MS });
+    await page.waitForFunction(() => document.getElementById("session-view").dataset.status === "failed", null, { timeout: STEP_MS });
+    const f = await page.evaluate(() => {
+      const col = (l) => document.querySelector(`.agent-col[data-label="${l}"]`);
+      return {
+        tools: [...col("agent1").querySelectorAll(".tool")].map((t) => `${t.className}|${t.textContent}`),
+        stream: col("agent1").querySelector(".stream")?.textContent,
+        proposal: col("agent1").querySelector(".answer")?.textContent || "",
+        failed: col("agent2").querySelector(".failed")?.textContent || "",
+        failedCol: col("agent2").classList.contains("failed-col"),
+        phase: document.getElementById("s-phase").textContent,
+        usage: [...document.querySelectorAll("#usage tbody tr")].map((r) => r.textContent),
+      };
+    });
+    check(f.tools.length === 2 && f.tools[0].startsWith("tool|used mcp__search__query (12 ms)")
+      && f.tools[1].startsWith("tool error|used mcp__files__read: failed after 60000 ms: timed out"), "MCP tool uses show in the agent's column");
+    check(f.stream === "Let me look that up.", "streamed agent text shows");
+    check(f.proposal.includes("agent1.1 · proposes tool calls") && f.proposal.includes('get_weather({"city":"Paris"})'),
+      "a proposal of client tool calls shows as the answer");
+    check(f.failedCol && f.failed.includes("failed (upstream): rate limited by groq (429)"), "an upstream failure shows in its column");
+    check(f.phase.includes("Failed (cancelled): the client went away"), "a failed session shows why");
+    check(f.usage.length === 3 && !f.usage[0].includes("(failed)") && f.usage[1].includes("flaky (failed)") && f.usage[2].includes("120"),
+      `a failed session shows usage, marking only the agent that failed (${f.usage.join(" | ")})`);
+    if (shots) await page.screenshot({ path: `${shots}/tools-and-failures.png` });
+  } else {
+    console.log("e2e: MASSGEN_UI_FIXTURE not set: the fixture session is not checked");
+  }
 
   if (shots) {
     // The same finished session in the dark scheme.

@@ -281,7 +281,7 @@ class SessionView {
       feed,
       foot,
     );
-    a = { ref, node, state, feed, foot, stream: null, turns: 0, busyMs: 0, firstAnswerMs: null, usage: null, turnAt: null };
+    a = { ref, node, state, feed, foot, stream: null, turns: 0, answers: 0, failed: false, busyMs: 0, firstAnswerMs: null, usage: null, turnAt: null };
     this.agents.set(ref.agent_id, a);
     $("agents").append(node);
     return a;
@@ -346,6 +346,7 @@ class SessionView {
     const a = this.column(ans);
     this.endTurn(a, ev);
     if (a.firstAnswerMs === null) a.firstAnswerMs = ev.at_ms - this.t0;
+    a.answers += 1;
     const content = ans.content.type === "tool_calls"
       ? ans.content.calls.map((c) => `${c.name}(${c.arguments})`).join("\n")
       : ans.content.text;
@@ -396,6 +397,7 @@ class SessionView {
     this.endTurn(a, ev);
     this.add(a, el("p", { class: "failed" }, `failed (${e.kind}): `, e.message, this.at(ev)));
     this.setState(a, "failed");
+    a.failed = true;
     a.node.classList.add("failed-col");
   }
 
@@ -495,7 +497,7 @@ class SessionView {
     const e = ev.error;
     for (const a of this.agents.values()) if (a.stream) this.endTurn(a, ev);
     this.status("failed", `Failed (${e.kind}): ${e.message}`);
-    const agents = [...this.agents.values()].map((a) => ({ ...a.ref, usage: a.usage || {}, provider: "", model: "", failed: true }));
+    const agents = [...this.agents.values()].map((a) => ({ ...a.ref, usage: a.usage || {}, answers: a.answers, failed: a.failed }));
     this.renderUsage(agents, e.usage, ev.at_ms - this.t0, ev);
   }
 
