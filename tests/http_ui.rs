@@ -175,7 +175,7 @@ async fn page_loads_without_a_key_and_sessions_list_only_the_callers_own() {
         .await
         .unwrap();
     assert_eq!(one["data"].as_array().unwrap().len(), 1);
-    for bad in ["0", "1001", "x", "-1"] {
+    for bad in ["0", "1001", "x", "-1", "1&limit=2", "%FF"] {
         let response = get(&format!("{url}/v1/sessions?limit={bad}"), Some(KEY_1)).await;
         assert_eq!(response.status(), 400, "limit={bad}");
         let body: Value = response.json().await.unwrap();

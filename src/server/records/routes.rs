@@ -21,30 +21,24 @@ pub const STATUS_HEADER: &str = "x-massgen-session-status";
 const LIST_DEFAULT: usize = 50;
 const LIST_MAX: usize = 1000;
 
-#[derive(serde::Deserialize)]
-pub struct ListQuery {
-    limit: Option<String>,
-}
-
 /// The caller's newest sessions first, running and finished, as short summaries.
 pub async fn list_sessions(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Query(query): Query<ListQuery>,
+    // Pairs, not a struct: a repeated or unknown parameter must not become axum's
+    // plain-text rejection.
+    Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, ApiError> {
-    let limit = match query.limit.as_deref() {
-        None => LIST_DEFAULT,
+    let mut limits = query.iter().filter(|(k, _)| k == "limit");
+    let (first, repeated) = (limits.next(), limits.next().is_some());
+    let limit = match first.map(|(_, v)| v.as_str()).filter(|_| !repeated) {
+        None if first.is_none() => LIST_DEFAULT,
+        None => return Err(limit_error()),
         Some(raw) => raw
             .parse::<usize>()
             .ok()
             .filter(|n| (1..=LIST_MAX).contains(n))
-            .ok_or_else(|| {
-                ApiError::invalid(
-                    format!("limit must be a whole number from 1 to {LIST_MAX}"),
-                    Some("limit"),
-                    "invalid_value",
-                )
-            })?,
+            .ok_or_else(limit_error)?,
     };
     let data: Vec<_> = state
         .production
@@ -54,6 +48,14 @@ pub async fn list_sessions(
         .map(|r| list_entry_json(r))
         .collect();
     Ok(axum::Json(serde_json::json!({"object": "list", "data": data})).into_response())
+}
+
+fn limit_error() -> ApiError {
+    ApiError::invalid(
+        format!("limit must be given once, as a whole number from 1 to {LIST_MAX}"),
+        Some("limit"),
+        "invalid_value",
+    )
 }
 
 pub async fn get_session(
