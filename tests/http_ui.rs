@@ -64,7 +64,7 @@ async fn page_loads_without_a_key_and_sessions_list_only_the_callers_own() {
     let url = server.url.clone();
 
     // The page and its files need no key; the API still does.
-    for path in ["/", "/ui"] {
+    for path in ["/", "/ui", "/ui/"] {
         let page = get(&format!("{url}{path}"), None).await;
         assert_eq!(page.status(), 200, "{path}");
         let csp = page.headers()["content-security-policy"].to_str().unwrap();

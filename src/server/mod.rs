@@ -113,6 +113,7 @@ pub fn router(state: AppState) -> Router {
     let router = Router::new()
         .route("/", get(ui::index))
         .route("/ui", get(ui::index))
+        .route("/ui/", get(ui::index))
         .route("/ui/app.js", get(ui::app_js))
         .route("/ui/app.css", get(ui::app_css))
         .route("/ui/favicon.svg", get(ui::favicon))
