@@ -4,7 +4,7 @@
 
 mod chat;
 pub mod error;
-mod render;
+pub mod render;
 pub mod request;
 pub mod routing;
 
