@@ -200,7 +200,7 @@ fn engine(c: &mut Criterion) {
     g.finish();
 }
 
-fn sse_line(value: &Value) -> Bytes {
+fn sse_line(value: &impl serde::Serialize) -> Bytes {
     // As src/server/chat.rs frames every chunk.
     let mut buf = Vec::with_capacity(256);
     buf.extend_from_slice(b"data: ");

@@ -56,6 +56,9 @@ struct Args {
     python: Option<PathBuf>,
     #[arg(long, default_value_t = 5)]
     python_sessions: usize,
+    /// Comma-separated subset: coordination, pass, scale, reference (default: all).
+    #[arg(long, value_delimiter = ',')]
+    only: Vec<String>,
     /// The command line to print in the results.
     #[arg(long, default_value = "benches/run.sh")]
     command: String,
@@ -94,6 +97,7 @@ async fn main() -> std::process::ExitCode {
         python: a.python,
         python_sessions: a.python_sessions,
         command: a.command,
+        only: a.only,
     };
     match driver::run(&settings).await {
         Ok(results) => {

@@ -11,6 +11,7 @@ use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
+use axum::serve::ListenerExt;
 use futures::StreamExt;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -77,6 +78,11 @@ pub async fn start() -> std::io::Result<Mock> {
     let recorder = Arc::new(Recorder::default());
     let listener = TcpListener::bind("127.0.0.1:0").await?;
     let addr = listener.local_addr()?;
+    // Without TCP_NODELAY a chunk written while the previous one is unacknowledged waits
+    // for the peer's delayed ACK (up to 40 ms): the simulator would not keep its timing.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let app = massgen::mock_upstream::router().layer(axum::middleware::from_fn_with_state(
         recorder.clone(),
         record,

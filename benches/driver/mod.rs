@@ -37,6 +37,14 @@ pub struct Settings {
     pub python: Option<PathBuf>,
     pub python_sessions: usize,
     pub command: String,
+    /// Run only these measurements (`coordination`, `pass`, `scale`, `reference`); empty: all.
+    pub only: Vec<String>,
+}
+
+impl Settings {
+    fn wants(&self, what: &str) -> bool {
+        self.only.is_empty() || self.only.iter().any(|o| o == what)
+    }
 }
 
 pub async fn run(s: &Settings) -> Result<report::Results, String> {
@@ -55,17 +63,19 @@ pub async fn run(s: &Settings) -> Result<report::Results, String> {
         mock: &mock,
         http,
     };
-    eprintln!("(1)+(2) coordination: {} sequential sessions", s.sessions);
-    let coordination = scenarios::coordination(&env, s.latency, s.sessions).await?;
-    eprintln!(
-        "  ratio p50 {:.4} p99 {:.4}; ttfb p50 {:.2} ms p99 {:.2} ms",
-        coordination.ratio.p50,
-        coordination.ratio.p99,
-        coordination.ttfb_ms.p50,
-        coordination.ttfb_ms.p99
-    );
+    let coordination = if s.wants("coordination") {
+        eprintln!("(1)+(2) coordination: {} sequential sessions", s.sessions);
+        let c = scenarios::coordination(&env, s.latency, s.sessions).await?;
+        eprintln!(
+            "  ratio p50 {:.4} p99 {:.4}; ttfb p50 {:.2} ms p99 {:.2} ms",
+            c.ratio.p50, c.ratio.p99, c.ttfb_ms.p50, c.ttfb_ms.p99
+        );
+        Some(c)
+    } else {
+        None
+    };
     let pass = match &s.wrk {
-        Some(wrk) => {
+        Some(wrk) if s.wants("pass") => {
             eprintln!("(3) pass-through under wrk");
             // The generator shares the simulator's CPU (the driver's affinity).
             Some(
@@ -80,20 +90,25 @@ pub async fn run(s: &Settings) -> Result<report::Results, String> {
                 .await?,
             )
         }
-        None => None,
+        _ => None,
     };
-    eprintln!("(4) scale: {} concurrent sessions", s.scale_sessions);
-    let scale = scenarios::scale(&env, s.scale_latency, s.scale_sessions).await?;
-    eprintln!(
-        "  ok {} / {}, peak RSS {:.1} MiB",
-        scale.completed_ok, scale.sessions, scale.peak_rss_mib
-    );
+    let scale = if s.wants("scale") {
+        eprintln!("(4) scale: {} concurrent sessions", s.scale_sessions);
+        let sc = scenarios::scale(&env, s.scale_latency, s.scale_sessions).await?;
+        eprintln!(
+            "  ok {} / {}, peak RSS {:.1} MiB",
+            sc.completed_ok, sc.sessions, sc.peak_rss_mib
+        );
+        Some(sc)
+    } else {
+        None
+    };
     let reference = match &s.python {
-        Some(python) => {
+        Some(python) if s.wants("reference") => {
             eprintln!("(5) Python MassGen reference");
             Some(reference::run(&env, python, s.latency, s.python_sessions).await)
         }
-        None => None,
+        _ => None,
     };
     let results = report::Results {
         name: s.name.clone(),

@@ -26,9 +26,9 @@ pub struct Results {
     pub machine: Machine,
     pub build: String,
     pub server_cpus: Option<String>,
-    pub coordination: Coordination,
+    pub coordination: Option<Coordination>,
     pub pass_through: Option<PassThrough>,
-    pub scale: Scale,
+    pub scale: Option<Scale>,
     pub reference: Option<Reference>,
 }
 
@@ -84,13 +84,11 @@ pub fn write(r: &Results, dir: &Path) -> Result<(), String> {
 
 pub fn markdown(r: &Results) -> String {
     let mut m = String::new();
-    let c = &r.coordination;
-    let s = &r.scale;
     let _ = writeln!(m, "# massgen benchmark: {}\n", r.name);
     let _ = writeln!(m, "Command: `{}`\n", r.command);
     let _ = writeln!(
         m,
-        "Machine: {} ({} cores, {:.1} GiB), Linux {}, {}; {}. Build: {}. System under test pinned to CPU {}; driver, simulator and load generator on the rest.\n",
+        "Machine: {} ({} cores, {:.1} GiB), Linux {}, {}; {}. Build: {}. System under test pinned to CPU {}; driver, simulator and load generator on the other.\n",
         r.machine.cpu,
         r.machine.cores,
         r.machine.memory_gib,
@@ -100,102 +98,99 @@ pub fn markdown(r: &Results) -> String {
         r.build,
         r.server_cpus.as_deref().unwrap_or("(unpinned)")
     );
-    let lat = |l: &super::scenarios::Latency| {
-        format!(
-            "ttft {} ms, {} ms/token, {} words",
-            l.ttft_ms, l.token_ms, l.words
-        )
-    };
     let _ = writeln!(
         m,
         "| measurement | settings | massgen (Rust) | Python MassGen | target |"
     );
     let _ = writeln!(m, "|---|---|---|---|---|");
     let refr = r.reference.as_ref();
-    let ref_ratio = refr.and_then(|x| x.ratio.as_ref()).map_or_else(
-        || "did not run (see below)".to_string(),
-        |d| format!("p50 {:.3}, p99 {:.3} (n={})", d.p50, d.p99, d.n),
-    );
-    let _ = writeln!(
-        m,
-        "| 1. coordination overhead: wall / critical path | 3 agents, {}, {} sequential streaming sessions | p50 **{:.4}**, p99 **{:.4}** (overhead p50 {:.1} ms, p99 {:.1} ms; {} failures) | {} | p99 ≤ 1.02 |",
-        lat(&c.latency),
-        c.sessions,
-        c.ratio.p50,
-        c.ratio.p99,
-        c.overhead_ms.p50,
-        c.overhead_ms.p99,
-        c.failures,
-        ref_ratio
-    );
-    let _ = writeln!(
-        m,
-        "| 2. time to first SSE byte | same sessions | p50 **{:.2} ms**, p99 **{:.2} ms** | cannot stream | p99 < 5 ms |",
-        c.ttfb_ms.p50, c.ttfb_ms.p99
-    );
-    match &r.pass_through {
-        Some(p) => {
-            let best = p.best_rate_rps.map_or("none".to_string(), |v| {
-                format!("**{v:.0} req/s** (c={})", p.best_connections.unwrap_or(0))
-            });
-            let _ = writeln!(
-                m,
-                "| 3. pass-through: highest rate with added p99 < 1 ms, 0 errors | 1 agent, skip rounds + presentation, {}, {} s/step, {} | {} | n/a | report |",
-                lat(&p.latency),
-                p.seconds_per_step,
-                p.generator,
-                best
-            );
-        }
-        None => {
-            let _ = writeln!(m, "| 3. pass-through | | not run (no wrk) | | |");
-        }
+    if let Some(c) = &r.coordination {
+        let ref_ratio = refr.and_then(|x| x.ratio.as_ref()).map_or_else(
+            || "did not run (see below)".to_string(),
+            |d| format!("p50 {:.3}, p99 {:.3} (n={})", d.p50, d.p99, d.n),
+        );
+        let _ = writeln!(
+            m,
+            "| 1. coordination overhead: wall / critical path | 3 agents, {}, {} sequential streaming sessions | p50 **{:.4}**, p99 **{:.4}** (overhead p50 {:.1} ms, p99 {:.1} ms; {} failures) | {} | p99 ≤ 1.02 |",
+            lat(&c.latency),
+            c.sessions,
+            c.ratio.p50,
+            c.ratio.p99,
+            c.overhead_ms.p50,
+            c.overhead_ms.p99,
+            c.failures,
+            ref_ratio
+        );
+        let _ = writeln!(
+            m,
+            "| 2. time to first SSE byte | same sessions | p50 **{:.2} ms**, p99 **{:.2} ms** | cannot stream | p99 < 5 ms |",
+            c.ttfb_ms.p50, c.ttfb_ms.p99
+        );
     }
-    let ref_rss = refr.and_then(|x| x.peak_rss_mib.as_ref()).map_or_else(
-        || "n/a".to_string(),
-        |d| format!("{:.0} MiB for 1 session", d.max),
-    );
-    let _ = writeln!(
-        m,
-        "| 4. scale: concurrent streaming 3-agent sessions | {} sessions at once, {} | {} ok, {} errors; peak RSS **{:.1} MiB** (idle {:.1}), **{:.1} KiB**/session; all done in {:.1} s | {} | peak < 200 MB |",
-        s.sessions,
-        lat(&s.latency),
-        s.completed_ok,
-        s.failures,
-        s.peak_rss_mib,
-        s.idle_rss_mib,
-        s.rss_per_session_kib,
-        s.all_done_s,
-        ref_rss
-    );
+    if let Some(p) = &r.pass_through {
+        let best = p.best_rate_rps.map_or("none".to_string(), |v| {
+            format!("**{v:.0} req/s** (c={})", p.best_connections.unwrap_or(0))
+        });
+        let _ = writeln!(
+            m,
+            "| 3. pass-through: highest rate with added p99 < 1 ms, 0 errors | 1 agent, skip rounds + presentation, {}, {} s/step, {} | {} | n/a | report |",
+            lat(&p.latency),
+            p.seconds_per_step,
+            p.generator,
+            best
+        );
+    }
+    if let Some(s) = &r.scale {
+        let ref_rss = refr.and_then(|x| x.peak_rss_mib.as_ref()).map_or_else(
+            || "n/a".to_string(),
+            |d| format!("{:.0} MiB for 1 session", d.max),
+        );
+        let _ = writeln!(
+            m,
+            "| 4. scale: concurrent streaming 3-agent sessions | {} sessions at once, {} | {} ok, {} errors; peak RSS **{:.1} MiB** (idle {:.1}), **{:.1} KiB**/session; all done in {:.1} s | {} | peak < 200 MB |",
+            s.sessions,
+            lat(&s.latency),
+            s.completed_ok,
+            s.failures,
+            s.peak_rss_mib,
+            s.idle_rss_mib,
+            s.rss_per_session_kib,
+            s.all_done_s,
+            ref_rss
+        );
+    }
     let _ = writeln!(m, "\n## Details\n");
-    let _ = writeln!(
-        m,
-        "Coordination: wall p50 {:.1} ms / critical path p50 {:.1} ms; upstream calls per session p50 {:.0} (max {:.0}), of which on the critical path p50 {:.0}; ratio max {:.4}; TTFB max {:.2} ms; server RSS after {:.1} MiB.{}\n",
-        c.wall_ms.p50,
-        c.critical_path_ms.p50,
-        c.upstream_calls_per_session.p50,
-        c.upstream_calls_per_session.max,
-        c.chain_calls_per_session.p50,
-        c.ratio.max,
-        c.ttfb_ms.max,
-        c.server_rss_mib_after,
-        c.first_failure
-            .as_ref()
-            .map_or(String::new(), |f| format!(" First failure: {f}"))
-    );
-    let _ = writeln!(
-        m,
-        "Scale: wall p50 {:.0} ms, p99 {:.0} ms; TTFB under the burst p50 {:.2} ms, p99 {:.2} ms; {} upstream calls.{}\n",
-        s.wall_ms.p50,
-        s.wall_ms.p99,
-        s.ttfb_ms.p50,
-        s.ttfb_ms.p99,
-        s.upstream_calls,
-        s.first_failure
-            .as_ref()
-            .map_or(String::new(), |f| format!(" First failure: {f}"))
-    );
+    if let Some(c) = &r.coordination {
+        let _ = writeln!(
+            m,
+            "Coordination: wall p50 {:.1} ms / critical path p50 {:.1} ms; upstream calls per session p50 {:.0} (max {:.0}), of which on the critical path p50 {:.0}; ratio max {:.4}; TTFB max {:.2} ms; server RSS after {:.1} MiB.{}\n",
+            c.wall_ms.p50,
+            c.critical_path_ms.p50,
+            c.upstream_calls_per_session.p50,
+            c.upstream_calls_per_session.max,
+            c.chain_calls_per_session.p50,
+            c.ratio.max,
+            c.ttfb_ms.max,
+            c.server_rss_mib_after,
+            c.first_failure
+                .as_ref()
+                .map_or(String::new(), |f| format!(" First failure: {f}"))
+        );
+    }
+    if let Some(s) = &r.scale {
+        let _ = writeln!(
+            m,
+            "Scale: wall p50 {:.0} ms, p99 {:.0} ms; TTFB under the burst p50 {:.2} ms, p99 {:.2} ms; {} upstream calls.{}\n",
+            s.wall_ms.p50,
+            s.wall_ms.p99,
+            s.ttfb_ms.p50,
+            s.ttfb_ms.p99,
+            s.upstream_calls,
+            s.first_failure
+                .as_ref()
+                .map_or(String::new(), |f| format!(" First failure: {f}"))
+        );
+    }
     if let Some(p) = &r.pass_through {
         let _ = writeln!(
             m,
@@ -237,14 +232,21 @@ pub fn markdown(r: &Results) -> String {
         ) {
             let _ = writeln!(
                 m,
-                " Wall (around `massgen.run`) p50 {:.0} ms, critical path p50 {:.0} ms, upstream calls p50 {:.0}; `import massgen` alone p50 {:.0} ms.",
+                "Wall (around `massgen.run`) p50 {:.0} ms, critical path p50 {:.0} ms, upstream calls p50 {:.0}; `import massgen` alone p50 {:.0} ms.",
                 w.p50, cp.p50, n.p50, i.p50
             );
         }
         for p in x.problems.iter().take(5) {
-            let _ = writeln!(m, " Problem: {p}");
+            let _ = writeln!(m, "Problem: {p}");
         }
         let _ = writeln!(m);
     }
     m
+}
+
+fn lat(l: &super::scenarios::Latency) -> String {
+    format!(
+        "ttft {} ms, {} ms/token, {} words",
+        l.ttft_ms, l.token_ms, l.words
+    )
 }
