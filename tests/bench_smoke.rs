@@ -48,6 +48,7 @@ async fn the_benchmark_runs_at_tiny_sizes() {
         pass_max_connections: 2,
         python: None,
         python_sessions: 0,
+        reference_rust_sessions: 0,
         command: "smoke".into(),
         only: Vec::new(),
     };

@@ -56,6 +56,8 @@ struct Args {
     python: Option<PathBuf>,
     #[arg(long, default_value_t = 5)]
     python_sessions: usize,
+    #[arg(long, default_value_t = 20)]
+    reference_rust_sessions: usize,
     /// Comma-separated subset: coordination, pass, scale, reference (default: all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
@@ -96,6 +98,7 @@ async fn main() -> std::process::ExitCode {
         pass_max_connections: a.pass_max_connections,
         python: a.python,
         python_sessions: a.python_sessions,
+        reference_rust_sessions: a.reference_rust_sessions,
         command: a.command,
         only: a.only,
     };

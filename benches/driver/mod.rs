@@ -36,6 +36,8 @@ pub struct Settings {
     pub pass_max_connections: usize,
     pub python: Option<PathBuf>,
     pub python_sessions: usize,
+    /// Sessions of our server on the reference panel.
+    pub reference_rust_sessions: usize,
     pub command: String,
     /// Run only these measurements (`coordination`, `pass`, `scale`, `reference`); empty: all.
     pub only: Vec<String>,
@@ -106,7 +108,16 @@ pub async fn run(s: &Settings) -> Result<report::Results, String> {
     let reference = match &s.python {
         Some(python) if s.wants("reference") => {
             eprintln!("(5) Python MassGen reference");
-            Some(reference::run(&env, python, s.latency, s.python_sessions).await)
+            Some(
+                reference::run(
+                    &env,
+                    python,
+                    s.latency,
+                    s.reference_rust_sessions,
+                    s.python_sessions,
+                )
+                .await,
+            )
         }
         _ => None,
     };

@@ -7,12 +7,17 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::scenarios::{Dist, Env, Latency, QUESTION};
+use super::scenarios::{
+    self, Coordination, Dist, Env, Latency, QUESTION, REFERENCE_MODELS, REFERENCE_ORCHESTRATOR,
+};
 use super::server::pinned;
 use super::stats::critical_path;
 
 #[derive(Debug, Clone, Serialize)]
 pub struct Reference {
+    /// Our server on the same panel, the same way as (1).
+    pub rust: Option<Coordination>,
+    pub latency: Latency,
     pub sessions: usize,
     pub completed: usize,
     /// Why sessions did not complete (or why nothing ran).
@@ -31,18 +36,33 @@ struct RefOut {
     wall_ms: f64,
     import_ms: f64,
     peak_rss_mib: f64,
+    winner: Option<String>,
     answer: String,
 }
 
-pub async fn run(env: &Env<'_>, python: &Path, latency: Latency, sessions: usize) -> Reference {
+pub async fn run(
+    env: &Env<'_>,
+    python: &Path,
+    latency: Latency,
+    rust_sessions: usize,
+    sessions: usize,
+) -> Reference {
+    let mut problems = Vec::new();
+    let rust = scenarios::coordination_with(
+        env,
+        "reference",
+        latency,
+        rust_sessions,
+        REFERENCE_MODELS,
+        REFERENCE_ORCHESTRATOR,
+    )
+    .await
+    .map_err(|e| problems.push(format!("Rust server on the reference panel: {e}")))
+    .ok();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/reference/massgen_ref.py");
-    let models: Vec<String> = ["sim-a", "sim-b", "sim-c"]
-        .iter()
-        .map(|n| latency.model(n))
-        .collect();
+    let models = latency.panel(REFERENCE_MODELS);
     let (mut ratio, mut wall, mut cp, mut calls_n, mut import, mut rss) =
         (vec![], vec![], vec![], vec![], vec![], vec![]);
-    let mut problems = Vec::new();
     let mut answer_sample = None;
     for _ in 0..sessions {
         env.mock.recorder.clear();
@@ -78,8 +98,8 @@ pub async fn run(env: &Env<'_>, python: &Path, latency: Latency, sessions: usize
         };
         let calls = env.mock.recorder.since(started);
         let (path_ms, _) = critical_path(&calls);
-        if !out.answer.contains("[simulated") {
-            problems.push(format!("no simulated answer: {:.120}", out.answer));
+        if out.winner.is_none() || !out.answer.contains("[simulated") {
+            problems.push(format!("no winner; answer: {:.300}", out.answer));
             continue;
         }
         answer_sample.get_or_insert(out.answer.clone());
@@ -92,6 +112,8 @@ pub async fn run(env: &Env<'_>, python: &Path, latency: Latency, sessions: usize
     }
     let dist = |v: &Vec<f64>| (!v.is_empty()).then(|| Dist::of(v));
     Reference {
+        rust,
+        latency,
         sessions,
         completed: wall.len(),
         problems,

@@ -30,13 +30,21 @@ impl Latency {
         )
     }
 
-    fn panel(&self) -> Vec<String> {
+    /// Three agents; `extra` is appended to every model string (e.g. `,policy=answer`).
+    pub fn panel(&self, extra: &str) -> Vec<String> {
         ["sim-a", "sim-b", "sim-c"]
             .iter()
-            .map(|n| self.model(n))
+            .map(|n| format!("{}{extra}", self.model(n)))
             .collect()
     }
 }
+
+/// The panel both servers run in (5). Python MassGen offers `vote` (with every agent in
+/// its enum) from the first turn on, so the simulator's `auto` policy would vote before any
+/// answer exists; `policy=answer` answers whenever `new_answer` is offered, and one answer
+/// per agent puts both implementations in vote-only mode after it.
+pub const REFERENCE_MODELS: &str = ",policy=answer";
+pub const REFERENCE_ORCHESTRATOR: &str = "orchestrator:\n  max_new_answers_per_agent: 1\n";
 
 pub struct Env<'a> {
     pub massgen: PathBuf,
@@ -113,7 +121,18 @@ pub async fn coordination(
     latency: Latency,
     sessions: usize,
 ) -> Result<Coordination, String> {
-    let server = env.server("coordination", &latency.panel(), "")?;
+    coordination_with(env, "coordination", latency, sessions, "", "").await
+}
+
+pub async fn coordination_with(
+    env: &Env<'_>,
+    name: &str,
+    latency: Latency,
+    sessions: usize,
+    models: &str,
+    orchestrator: &str,
+) -> Result<Coordination, String> {
+    let server = env.server(name, &latency.panel(models), orchestrator)?;
     for _ in 0..2 {
         let warm = client::stream_session(&env.http, &server.url, QUESTION).await;
         warm.check().map_err(|e| format!("warm-up session: {e}"))?;
@@ -177,7 +196,7 @@ pub struct Scale {
 
 /// (4): `sessions` streaming sessions started at once.
 pub async fn scale(env: &Env<'_>, latency: Latency, sessions: usize) -> Result<Scale, String> {
-    let server = env.server("scale", &latency.panel(), "")?;
+    let server = env.server("scale", &latency.panel(""), "")?;
     let warm = client::stream_session(&env.http, &server.url, QUESTION).await;
     warm.check().map_err(|e| format!("warm-up session: {e}"))?;
     tokio::time::sleep(Duration::from_millis(200)).await;

@@ -1,7 +1,7 @@
 """One session of Python MassGen (`pip install massgen`) against the simulator.
 
 Prints one line `REFJSON {...}`: the wall time of `massgen.run` (import and interpreter
-start-up excluded), the process's peak RSS, and the start of the answer.
+start-up excluded), the process's peak RSS, the winner and the start of the answer.
 Usage: python massgen_ref.py MOCK_BASE_URL QUESTION MODEL_A MODEL_B MODEL_C
 """
 
@@ -27,7 +27,12 @@ def config(base_url, models):
                 },
             }
         )
-    return {"agents": agents, "ui": {"display_type": "simple", "logging_enabled": False}}
+    return {
+        "agents": agents,
+        # The same orchestrator setting as the Rust server's reference panel.
+        "orchestrator": {"max_new_answers_per_agent": 1},
+        "ui": {"display_type": "simple", "logging_enabled": False},
+    }
 
 
 async def main():
@@ -40,13 +45,16 @@ async def main():
     start = time.perf_counter()
     result = await massgen.run(query=question, config_dict=config(base_url, models))
     wall = time.perf_counter() - start
-    answer = result.get("final_answer") if isinstance(result, dict) else str(result)
+    result = result if isinstance(result, dict) else {}
+    answer = result.get("final_answer") or ""
+    winner = result.get("selected_agent")
     peak_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     line = {
         "wall_ms": wall * 1e3,
         "import_ms": import_s * 1e3,
         "peak_rss_mib": peak_kib / 1024,
-        "answer": (answer or "")[:200],
+        "winner": winner,
+        "answer": answer[:200],
     }
     print("REFJSON " + json.dumps(line), flush=True)
 

@@ -159,9 +159,7 @@ pub fn plan(b: &Behaviour, req: &Request) -> Plan {
     let seed = format!("{}\n{}", req.model, req.last_user);
     let question = text::question_of(&req.last_user);
     let o = &req.offered;
-    // Python MassGen offers `vote` without an `enum` before any answer exists: nothing to
-    // vote for yet, so that is not a vote offer.
-    let can_vote = o.vote.as_ref().is_some_and(|labels| !labels.is_empty());
+    let can_vote = o.vote.is_some();
     let answer = || new_answer(text::answer(&seed, &question, b.words));
     let vote = || vote_call(&pick_label(&b.vote, o.vote.as_deref().unwrap_or(&[])));
     let plain = || {
@@ -304,15 +302,6 @@ mod tests {
         );
         let p = plan(&beh("a"), &request(json!(null), "Q?"));
         assert!(matches!(p.reply, Reply::Text(t) if t.starts_with("[simulated final answer] ")));
-    }
-
-    #[test]
-    fn a_vote_offer_without_labels_is_answered_with_new_answer() {
-        // Python MassGen's first turn: both tools, `vote` without an `enum`.
-        let tools = json!([{"type":"function","function":{"name":"new_answer"}},
-            {"type":"function","function":{"name":"vote","parameters":{"properties":{"agent_id":{"type":"string"}}}}}]);
-        let r = request(tools, "<original_message>Q?</original_message>");
-        assert_eq!(calls(plan(&beh("a"), &r))[0].0, "new_answer");
     }
 
     #[test]
