@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 
 use super::client::chat_body;
 use super::scenarios::{Env, Latency};
-use super::server::pinned;
+use super::server::{cpu_ms, pinned};
 use super::stats::pct;
 
 const ORCHESTRATOR: &str =
@@ -30,6 +30,8 @@ pub struct Step {
     pub upstream_p99_ms: f64,
     pub added_p50_ms: f64,
     pub added_p99_ms: f64,
+    /// The server's CPU time (user + system) per request in this step.
+    pub server_cpu_us_per_request: f64,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -91,7 +93,9 @@ pub async fn run(
     while connections <= max_connections {
         env.mock.recorder.clear();
         let started = Instant::now();
+        let cpu_before = cpu_ms(server.pid()).unwrap_or(0.0);
         let out = wrk_step(wrk, wrk_cpus, &script, &url, connections, seconds)?;
+        let cpu = cpu_ms(server.pid()).unwrap_or(0.0) - cpu_before;
         tokio::time::sleep(Duration::from_millis(50)).await;
         let upstream: Vec<f64> = env
             .mock
@@ -113,10 +117,15 @@ pub async fn run(
             upstream_p99_ms: up99,
             added_p50_ms: r50 - up50,
             added_p99_ms: r99 - up99,
+            server_cpu_us_per_request: cpu * 1e3 / out.requests.max(1) as f64,
         };
         eprintln!(
-            "  pass-through c={connections}: {:.0} req/s, added p50 {:.3} ms p99 {:.3} ms, errors {}",
-            step.rate_rps, step.added_p50_ms, step.added_p99_ms, step.errors
+            "  pass-through c={connections}: {:.0} req/s, added p50 {:.3} ms p99 {:.3} ms, errors {}, server CPU {:.0} µs/request",
+            step.rate_rps,
+            step.added_p50_ms,
+            step.added_p99_ms,
+            step.errors,
+            step.server_cpu_us_per_request
         );
         let stop = step.added_p99_ms > 1.0 || step.errors > 0;
         steps.push(step);

@@ -221,13 +221,13 @@ pub fn markdown(r: &Results) -> String {
         );
         let _ = writeln!(
             m,
-            "| connections | req/s | errors | response p50 / p99 ms | upstream p50 / p99 ms | added p50 / p99 ms |"
+            "| connections | req/s | errors | response p50 / p99 ms | upstream p50 / p99 ms | added p50 / p99 ms | server CPU µs/request |"
         );
-        let _ = writeln!(m, "|---|---|---|---|---|---|");
+        let _ = writeln!(m, "|---|---|---|---|---|---|---|");
         for st in &p.steps {
             let _ = writeln!(
                 m,
-                "| {} | {:.0} | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.3} / {:.3} |",
+                "| {} | {:.0} | {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.3} / {:.3} | {:.0} |",
                 st.connections,
                 st.rate_rps,
                 st.errors,
@@ -236,7 +236,8 @@ pub fn markdown(r: &Results) -> String {
                 st.upstream_p50_ms,
                 st.upstream_p99_ms,
                 st.added_p50_ms,
-                st.added_p99_ms
+                st.added_p99_ms,
+                st.server_cpu_us_per_request
             );
         }
         let _ = writeln!(m);

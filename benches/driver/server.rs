@@ -108,3 +108,14 @@ pub fn write_panel(
     std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(path)
 }
+
+/// User + system CPU time of a process so far, in ms (from /proc, 10 ms ticks).
+pub fn cpu_ms(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may contain spaces, closed by the last ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) * 10.0)
+}
