@@ -147,7 +147,7 @@ pub async fn run(
         seconds_per_step: seconds,
         generator: format!(
             "wrk -t1 (closed loop, {})",
-            wrk_cpus.map_or("unpinned".to_string(), |c| format!("CPU {c}"))
+            wrk_cpus.map_or("on the driver's CPU".to_string(), |c| format!("CPU {c}"))
         ),
         best_rate_rps: best.map(|s| s.rate_rps),
         best_connections: best.map(|s| s.connections),
