@@ -6,6 +6,10 @@ FROM rust:1.89-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+# Cargo checks that every target the manifest declares exists ([[test]] mcp, [[bench]],
+# [[example]] bench_driver), even when only the binary is built.
+COPY tests ./tests
+COPY benches ./benches
 RUN --mount=type=cache,target=/usr/local/cargo/registry \
     --mount=type=cache,target=/src/target \
     cargo build --release --locked --bin massgen \

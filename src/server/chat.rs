@@ -295,7 +295,7 @@ fn stream_response(
         .unwrap_or_else(|_| ApiError::Internal.into_response())
 }
 
-fn data(value: &Value) -> Bytes {
+fn data(value: &impl serde::Serialize) -> Bytes {
     let mut buf = Vec::with_capacity(256);
     buf.extend_from_slice(b"data: ");
     // Serializing a Value cannot fail.
@@ -307,7 +307,8 @@ fn data(value: &Value) -> Bytes {
 /// An error after the 200 went out: an object with `error` and no `choices`, as
 /// OpenAI-compatible clients expect.
 fn error_data(error: &ApiError) -> Bytes {
-    data(&json!({ "error": error.body() }))
+    let body: Value = json!({ "error": error.body() });
+    data(&body)
 }
 
 fn done() -> Bytes {

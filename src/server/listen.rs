@@ -33,7 +33,14 @@ pub async fn serve_connections(
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    // SSE chunks are small: without this, Nagle can hold one back for an
+                    // ACK (up to 40 ms on a real network).
+                    if let Err(e) = stream.set_nodelay(true) {
+                        tracing::debug!("cannot set TCP_NODELAY: {e}");
+                    }
+                    stream
+                }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
                     tracing::warn!("accept failed: {e}");

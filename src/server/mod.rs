@@ -9,7 +9,7 @@ pub mod limits;
 mod listen;
 mod observe;
 pub mod records;
-mod render;
+pub mod render;
 pub mod request;
 pub mod routing;
 mod ui;

@@ -1,6 +1,7 @@
 //! How session events look to a Chat Completions client: deliberation lines, chunks,
 //! usage and `massgen_metadata`. Only this file knows OpenAI's response shapes.
 
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::request::Deliberation;
@@ -198,6 +199,35 @@ pub fn metadata_json(session_id: &str, s: &SessionSummary) -> Value {
     })
 }
 
+/// A `chat.completion.chunk` with one choice and no finish reason, in OpenAI's key order.
+#[derive(Debug, Serialize)]
+pub struct DeltaChunk<'a> {
+    id: &'a str,
+    object: &'static str,
+    created: u64,
+    model: &'a str,
+    system_fingerprint: Option<&'static str>,
+    choices: [DeltaChoice<'a>; 1],
+}
+
+#[derive(Debug, Serialize)]
+struct DeltaChoice<'a> {
+    index: u32,
+    delta: Delta<'a>,
+    logprobs: Option<()>,
+    finish_reason: Option<&'static str>,
+}
+
+#[derive(Debug, Serialize)]
+struct Delta<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    role: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    content: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    reasoning_content: Option<&'a str>,
+}
+
 /// The fixed part of every chunk of one response.
 #[derive(Debug, Clone)]
 pub struct ChunkHeader {
@@ -222,16 +252,46 @@ impl ChunkHeader {
         self.chunk(json!([{"index": 0, "delta": delta, "logprobs": null, "finish_reason": finish}]))
     }
 
-    pub fn role(&self) -> Value {
-        self.delta(json!({"role": "assistant", "content": ""}), None)
+    /// The chunks sent many times per response are typed and borrow their text: no
+    /// `Value` tree is built per token (see benches/hot_paths.rs, `sse_encode`).
+    pub fn role(&self) -> DeltaChunk<'_> {
+        self.typed(Delta {
+            role: Some("assistant"),
+            content: Some(""),
+            reasoning_content: None,
+        })
     }
 
-    pub fn reasoning(&self, text: &str) -> Value {
-        self.delta(json!({"reasoning_content": text}), None)
+    pub fn reasoning<'a>(&'a self, text: &'a str) -> DeltaChunk<'a> {
+        self.typed(Delta {
+            role: None,
+            content: None,
+            reasoning_content: Some(text),
+        })
     }
 
-    pub fn content(&self, text: &str) -> Value {
-        self.delta(json!({"content": text}), None)
+    pub fn content<'a>(&'a self, text: &'a str) -> DeltaChunk<'a> {
+        self.typed(Delta {
+            role: None,
+            content: Some(text),
+            reasoning_content: None,
+        })
+    }
+
+    fn typed<'a>(&'a self, delta: Delta<'a>) -> DeltaChunk<'a> {
+        DeltaChunk {
+            id: &self.id,
+            object: "chat.completion.chunk",
+            created: self.created,
+            model: &self.model,
+            system_fingerprint: None,
+            choices: [DeltaChoice {
+                index: 0,
+                delta,
+                logprobs: None,
+                finish_reason: None,
+            }],
+        }
     }
 
     /// The deltas of the final tool calls (contract: index from 0, `id`, `type` and
@@ -369,6 +429,31 @@ mod tests {
         };
         assert_eq!(n.line(&delta), None);
         assert_eq!(Narrator::new(Deliberation::Off).line(&vote), None);
+    }
+
+    #[test]
+    fn typed_chunks_match_the_value_shape() {
+        let h = ChunkHeader {
+            id: "chatcmpl-1".into(),
+            created: 7,
+            model: "massgen".into(),
+        };
+        let as_value = |c: DeltaChunk<'_>| serde_json::to_value(c).unwrap();
+        assert_eq!(
+            as_value(h.role()),
+            h.delta(json!({"role": "assistant", "content": ""}), None)
+        );
+        assert_eq!(
+            as_value(h.content("a \"quoted\"\n token")),
+            h.delta(json!({"content": "a \"quoted\"\n token"}), None)
+        );
+        assert_eq!(
+            as_value(h.reasoning("[agent1] answered")),
+            h.delta(json!({"reasoning_content": "[agent1] answered"}), None)
+        );
+        // Keys come in OpenAI's order.
+        let text = serde_json::to_string(&h.content("x")).unwrap();
+        assert!(text.starts_with(r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","#));
     }
 
     #[test]

@@ -1,0 +1,121 @@
+//! The system under test as a child process: `massgen serve`, optionally pinned with
+//! `taskset`, and its memory from /proc.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+pub struct Server {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `cmd` prefixed with `taskset -c CPUS` when `cpus` is set.
+pub fn pinned(program: &Path, cpus: Option<&str>) -> Command {
+    match cpus {
+        Some(cpus) => {
+            let mut c = Command::new("taskset");
+            c.arg("-c").arg(cpus).arg(program);
+            c
+        }
+        None => Command::new(program),
+    }
+}
+
+impl Server {
+    /// Starts `massgen serve --config CONFIG` on a free port; logs go to `log`.
+    pub fn start(
+        bin: &Path,
+        config: &Path,
+        cpus: Option<&str>,
+        log: &Path,
+    ) -> Result<Self, String> {
+        let log_file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        let mut cmd = pinned(bin, cpus);
+        cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--config"])
+            .arg(config)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file));
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let (tx, rx) = mpsc::channel();
+        // Keeps draining stdout so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if let Some(url) = line.strip_prefix("massgen listening on ") {
+                    let _ = tx.send(url.trim().to_string());
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => Ok(Self { child, url }),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                Err(format!(
+                    "massgen serve did not start (see {})",
+                    log.display()
+                ))
+            }
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+/// (VmRSS, VmHWM) of a process in MiB.
+pub fn rss_mib(pid: u32) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb / 1024.0)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+/// A panel on the recording simulator: one agent per model string.
+pub fn write_panel(
+    dir: &Path,
+    name: &str,
+    mock_url: &str,
+    models: &[String],
+    orchestrator: &str,
+) -> Result<PathBuf, String> {
+    let mut yaml = String::from("agents:\n");
+    for (i, model) in models.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - id: sim{}\n    backend:\n      type: chatcompletion\n      base_url: {mock_url}\n      model: \"{model}\"\n",
+            i + 1
+        ));
+    }
+    yaml.push_str(orchestrator);
+    let path = dir.join(name);
+    std::fs::write(&path, yaml).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok(path)
+}
+
+/// User + system CPU time of a process so far, in ms (from /proc, 10 ms ticks).
+pub fn cpu_ms(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may contain spaces, closed by the last ')'.
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = fields.get(11)?.parse().ok()?;
+    let stime: f64 = fields.get(12)?.parse().ok()?;
+    Some((utime + stime) * 10.0)
+}
