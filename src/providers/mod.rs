@@ -15,6 +15,7 @@ pub mod responses;
 pub mod retry;
 pub(crate) mod sse;
 pub(crate) mod transport;
+mod upstream;
 
 use std::fmt;
 use std::pin::Pin;
@@ -26,8 +27,7 @@ use serde_json::Value;
 
 pub use factory::{HttpProviders, ProviderFactory};
 
-/// Everything one configured HTTP upstream needs, whatever its wire format.
-pub use chat_completions::ChatCompletionsConfig as UpstreamConfig;
+pub use upstream::{HttpProvider, UpstreamConfig, WireFormat};
 
 /// Who wrote a message of the conversation sent upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,48 +11,42 @@ mod request;
 mod tool_calls;
 mod wire;
 
-use std::fmt;
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 pub use decode::decode_stream;
 
 use http::HeaderMap;
 
 use super::retry::CallPolicy;
-use super::transport::{self, Body, Endpoint, WireFns};
-use super::{ChunkStream, Provider, ProviderError, ProviderErrorKind, ProviderRequest};
-use crate::secret::Secret;
+use super::transport::{self, WireFns};
+use super::upstream::{base, bearer};
+use super::{HttpProvider, ProviderError, ProviderErrorKind, ProviderRequest, WireFormat};
 
-/// Everything one configured Chat Completions upstream needs.
-#[derive(Debug, Clone)]
-pub struct ChatCompletionsConfig {
-    /// Preset/type name for errors and logs (`openai`, `groq`, `mock`, …).
-    pub provider_name: String,
-    pub model: String,
-    /// E.g. `https://api.openai.com/v1` (without `/chat/completions`; a trailing `/` is fine).
-    pub base_url: String,
-    /// Sent as `Authorization: Bearer …` when present (Azure: `api-key`; Anthropic:
-    /// `x-api-key`; Gemini: `x-goog-api-key`).
-    pub api_key: Option<Secret>,
-    /// Config passthrough (temperature, max_tokens, reasoning_effort, …) merged into the body.
-    pub params: Map<String, Value>,
-    pub policy: CallPolicy,
-}
+/// The config type predates the other wire formats; it is the shared one under its old name.
+pub use super::UpstreamConfig as ChatCompletionsConfig;
 
 /// A Chat Completions upstream. Cheap to clone; share it as `Arc<dyn Provider>`.
-#[derive(Clone)]
-pub struct ChatCompletionsProvider {
-    config: Arc<ChatCompletionsConfig>,
-    endpoint: Arc<Endpoint>,
+pub type ChatCompletionsProvider = HttpProvider<ChatCompletions>;
+
+/// Marks [`HttpProvider`] as speaking Chat Completions.
+#[derive(Debug)]
+pub enum ChatCompletions {}
+
+impl WireFormat for ChatCompletions {
+    const DEBUG_NAME: &'static str = "ChatCompletionsProvider";
+
+    fn build_body(config: &ChatCompletionsConfig, request: &ProviderRequest) -> Value {
+        request::build_body(&config.model, &config.params, request)
+    }
 }
 
 /// The Chat Completions parts of the shared retry loop.
 pub(crate) const WIRE: WireFns = WireFns {
     http_error,
-    decode: decode_body,
+    decode: |provider, body, idle_timeout| decode_stream(provider, body, idle_timeout),
 };
 
 fn http_error(provider: &str, status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
@@ -64,21 +58,19 @@ fn http_error(provider: &str, status: u16, headers: &HeaderMap, body: &str) -> P
     )
 }
 
-fn decode_body(provider: String, body: Body, idle_timeout: Duration) -> ChunkStream {
-    decode_stream(provider, body, idle_timeout)
-}
-
-impl ChatCompletionsProvider {
+impl HttpProvider<ChatCompletions> {
     /// `POST {base_url}/chat/completions` with `Authorization: Bearer` when a key is set.
     pub fn new(config: ChatCompletionsConfig, http: reqwest::Client) -> Self {
-        let url = format!("{}/chat/completions", config.base_url.trim_end_matches('/'));
+        let url = format!("{}/chat/completions", base(&config));
         let mut headers = HeaderMap::new();
+        // Infallible by signature: a key that cannot be a header is simply not sent (the
+        // upstream then answers 401), unlike the other wire formats which refuse it.
         if let Some(key) = &config.api_key
-            && let Ok(value) = transport::secret_header(&format!("Bearer {}", key.expose()))
+            && let Ok(value) = bearer(key)
         {
             headers.insert(http::header::AUTHORIZATION, value);
         }
-        Self::with_endpoint(config, url, headers, http)
+        Self::with_endpoint(config, url, headers, http, WIRE)
     }
 
     /// Azure OpenAI: the deployment URL
@@ -90,7 +82,7 @@ impl ChatCompletionsProvider {
         api_version: &str,
         http: reqwest::Client,
     ) -> Result<Self, String> {
-        let base = config.base_url.trim_end_matches('/');
+        let base = base(&config);
         let deployment_url = if base.contains("/openai/deployments/") {
             base.to_owned()
         } else {
@@ -104,54 +96,7 @@ impl ChatCompletionsProvider {
         if let Some(key) = &config.api_key {
             headers.insert("api-key", transport::secret_header(key.expose())?);
         }
-        Ok(Self::with_endpoint(config, url, headers, http))
-    }
-
-    fn with_endpoint(
-        config: ChatCompletionsConfig,
-        url: String,
-        headers: HeaderMap,
-        http: reqwest::Client,
-    ) -> Self {
-        let endpoint = Endpoint {
-            provider: config.provider_name.clone(),
-            model: config.model.clone(),
-            url,
-            headers,
-            key: config.api_key.clone(),
-            policy: config.policy.clone(),
-            http,
-            wire: WIRE,
-        };
-        Self {
-            config: Arc::new(config),
-            endpoint: Arc::new(endpoint),
-        }
-    }
-}
-
-impl fmt::Debug for ChatCompletionsProvider {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("ChatCompletionsProvider")
-            .field("provider", &self.config.provider_name)
-            .field("model", &self.config.model)
-            .field("url", &self.endpoint.url)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Provider for ChatCompletionsProvider {
-    fn provider_name(&self) -> &str {
-        &self.config.provider_name
-    }
-
-    fn model(&self) -> &str {
-        &self.config.model
-    }
-
-    fn stream(&self, request: ProviderRequest) -> ChunkStream {
-        let body = request::build_body(&self.config.model, &self.config.params, &request);
-        transport::call(Arc::clone(&self.endpoint), body)
+        Ok(Self::with_endpoint(config, url, headers, http, WIRE))
     }
 }
 
