@@ -2,9 +2,10 @@
 //! (tests/fixtures/chat) and talking HTTP to a tiny in-test server on loopback.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod native_support;
+
 use std::collections::VecDeque;
 use std::convert::Infallible;
-use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -16,73 +17,30 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use massgen::providers::chat_completions::{
     ChatCompletionsConfig, ChatCompletionsProvider, decode_stream, http_client,
 };
 use massgen::providers::retry::CallPolicy;
 use massgen::providers::{
-    ChunkStream, FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
+    FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
     ProviderRequest, ToolCall, ToolChoice, ToolSpec, Usage,
 };
 use massgen::secret::Secret;
+use native_support::{SECOND, collect, decode_bytes, fast_policy};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------
 // Decoding fixtures
 
 fn fixture(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/fixtures/chat")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn byte_stream(
-    bytes: Vec<u8>,
-    piece: usize,
-) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
-    let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
-        .chunks(piece.max(1))
-        .map(|c| Ok(Bytes::copy_from_slice(c)))
-        .collect();
-    futures::stream::iter(pieces)
-}
-
-async fn collect(mut stream: ChunkStream) -> (Vec<ProviderChunk>, Option<ProviderError>) {
-    let mut chunks = Vec::new();
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(chunk) => chunks.push(chunk),
-            Err(error) => {
-                assert!(stream.next().await.is_none(), "nothing after an error");
-                return (chunks, Some(error));
-            }
-        }
-    }
-    (chunks, None)
+    native_support::fixture("chat", name)
 }
 
 /// Decodes a fixture cut into pieces of several sizes; every cut must give the same result.
 async fn decode(name: &str) -> (Vec<ProviderChunk>, Option<ProviderError>) {
-    let bytes = fixture(name);
-    let whole = bytes.len();
-    let mut results = Vec::new();
-    for piece in [1, 7, 64, whole] {
-        let stream = decode_stream("test".into(), byte_stream(bytes.clone(), piece), SECOND);
-        results.push(collect(stream).await);
-    }
-    let first = results[0].clone();
-    for other in &results[1..] {
-        assert_eq!(
-            &first, other,
-            "{name}: result depends on how bytes are split"
-        );
-    }
-    first
+    decode_bytes(name, fixture(name), |p, b, t| decode_stream(p, b, t)).await
 }
-
-const SECOND: Duration = Duration::from_secs(1);
 
 fn text_of(chunks: &[ProviderChunk]) -> String {
     chunks
@@ -409,18 +367,6 @@ async fn serve(replies: Vec<Reply>) -> (String, Arc<Script>) {
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, router).await });
     (format!("http://{addr}/v1/"), script)
-}
-
-fn fast_policy(max_attempts: u32) -> CallPolicy {
-    CallPolicy {
-        max_attempts,
-        initial_backoff: Duration::from_millis(1),
-        max_backoff: Duration::from_millis(5),
-        max_retry_after: Duration::from_secs(2),
-        connect_timeout: Duration::from_secs(2),
-        first_byte_timeout: Duration::from_secs(5),
-        idle_timeout: Duration::from_secs(5),
-    }
 }
 
 fn provider(base_url: &str, policy: CallPolicy, key: Option<&str>) -> ChatCompletionsProvider {

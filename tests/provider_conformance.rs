@@ -6,6 +6,8 @@
 //! neither exists the tests print why and pass.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod native_support;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,34 +27,9 @@ use massgen::providers::{
     FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
     ProviderRequest, ToolCall, Usage,
 };
+use native_support::{files, upstream_dir, usage};
 
 const DIRS: &[&str] = &["openai-chat", "deepseek", "groq", "openrouter", "xai"];
-
-fn upstream_dir() -> Option<PathBuf> {
-    let shared = match std::env::var_os("MASSGEN_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
-    };
-    let dir = shared.join("fixtures/upstream");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!("skipped: ../shared not found ({})", dir.display());
-        None
-    }
-}
-
-fn files(root: &Path, dir: &str, suffix: &str) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    files.sort();
-    files
-}
 
 /// What one recording decodes to.
 #[derive(Debug, Default, Clone, PartialEq)]
@@ -100,16 +77,6 @@ async fn replay(path: &Path, piece: usize) -> Outcome {
     }
     out.order.dedup();
     out
-}
-
-fn usage(input: u64, output: u64, total: u64, cached: u64, reasoning: u64) -> Usage {
-    Usage {
-        input_tokens: input,
-        output_tokens: output,
-        total_tokens: total,
-        cached_input_tokens: cached,
-        reasoning_tokens: reasoning,
-    }
 }
 
 fn assert_json_arguments(outcome: &Outcome) {

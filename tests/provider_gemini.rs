@@ -18,11 +18,7 @@ use native_support::*;
 use serde_json::{Map, Value, json};
 
 async fn decode(name: &str) -> Outcome {
-    let (chunks, error) = decode_bytes(name, fixture("gemini", name), |p, b, t| {
-        decode_stream(p, b, t)
-    })
-    .await;
-    outcome(chunks, error)
+    decode_fixture("gemini", name, |p, b, t| decode_stream(p, b, t)).await
 }
 
 fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> GeminiProvider {

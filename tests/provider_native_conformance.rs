@@ -28,32 +28,6 @@ use massgen::providers::{
 use native_support::*;
 use serde_json::{Value, json};
 
-fn upstream_dir() -> Option<PathBuf> {
-    let shared = match std::env::var_os("MASSGEN_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
-    };
-    let dir = shared.join("fixtures/upstream");
-    if dir.is_dir() {
-        Some(dir)
-    } else {
-        println!("skipped: ../shared not found ({})", dir.display());
-        None
-    }
-}
-
-fn files(root: &Path, dir: &str, suffix: &str) -> Vec<PathBuf> {
-    let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
-        return Vec::new();
-    };
-    let mut files: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(suffix))
-        .collect();
-    files.sort();
-    files
-}
-
 async fn replay(path: &Path, decode: Decode) -> Outcome {
     let bytes = std::fs::read(path).unwrap();
     let (chunks, error) = decode_bytes(&path.display().to_string(), bytes, decode).await;

@@ -49,6 +49,36 @@ pub fn byte_stream(
     futures::stream::iter(pieces)
 }
 
+/// The recorded upstream traffic (`<shared>/fixtures/upstream`), the shared directory
+/// being `MASSGEN_SHARED_DIR` or `../shared` next to the crate; `None` (after saying why)
+/// lets the replay tests pass where it is absent.
+pub fn upstream_dir() -> Option<PathBuf> {
+    let shared = match std::env::var_os("MASSGEN_SHARED_DIR") {
+        Some(dir) => PathBuf::from(dir),
+        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
+    };
+    let dir = shared.join("fixtures/upstream");
+    if dir.is_dir() {
+        Some(dir)
+    } else {
+        println!("skipped: ../shared not found ({})", dir.display());
+        None
+    }
+}
+
+/// The files of `root/dir` whose names end with `suffix`, sorted so runs are repeatable.
+pub fn files(root: &Path, dir: &str, suffix: &str) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
+        return Vec::new();
+    };
+    let mut files: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(suffix))
+        .collect();
+    files.sort();
+    files
+}
+
 pub type Decode = fn(
     String,
     futures::stream::Iter<std::vec::IntoIter<Result<Bytes, std::io::Error>>>,
@@ -93,6 +123,12 @@ pub async fn decode_bytes(
         );
     }
     first
+}
+
+/// Decodes the fixture `tests/fixtures/<dir>/<name>` (cut at every size) and adds it up.
+pub async fn decode_fixture(dir: &str, name: &str, decode: Decode) -> Outcome {
+    let (chunks, error) = decode_bytes(name, fixture(dir, name), decode).await;
+    outcome(chunks, error)
 }
 
 /// What a decoded stream adds up to.
