@@ -374,3 +374,42 @@ fn serve_demo_announces_address_and_stops_on_sigterm() {
     );
     assert!(stderr.contains("config=<built-in demo>"), "{stderr}");
 }
+
+#[test]
+fn dot_env_in_the_working_directory_provides_keys() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(
+        dir.path().join("team.yaml"),
+        "agents:\n  - id: a\n    backend: {type: groq, model: m}\n",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    // A port that is taken: once the config loads, start-up fails at bind (exit 1), which
+    // tells a loaded key apart from a missing one (exit 2) without leaving a server running.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = taken
+        .local_addr()
+        .unwrap_or_else(|e| panic!("{e}"))
+        .port()
+        .to_string();
+    let args = [
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        &port,
+        "--config",
+        "team.yaml",
+    ];
+
+    let without = run(massgen(dir.path()).args(args));
+    assert_eq!(without.status.code(), Some(2), "{}", text(&without.stderr));
+    assert!(text(&without.stderr).contains("GROQ_API_KEY"));
+
+    std::fs::write(dir.path().join(".env"), "GROQ_API_KEY=gsk-from-dotenv\n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let with = run(massgen(dir.path()).args(args));
+    let stderr = text(&with.stderr);
+    assert_eq!(with.status.code(), Some(1), "{stderr}");
+    assert!(!stderr.contains("gsk-from-dotenv"), "{stderr}");
+    drop(taken);
+}
