@@ -81,9 +81,7 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
         .find(|m| m.get("role").and_then(Value::as_str) == Some("user"))
         .map(|m| content_text(m.get("content")))
         .unwrap_or_default();
-    let tool_results = text::block(&last_user, "<tool_results>", "</tool_results>")
-        .map(|b| b.trim().to_string())
-        .or_else(|| direct_tool_results(messages));
+    let tool_results = prompt_tool_results(&last_user).or_else(|| direct_tool_results(messages));
     Ok(Request {
         tool_results,
         model: model.to_string(),
@@ -99,6 +97,11 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
 }
 
 /// `role: "tool"` contents after the last user message, joined (a client's own tool loop).
+/// The `<tool_results>` block of a massgen prompt, when the last user message has one.
+pub fn prompt_tool_results(last_user: &str) -> Option<String> {
+    text::block(last_user, "<tool_results>", "</tool_results>").map(|b| b.trim().to_string())
+}
+
 fn direct_tool_results(messages: &[Value]) -> Option<String> {
     let role = |m: &Value| m.get("role").and_then(Value::as_str).map(str::to_owned);
     let last_user = messages

@@ -15,6 +15,26 @@ fn bad(message: &str, param: Option<&'static str>) -> BadRequest {
     }
 }
 
+/// What every native format fills the same way: usage is always reported (none of them has
+/// an opt-in like `stream_options`), and tool results come from the prompt's block.
+fn native_request(
+    model: impl Into<String>,
+    stream: bool,
+    offered: Offered,
+    chars: usize,
+    last_user: String,
+) -> Request {
+    Request {
+        model: model.into(),
+        stream,
+        include_usage: true,
+        offered,
+        prompt_tokens: chars.div_ceil(4) as u64,
+        tool_results: crate::mock_upstream::plan::prompt_tool_results(&last_user),
+        last_user,
+    }
+}
+
 fn json(body: &[u8]) -> Result<Value, BadRequest> {
     serde_json::from_slice(body)
         .map_err(|e| bad(&format!("request body is not valid JSON: {e}"), None))
@@ -99,25 +119,18 @@ pub fn responses(body: &[u8]) -> Result<Request, BadRequest> {
         _ => return Err(bad("'input' is a required property", Some("input"))),
     }
     let tools = v.get("tools").and_then(Value::as_array);
-    Ok(Request {
+    Ok(native_request(
         model,
-        stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        include_usage: true,
-        offered: offered(
+        v.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        offered(
             tools
                 .into_iter()
                 .flatten()
                 .map(|t| (str_of(t.get("name")), t.get("parameters"))),
         ),
-        prompt_tokens: total.div_ceil(4) as u64,
-        tool_results: crate::mock_upstream::text::block(
-            &last_user,
-            "<tool_results>",
-            "</tool_results>",
-        )
-        .map(|b| b.trim().to_string()),
+        total,
         last_user,
-    })
+    ))
 }
 
 /// `POST /v1/messages`.
@@ -163,25 +176,18 @@ pub fn anthropic(body: &[u8]) -> Result<Request, BadRequest> {
         }
     }
     let tools = v.get("tools").and_then(Value::as_array);
-    Ok(Request {
+    Ok(native_request(
         model,
-        stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
-        include_usage: true,
-        offered: offered(
+        v.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        offered(
             tools
                 .into_iter()
                 .flatten()
                 .map(|t| (str_of(t.get("name")), t.get("input_schema"))),
         ),
-        prompt_tokens: total.div_ceil(4) as u64,
-        tool_results: crate::mock_upstream::text::block(
-            &last_user,
-            "<tool_results>",
-            "</tool_results>",
-        )
-        .map(|b| b.trim().to_string()),
+        total,
         last_user,
-    })
+    ))
 }
 
 /// `POST /v1beta/models/{model}:streamGenerateContent` or `:generateContent`.
@@ -227,18 +233,11 @@ pub fn gemini(model: &str, stream: bool, body: &[u8]) -> Result<Request, BadRequ
         .flatten()
         .filter_map(|t| t.get("functionDeclarations").and_then(Value::as_array))
         .flatten();
-    Ok(Request {
-        model: model.to_string(),
+    Ok(native_request(
+        model,
         stream,
-        include_usage: true,
-        offered: offered(declarations.map(|d| (str_of(d.get("name")), d.get("parameters")))),
-        prompt_tokens: total.div_ceil(4) as u64,
-        tool_results: crate::mock_upstream::text::block(
-            &last_user,
-            "<tool_results>",
-            "</tool_results>",
-        )
-        .map(|b| b.trim().to_string()),
+        offered(declarations.map(|d| (str_of(d.get("name")), d.get("parameters")))),
+        total,
         last_user,
-    })
+    ))
 }
