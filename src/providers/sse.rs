@@ -25,6 +25,24 @@ pub(crate) trait EventDecoder: Send + 'static {
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError>;
 }
 
+/// An event's JSON payload, or the `InvalidResponse` error every wire format reports for a
+/// payload it cannot read.
+pub(crate) fn json_payload<T: serde::de::DeserializeOwned>(
+    provider: &str,
+    data: &str,
+) -> Result<T, ProviderError> {
+    serde_json::from_str(data).map_err(|error| {
+        ProviderError::new(
+            ProviderErrorKind::InvalidResponse,
+            provider,
+            format!(
+                "malformed event ({error}): {}",
+                super::errors::truncate(data)
+            ),
+        )
+    })
+}
+
 /// Drives `decoder` over an SSE byte stream. The stream ends after `Done` or the first
 /// error; `idle_timeout` bounds the silence between two pieces of the body (SSE comments
 /// count as life: OpenRouter sends them while a slow model thinks).

@@ -17,7 +17,6 @@ use sse_stream::Sse;
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{BlockWire, DeltaWire, EventWire, UsageWire};
-use crate::providers::errors::truncate;
 use crate::providers::sse::{EventDecoder, Step, decode_events};
 use crate::providers::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
@@ -246,13 +245,7 @@ impl EventDecoder for Decoder {
         if data.is_empty() {
             return Ok(Step::More(Vec::new()));
         }
-        let payload: EventWire = serde_json::from_str(data).map_err(|error| {
-            ProviderError::new(
-                ProviderErrorKind::InvalidResponse,
-                self.provider.clone(),
-                format!("malformed event ({error}): {}", truncate(data)),
-            )
-        })?;
+        let payload: EventWire = crate::providers::sse::json_payload(&self.provider, data)?;
         self.on_payload(payload)
     }
 

@@ -80,12 +80,7 @@ impl Decoder {
         if data == "[DONE]" {
             return Ok(Step::Done(self.complete()));
         }
-        let chunk: ChunkWire = serde_json::from_str(data).map_err(|error| {
-            self.error(
-                ProviderErrorKind::InvalidResponse,
-                format!("malformed chunk ({error}): {}", errors::truncate(data)),
-            )
-        })?;
+        let chunk: ChunkWire = crate::providers::sse::json_payload(&self.provider, data)?;
         self.on_chunk(chunk).map(Step::More)
     }
 

@@ -18,7 +18,6 @@ use sse_stream::Sse;
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{ChunkWire, FunctionCallWire, PartWire, UsageWire};
-use crate::providers::errors::truncate;
 use crate::providers::sse::{EventDecoder, Step, decode_events};
 use crate::providers::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
@@ -222,13 +221,7 @@ impl EventDecoder for Decoder {
         if data.is_empty() || data == "[DONE]" {
             return Ok(Step::More(Vec::new()));
         }
-        let chunk: ChunkWire = serde_json::from_str(data).map_err(|error| {
-            ProviderError::new(
-                ProviderErrorKind::InvalidResponse,
-                self.provider.clone(),
-                format!("malformed chunk ({error}): {}", truncate(data)),
-            )
-        })?;
+        let chunk: ChunkWire = crate::providers::sse::json_payload(&self.provider, data)?;
         self.on_chunk(chunk).map(Step::More)
     }
 

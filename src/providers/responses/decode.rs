@@ -228,13 +228,7 @@ impl EventDecoder for Decoder {
         if data.is_empty() || data == "[DONE]" {
             return Ok(Step::More(Vec::new()));
         }
-        let payload: EventWire = serde_json::from_str(data).map_err(|error| {
-            ProviderError::new(
-                ProviderErrorKind::InvalidResponse,
-                self.provider.clone(),
-                format!("malformed event ({error}): {}", common::truncate(data)),
-            )
-        })?;
+        let payload: EventWire = crate::providers::sse::json_payload(&self.provider, data)?;
         self.on_payload(payload)
     }
 
