@@ -58,56 +58,9 @@ impl Session {
             });
         }
         let who = self.agents[winner].who.clone();
-        self.send(em, EventKind::PresentationStarted { agent: who.clone() })
+        let (gathered, failure) = self
+            .presentation_call(winner, None, ProviderRequest::default(), true, em, cancel)
             .await?;
-        let votes: Vec<(String, String, String)> = self
-            .counted_votes()
-            .into_iter()
-            .map(|v| (v.voter.label, v.target_label, v.reason))
-            .collect();
-        let system = prompt::presentation_system(
-            self.agents[winner].spec.system_message.as_deref(),
-            self.input.extra_system.as_deref(),
-            &who.label,
-            self.clock.now(),
-        );
-        let user =
-            prompt::presentation_user(&self.input, &self.shown_answers(), &who.label, &votes);
-        let request = ProviderRequest {
-            messages: vec![Message::system(system), Message::user(user)],
-            ..Default::default()
-        };
-        let mut stream = self.agents[winner].spec.provider.stream(request);
-        let deadline = Instant::now() + self.options.presentation_timeout;
-        let mut gathered = Gathered::default();
-        let failure = loop {
-            let next = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(self.cancelled()),
-                _ = em.closed() => return Err(self.cancelled()),
-                next = timeout_at(deadline, stream.next()) => next,
-            };
-            match next {
-                Err(_) => {
-                    break Some(format!(
-                        "the presentation took longer than presentation_timeout ({}s)",
-                        self.options.presentation_timeout.as_secs()
-                    ));
-                }
-                Ok(None) => break None,
-                Ok(Some(Err(e))) => break Some(e.to_string()),
-                Ok(Some(Ok(chunk))) => {
-                    if let Some(text) = gathered.absorb(chunk) {
-                        self.final_delta(em, text).await?;
-                    }
-                }
-            }
-        };
-        drop(stream);
-        if let Some(usage) = gathered.usage {
-            self.record_usage(winner, CallPhase::Presentation, usage, em)
-                .await?;
-        }
         let failure = failure.or_else(|| {
             gathered
                 .text
@@ -182,58 +135,20 @@ impl Session {
         cancel: &CancellationToken,
     ) -> Result<Presented, SessionError> {
         let who = self.agents[winner].who.clone();
-        self.send(em, EventKind::PresentationStarted { agent: who.clone() })
-            .await?;
-        let votes: Vec<(String, String, String)> = self
-            .counted_votes()
-            .into_iter()
-            .map(|v| (v.voter.label, v.target_label, v.reason))
-            .collect();
-        let system = format!(
-            "{}\nThe chosen answer is a set of calls to the client's tools. Make those calls \
-             now, correcting the arguments if needed; answer in text only if no call is needed.",
-            prompt::presentation_system(
-                self.agents[winner].spec.system_message.as_deref(),
-                self.input.extra_system.as_deref(),
-                &who.label,
-                self.clock.now(),
-            )
-        );
-        let user =
-            prompt::presentation_user(&self.input, &self.shown_answers(), &who.label, &votes);
         let client = &self.input.tools;
-        let tools = client.offered();
-        let names: Vec<String> = tools.iter().map(|t| t.name.clone()).collect();
         let request = ProviderRequest {
-            messages: vec![Message::system(system), Message::user(user)],
-            tools,
+            tools: client.offered(),
             tool_choice: Some(client.upstream_choice()),
             parallel_tool_calls: client.parallel,
+            ..ProviderRequest::default()
         };
-        let mut stream = self.agents[winner].spec.provider.stream(request);
-        let deadline = Instant::now() + self.options.presentation_timeout;
-        let mut gathered = Gathered::default();
-        let failure = loop {
-            let next = tokio::select! {
-                biased;
-                _ = cancel.cancelled() => return Err(self.cancelled()),
-                _ = em.closed() => return Err(self.cancelled()),
-                next = timeout_at(deadline, stream.next()) => next,
-            };
-            match next {
-                Err(_) => break Some("the presentation timed out".to_string()),
-                Ok(None) => break None,
-                Ok(Some(Err(e))) => break Some(e.to_string()),
-                Ok(Some(Ok(chunk))) => {
-                    gathered.absorb(chunk);
-                }
-            }
-        };
-        drop(stream);
-        if let Some(usage) = gathered.usage {
-            self.record_usage(winner, CallPhase::Presentation, usage, em)
-                .await?;
-        }
+        let names: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+        let instruction = "The chosen answer is a set of calls to the client's tools. Make those \
+             calls now, correcting the arguments if needed; answer in text only if no call is \
+             needed.";
+        let (gathered, failure) = self
+            .presentation_call(winner, Some(instruction), request, false, em, cancel)
+            .await?;
         let rules = Rules {
             vote_labels: &[],
             answer_limit_reached: None,
@@ -277,6 +192,74 @@ impl Session {
         .await?;
         self.return_calls(em, stored, PresentationMode::Fallback)
             .await
+    }
+
+    /// The presentation call both kinds of answer share: the started event, the prompt (the
+    /// winner's own system message, the presentation instructions, then `instruction`), the
+    /// call under `presentation_timeout`, and its usage. With `stream_text` the reply's text
+    /// reaches the client as it arrives. Returns what was gathered and, if the call failed,
+    /// why.
+    async fn presentation_call(
+        &mut self,
+        winner: usize,
+        instruction: Option<&str>,
+        mut request: ProviderRequest,
+        stream_text: bool,
+        em: &mut Emitter,
+        cancel: &CancellationToken,
+    ) -> Result<(Gathered, Option<String>), SessionError> {
+        let who = self.agents[winner].who.clone();
+        self.send(em, EventKind::PresentationStarted { agent: who.clone() })
+            .await?;
+        let votes: Vec<(String, String, String)> = self
+            .counted_votes()
+            .into_iter()
+            .map(|v| (v.voter.label, v.target_label, v.reason))
+            .collect();
+        let mut system = prompt::presentation_system(
+            self.agents[winner].spec.system_message.as_deref(),
+            self.input.extra_system.as_deref(),
+            &who.label,
+            self.clock.now(),
+        );
+        if let Some(instruction) = instruction {
+            system = format!("{system}\n{instruction}");
+        }
+        let user =
+            prompt::presentation_user(&self.input, &self.shown_answers(), &who.label, &votes);
+        request.messages = vec![Message::system(system), Message::user(user)];
+        let mut stream = self.agents[winner].spec.provider.stream(request);
+        let deadline = Instant::now() + self.options.presentation_timeout;
+        let mut gathered = Gathered::default();
+        let failure = loop {
+            let next = tokio::select! {
+                biased;
+                _ = cancel.cancelled() => return Err(self.cancelled()),
+                _ = em.closed() => return Err(self.cancelled()),
+                next = timeout_at(deadline, stream.next()) => next,
+            };
+            match next {
+                Err(_) => {
+                    break Some(format!(
+                        "the presentation took longer than presentation_timeout ({}s)",
+                        self.options.presentation_timeout.as_secs()
+                    ));
+                }
+                Ok(None) => break None,
+                Ok(Some(Err(e))) => break Some(e.to_string()),
+                Ok(Some(Ok(chunk))) => {
+                    if let Some(text) = gathered.absorb(chunk).filter(|_| stream_text) {
+                        self.final_delta(em, text).await?;
+                    }
+                }
+            }
+        };
+        drop(stream);
+        if let Some(usage) = gathered.usage {
+            self.record_usage(winner, CallPhase::Presentation, usage, em)
+                .await?;
+        }
+        Ok((gathered, failure))
     }
 
     async fn final_delta(&mut self, em: &mut Emitter, text: String) -> Result<(), SessionError> {
