@@ -228,7 +228,10 @@ pub fn load_catalog(
 
 /// Whether `name` may be used as `massgen/<name>`.
 pub fn valid_panel_name(name: &str) -> bool {
+    // No path syntax: clients send these names as `massgen/<name>`.
     !name.is_empty()
+        && !name.starts_with('.')
+        && !name.contains("..")
         && name
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))

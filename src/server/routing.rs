@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use super::error::ApiError;
-use crate::config::{Env, PanelCatalog, PanelConfig};
+use crate::config::{Env, PanelCatalog, PanelConfig, valid_panel_name};
 
 /// Model names clients can list.
 pub fn model_ids(catalog: &PanelCatalog) -> Vec<String> {
@@ -74,7 +74,7 @@ pub fn resolve(
             });
     }
 
-    if !is_plain_name(rest) {
+    if !valid_panel_name(rest) {
         return Err(ApiError::invalid(
             format!(
                 "'{rest}' is not a valid configuration name (letters, digits, '-', '_' and '.' only, no path syntax)"
@@ -98,15 +98,6 @@ pub fn resolve(
     })
 }
 
-fn is_plain_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && !name.contains("..")
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
-
 fn with_model(panel: &PanelConfig, model: &str) -> PanelConfig {
     let mut panel = panel.clone();
     for agent in &mut panel.agents {
@@ -122,10 +113,10 @@ mod tests {
     #[test]
     fn path_syntax_is_not_a_name() {
         for bad in ["../etc", "a/b", "..", ".hidden", "a b", ""] {
-            assert!(!is_plain_name(bad), "{bad}");
+            assert!(!valid_panel_name(bad), "{bad}");
         }
         for good in ["team", "team-2", "local_panel", "v1.2"] {
-            assert!(is_plain_name(good), "{good}");
+            assert!(valid_panel_name(good), "{good}");
         }
     }
 }
