@@ -8,7 +8,9 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use sse_stream::{Sse, SseStream};
 
-use super::{ChunkStream, ProviderChunk, ProviderError, ProviderErrorKind};
+use super::{
+    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
+};
 
 /// What one event did to the stream.
 pub(crate) enum Step {
@@ -23,6 +25,28 @@ pub(crate) trait EventDecoder: Send + 'static {
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError>;
     /// The body ended without a `Done` step.
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError>;
+}
+
+/// An event's trimmed data; `None` for an event that carries nothing (keep-alives).
+pub(crate) fn event_data(event: &Sse) -> Option<&str> {
+    event
+        .data
+        .as_deref()
+        .map(str::trim)
+        .filter(|data| !data.is_empty())
+}
+
+/// How every wire format ends a call: the assembled tool calls in order, the call's usage,
+/// then the finish reason.
+pub(crate) fn closing_chunks(
+    calls: Vec<ToolCall>,
+    usage: Option<Usage>,
+    finish: FinishReason,
+) -> Vec<ProviderChunk> {
+    let mut out: Vec<ProviderChunk> = calls.into_iter().map(ProviderChunk::ToolCall).collect();
+    out.extend(usage.map(ProviderChunk::Usage));
+    out.push(ProviderChunk::Finish(finish));
+    out
 }
 
 /// An event's JSON payload, or the `InvalidResponse` error every wire format reports for a

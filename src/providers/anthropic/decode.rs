@@ -223,12 +223,8 @@ impl Decoder {
             _ if !calls.is_empty() => FinishReason::ToolCalls,
             _ => FinishReason::Stop,
         };
-        let mut out: Vec<ProviderChunk> = calls.into_iter().map(ProviderChunk::ToolCall).collect();
-        if self.saw_usage {
-            out.push(ProviderChunk::Usage(map_usage(&self.usage)));
-        }
-        out.push(ProviderChunk::Finish(finish));
-        out
+        let usage = self.saw_usage.then(|| map_usage(&self.usage));
+        crate::providers::sse::closing_chunks(calls, usage, finish)
     }
 }
 
@@ -238,13 +234,9 @@ impl EventDecoder for Decoder {
     }
 
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
-        let Some(data) = event.data else {
+        let Some(data) = crate::providers::sse::event_data(&event) else {
             return Ok(Step::More(Vec::new()));
         };
-        let data = data.trim();
-        if data.is_empty() {
-            return Ok(Step::More(Vec::new()));
-        }
         let payload: EventWire = crate::providers::sse::json_payload(&self.provider, data)?;
         self.on_payload(payload)
     }

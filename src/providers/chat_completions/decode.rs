@@ -147,10 +147,7 @@ impl Decoder {
             Some(reason) => reason,
             None => FinishReason::Stop,
         };
-        let mut out: Vec<ProviderChunk> = calls.into_iter().map(ProviderChunk::ToolCall).collect();
-        out.extend(self.usage.take().map(ProviderChunk::Usage));
-        out.push(ProviderChunk::Finish(finish));
-        out
+        crate::providers::sse::closing_chunks(calls, self.usage.take(), finish)
     }
 
     fn error_event(&self, data: &str) -> ProviderError {

@@ -197,14 +197,7 @@ impl Decoder {
             _ if !calls.is_empty() => FinishReason::ToolCalls,
             _ => FinishReason::Stop,
         };
-        let mut out: Vec<ProviderChunk> = calls.into_iter().map(ProviderChunk::ToolCall).collect();
-        out.extend(
-            self.usage
-                .as_ref()
-                .map(|u| ProviderChunk::Usage(map_usage(u))),
-        );
-        out.push(ProviderChunk::Finish(finish));
-        out
+        crate::providers::sse::closing_chunks(calls, self.usage.as_ref().map(map_usage), finish)
     }
 }
 
@@ -214,13 +207,11 @@ impl EventDecoder for Decoder {
     }
 
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
-        let Some(data) = event.data else {
+        // Neither format ends with `[DONE]`; a proxy that adds one is ignored.
+        let Some(data) = crate::providers::sse::event_data(&event).filter(|d| *d != "[DONE]")
+        else {
             return Ok(Step::More(Vec::new()));
         };
-        let data = data.trim();
-        if data.is_empty() || data == "[DONE]" {
-            return Ok(Step::More(Vec::new()));
-        }
         let chunk: ChunkWire = crate::providers::sse::json_payload(&self.provider, data)?;
         self.on_chunk(chunk).map(Step::More)
     }
