@@ -109,6 +109,7 @@ fn fixture_stream() -> String {
                 provider: Some("groq".into()),
                 status: Some(429),
                 upstream_kind: Some(ProviderErrorKind::RateLimited),
+                retry_after_ms: None,
             },
         },
         EventKind::Answer {

@@ -669,6 +669,9 @@ impl Session {
             provider: upstream.map(|e| e.provider.clone()),
             status: upstream.and_then(|e| e.status),
             upstream_kind: upstream.map(|e| e.kind),
+            retry_after_ms: upstream
+                .and_then(|e| e.retry_after)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
         };
         agent.status = Status::Failed;
         agent.vote = None;

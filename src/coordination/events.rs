@@ -102,6 +102,9 @@ pub struct AgentError {
     pub status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub upstream_kind: Option<crate::providers::ProviderErrorKind>,
+    /// How long the upstream asked us to wait (rate limits), in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_after_ms: Option<u64>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

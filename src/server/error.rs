@@ -182,7 +182,10 @@ impl ApiError {
             Self::Session(e)
                 if e.kind == SessionErrorKind::UpstreamFailed && all_rate_limited(e) =>
             {
-                Some(Duration::from_secs(1))
+                // One agent is enough for a session: the shortest wait any upstream asked
+                // for is when a retry can succeed.
+                let asked = e.agent_errors.iter().filter_map(|a| a.retry_after_ms).min();
+                Some(asked.map_or(Duration::from_secs(1), Duration::from_millis))
             }
             Self::RateLimited { retry_after } => Some(*retry_after),
             Self::TooManySessions { .. } => Some(Duration::from_secs(1)),
@@ -245,5 +248,51 @@ impl IntoResponse for ApiError {
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::coordination::{AgentError, AgentErrorKind, AgentRef};
+    use crate::providers::Usage;
+
+    fn limited(label: &str, retry_after_ms: Option<u64>) -> AgentError {
+        AgentError {
+            agent: AgentRef {
+                agent_id: label.into(),
+                label: label.into(),
+            },
+            kind: AgentErrorKind::Upstream,
+            message: "rate limited".into(),
+            provider: Some("openai".into()),
+            status: Some(429),
+            upstream_kind: Some(ProviderErrorKind::RateLimited),
+            retry_after_ms,
+        }
+    }
+
+    fn session(agent_errors: Vec<AgentError>) -> ApiError {
+        ApiError::Session(SessionError {
+            kind: SessionErrorKind::UpstreamFailed,
+            message: "every agent failed".into(),
+            agent_errors,
+            usage: Usage::default(),
+        })
+    }
+
+    #[test]
+    fn all_rate_limited_waits_the_shortest_time_an_upstream_asked_for() {
+        let e = session(vec![
+            limited("agent1", Some(7_000)),
+            limited("agent2", Some(2_500)),
+        ]);
+        assert_eq!(e.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(e.retry_after(), Some(Duration::from_millis(2_500)));
+        let header = e.into_response().headers()[header::RETRY_AFTER].clone();
+        assert_eq!(header, "3");
+        // Without a hint from any upstream, one second.
+        let e = session(vec![limited("agent1", None)]);
+        assert_eq!(e.retry_after(), Some(Duration::from_secs(1)));
     }
 }
