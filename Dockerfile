@@ -6,6 +6,7 @@ FROM rust:1.89-slim-bookworm AS build
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
 COPY src ./src
+COPY crates ./crates
 # Cargo checks that every target the manifest declares exists ([[test]] mcp, [[bench]],
 # [[example]] bench_driver), even when only the binary is built.
 COPY tests ./tests

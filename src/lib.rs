@@ -1,16 +1,15 @@
 //! massgen: several LLMs answer one question together, behind the OpenAI Chat Completions
 //! API.
 //!
-//! A request flows one way: [`server`] (HTTP edge) → [`coordination`] (the protocol engine)
-//! → [`providers`] (upstream wire formats). [`config`] loads panels; [`mock_upstream`] is the
-//! simulated model server used by `--demo`, tests and benchmarks; [`cli`] wires it together.
+//! A request flows one way: [`server`] (HTTP edge) → the coordination engine
+//! (`massgen_core::coordination`) → [`providers`] (upstream wire formats). [`config`] loads
+//! panels; [`mock_upstream`] is the simulated model server used by `--demo`, tests and
+//! benchmarks; [`cli`] wires it together.
 
 pub mod cli;
 pub mod config;
-pub mod coordination;
 pub mod mock_upstream;
 pub mod providers;
-pub mod secret;
 pub mod server;
 pub mod telemetry;
 pub mod tools;

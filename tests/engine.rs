@@ -6,8 +6,8 @@ mod engine_support;
 use std::time::Duration;
 
 use engine_support::*;
-use massgen::coordination::*;
 use massgen::providers::{FinishReason, Message, ProviderErrorKind, Role, Usage};
+use massgen_core::coordination::*;
 use tokio_util::sync::CancellationToken;
 
 fn opts() -> OrchestratorOptions {

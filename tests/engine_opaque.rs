@@ -5,8 +5,8 @@
 mod engine_support;
 
 use engine_support::*;
-use massgen::coordination::OrchestratorOptions;
 use massgen::providers::{ProviderChunk, Role, ToolCall};
+use massgen_core::coordination::OrchestratorOptions;
 use serde_json::json;
 
 #[tokio::test(start_paused = true)]

@@ -9,7 +9,7 @@ use massgen::providers::chat_completions::http_client;
 use massgen::providers::{
     FinishReason, Provider, ProviderChunk, ProviderErrorKind, ProviderRequest, UpstreamConfig,
 };
-use massgen::secret::Secret;
+use massgen_core::Secret;
 use native_support::*;
 use serde_json::{Map, Value, json};
 

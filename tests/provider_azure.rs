@@ -15,7 +15,7 @@ use massgen::providers::presets::{self, Wire};
 use massgen::providers::{
     HttpProviders, Provider, ProviderErrorKind, ProviderFactory, UpstreamConfig,
 };
-use massgen::secret::Secret;
+use massgen_core::Secret;
 use native_support::*;
 use serde_json::{Map, json};
 

@@ -26,7 +26,7 @@ use massgen::providers::{
     FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
     ProviderRequest, ToolCall, ToolChoice, ToolSpec, Usage,
 };
-use massgen::secret::Secret;
+use massgen_core::Secret;
 use native_support::{SECOND, collect, decode_bytes, fast_policy};
 use serde_json::{Value, json};
 

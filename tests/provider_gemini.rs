@@ -13,7 +13,7 @@ use massgen::providers::{
     FinishReason, Message, Provider, ProviderErrorKind, ProviderRequest, Role, ToolSpec,
     UpstreamConfig,
 };
-use massgen::secret::Secret;
+use massgen_core::Secret;
 use native_support::*;
 use serde_json::{Map, Value, json};
 

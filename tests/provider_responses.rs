@@ -11,7 +11,7 @@ use massgen::providers::responses::{ResponsesProvider, decode_stream};
 use massgen::providers::{
     FinishReason, Message, Provider, ProviderErrorKind, ProviderRequest, Role, UpstreamConfig,
 };
-use massgen::secret::Secret;
+use massgen_core::Secret;
 use native_support::*;
 use serde_json::{Map, Value, json};
 

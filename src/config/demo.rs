@@ -2,10 +2,10 @@
 
 use std::path::PathBuf;
 
+use massgen_core::coordination::OrchestratorOptions;
 use serde_json::Map;
 
 use super::{AgentConfig, BackendConfig, PanelConfig};
-use crate::coordination::OrchestratorOptions;
 use crate::providers::retry::CallPolicy;
 
 /// `source` of the demo panel, for messages.

@@ -14,15 +14,15 @@ use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use massgen_core::Secret;
+use massgen_core::coordination::ToolLimits;
+use massgen_core::coordination::{OrchestratorOptions, Strictness};
 use serde_json::{Map, Value};
 
 use super::expand::{expand_value, join};
 use super::{AgentConfig, BackendConfig, ConfigError, Env, PanelCatalog, PanelConfig, yaml};
-use crate::coordination::ToolLimits;
-use crate::coordination::{OrchestratorOptions, Strictness};
 use crate::providers::presets::{self, PRESETS, Preset, Wire};
 use crate::providers::retry::CallPolicy;
-use crate::secret::Secret;
 use crate::tools::{AgentToolsConfig, McpServerConfig, McpTransport, SecretText};
 
 /// Backend keys the server itself interprets; everything else may become a param.

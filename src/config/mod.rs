@@ -30,11 +30,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+pub use massgen_core::Secret;
+use massgen_core::coordination::OrchestratorOptions;
 use serde_json::{Map, Value};
 
-use crate::coordination::OrchestratorOptions;
 use crate::providers::retry::CallPolicy;
-pub use crate::secret::Secret;
 
 /// One agent's `backend:` section, resolved (variables expanded, key found, base URL set).
 #[derive(Debug, Clone, PartialEq)]

@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::secret::Secret;
+use massgen_core::Secret;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProductionSettings {

@@ -12,13 +12,13 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use http::HeaderMap;
 use http::header::{ACCEPT, CONTENT_TYPE};
+use massgen_core::Secret;
 use serde_json::Value;
 
 use super::errors::{retryable_before_first_byte, truncate};
 use super::retry::{self, AttemptFailure, CallPolicy, RetryStep};
 use super::sse::error_chain;
 use super::{ChunkStream, ProviderError, ProviderErrorKind};
-use crate::secret::Secret;
 
 /// Error bodies longer than this are cut: we only quote them.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;

@@ -8,12 +8,12 @@ use std::marker::PhantomData;
 use std::sync::Arc;
 
 use http::{HeaderMap, HeaderValue};
+use massgen_core::Secret;
 use serde_json::{Map, Value};
 
 use super::retry::CallPolicy;
 use super::transport::{self, Endpoint, WireFns};
 use super::{ChunkStream, Provider, ProviderRequest};
-use crate::secret::Secret;
 
 /// Everything one configured HTTP upstream needs, whatever its wire format.
 #[derive(Debug, Clone)]

@@ -6,12 +6,12 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, Method, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use massgen_core::Secret;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::AppState;
 use super::error::ApiError;
-use crate::secret::Secret;
 use crate::telemetry::metrics;
 
 /// Which configured key a request used (its position in the key list); never the key.

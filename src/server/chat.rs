@@ -9,6 +9,9 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use massgen_core::coordination::{
+    EventKind, SessionAgent, SessionError, SessionErrorKind, SessionEvent, SessionSpec, run_session,
+};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -22,9 +25,6 @@ use super::records;
 use super::render::{ChunkHeader, Narrator, metadata_json};
 use super::request::{self, ChatRequest};
 use super::routing;
-use crate::coordination::{
-    EventKind, SessionAgent, SessionError, SessionErrorKind, SessionEvent, SessionSpec, run_session,
-};
 use crate::providers::Usage;
 use crate::telemetry::{self, SessionTracker};
 

@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use massgen_core::coordination::{SessionError, SessionErrorKind};
 use serde_json::json;
 
-use crate::coordination::{SessionError, SessionErrorKind};
 use crate::providers::ProviderErrorKind;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -254,8 +254,8 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::{AgentError, AgentErrorKind, AgentRef};
     use crate::providers::Usage;
+    use massgen_core::coordination::{AgentError, AgentErrorKind, AgentRef};
 
     fn limited(label: &str, retry_after_ms: Option<u64>) -> AgentError {
         AgentError {

@@ -161,7 +161,7 @@ mod tests {
     struct ApiKeysForTest;
     impl ApiKeysForTest {
         fn key() -> KeyId {
-            super::super::auth::ApiKeys::new(&[crate::secret::Secret::new("k")])
+            super::super::auth::ApiKeys::new(&[massgen_core::Secret::new("k")])
                 .verify("k")
                 .unwrap()
         }

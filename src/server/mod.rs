@@ -1,5 +1,5 @@
 //! The HTTP edge: routes, OpenAI wire types, SSE rendering, errors as OpenAI JSON. It only
-//! translates: a request becomes a [`SessionSpec`](crate::coordination::SessionSpec), and
+//! translates: a request becomes a [`SessionSpec`](massgen_core::coordination::SessionSpec), and
 //! the session's events become a response.
 
 pub mod auth;
@@ -35,9 +35,9 @@ use tower_http::trace::TraceLayer;
 
 pub use chat::SESSION_HEADER;
 use error::ApiError;
+use massgen_core::coordination::{Clock, SystemClock};
 
 use crate::config::{Env, PanelCatalog, ServerSettings};
-use crate::coordination::{Clock, SystemClock};
 use crate::providers::ProviderFactory;
 
 /// Shared by every request.

@@ -1,12 +1,12 @@
 //! How session events look to a Chat Completions client: deliberation lines, chunks,
 //! usage and `massgen_metadata`. Only this file knows OpenAI's response shapes.
 
+use massgen_core::coordination::client_tools::describe_calls;
+use massgen_core::coordination::{AnswerContent, EventKind, SessionSummary};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::request::Deliberation;
-use crate::coordination::client_tools::describe_calls;
-use crate::coordination::{AnswerContent, EventKind, SessionSummary};
 use crate::providers::{FinishReason, ToolCall, Usage};
 
 /// Tool-call arguments go out in pieces of at most this many bytes, as OpenAI streams them.
@@ -399,7 +399,7 @@ fn pieces(text: &str, max: usize) -> Vec<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::{AgentRef, VoteRecord};
+    use massgen_core::coordination::{AgentRef, VoteRecord};
 
     fn agent(label: &str) -> AgentRef {
         AgentRef {

@@ -1,17 +1,12 @@
 //! Parsing a Chat Completions request: lenient where clients differ (unknown fields,
 //! string or content-part messages), strict where a mistake would change the answer.
 
+use massgen_core::coordination::{ClientTools, SessionInput};
+use massgen_core::tool_names::{self, MCP_PREFIX, WORKFLOW_TOOLS};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use crate::coordination::{ClientTools, SessionInput};
 use crate::providers::{Message, Role, ToolCall, ToolChoice, ToolSpec};
-
-/// Names of the coordination tools; a client tool may not take them.
-pub const WORKFLOW_TOOL_NAMES: &[&str] = &["new_answer", "vote"];
-
-/// Prefix of the agents' own MCP tools (`mcp__{server}__{tool}`); reserved.
-pub const MCP_TOOL_PREFIX: &str = "mcp__";
 
 /// How much of the deliberation the client sees (`massgen.deliberation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -192,11 +187,11 @@ fn client_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
         .and_then(|f| f.get("name"))
         .and_then(Value::as_str)
         .unwrap_or_default();
-    if WORKFLOW_TOOL_NAMES.contains(&name) || name.starts_with(MCP_TOOL_PREFIX) {
+    if tool_names::is_reserved(name) {
         return Err(tools_error(
             format!(
-                "The client tool '{name}' collides with a massgen coordination tool ({}) or the reserved prefix '{MCP_TOOL_PREFIX}'; rename it",
-                WORKFLOW_TOOL_NAMES.join(", ")
+                "The client tool '{name}' collides with a massgen coordination tool ({}) or the reserved prefix '{MCP_PREFIX}'; rename it",
+                WORKFLOW_TOOLS.join(", ")
             ),
             "tool_name_collision",
         ));

@@ -3,8 +3,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::coordination::ToolLimits;
-use crate::secret::Secret;
+use massgen_core::Secret;
+use massgen_core::coordination::ToolLimits;
 
 /// How to reach one MCP server. Only a config file can name these: nothing in a request
 /// can start a process or reach a new URL.

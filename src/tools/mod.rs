@@ -7,7 +7,7 @@
 //!   it died, and stopped at shutdown.
 //! - [`Toolbox`] is one agent's view: its servers' tools named `mcp__{server}__{tool}`,
 //!   filtered by `allowed_tools` / `exclude_tools`, behind the engine's
-//!   [`AgentTools`](crate::coordination::AgentTools) trait.
+//!   [`AgentTools`](massgen_core::coordination::AgentTools) trait.
 
 pub mod config;
 mod registry;
@@ -20,13 +20,10 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 pub use config::{AgentToolsConfig, McpServerConfig, McpTransport, SecretText};
+use massgen_core::coordination::AgentTools;
 pub use registry::{ToolRegistry, Toolbox};
 
 use crate::config::AgentConfig;
-use crate::coordination::AgentTools;
-
-/// Prefix of every MCP tool name offered to a model.
-pub const MCP_PREFIX: &str = "mcp__";
 
 /// A tool as an MCP server lists it.
 #[derive(Debug, Clone, PartialEq)]

@@ -5,14 +5,14 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::future::{BoxFuture, join_all};
+use massgen_core::coordination::{AgentTools, ToolLimits};
+use massgen_core::tool_names::MCP_PREFIX;
 use serde_json::{Map, Value};
 
 use super::rmcp_client::RmcpConnector;
 use super::{
-    AgentToolsConfig, MCP_PREFIX, McpClient, McpConnector, McpError, McpServerConfig, RemoteTool,
-    ToolOutput,
+    AgentToolsConfig, McpClient, McpConnector, McpError, McpServerConfig, RemoteTool, ToolOutput,
 };
-use crate::coordination::{AgentTools, ToolLimits};
 use crate::providers::ToolSpec;
 
 /// Every MCP server of the process, one per distinct server config.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::coordination::{EventKind, SessionEvent};
+use massgen_core::coordination::{EventKind, SessionEvent};
 
 pub fn write(
     dir: &Path,

@@ -6,10 +6,10 @@ use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use massgen_core::coordination::{EventKind, SessionEvent};
 use tokio::sync::broadcast::error::RecvError;
 
 use super::{list_entry_json, record_json};
-use crate::coordination::{EventKind, SessionEvent};
 use crate::server::AppState;
 use crate::server::auth::Caller;
 use crate::server::error::ApiError;

@@ -3,9 +3,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
 use tokio::sync::broadcast;
 
-use crate::coordination::{AgentRef, EventKind, SessionEvent};
 use crate::providers::Usage;
 use crate::server::auth::Caller;
 
@@ -254,8 +254,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::coordination::{SessionError, SessionErrorKind};
     use crate::providers::Usage;
+    use massgen_core::coordination::{SessionError, SessionErrorKind};
 
     fn event(seq: u64, kind: EventKind) -> SessionEvent {
         SessionEvent {
@@ -286,7 +286,7 @@ mod tests {
         assert_eq!(store.len(), 2);
         assert!(store.get("a", &Caller::default()).is_none());
         assert!(store.get("c", &Caller::default()).is_some());
-        let keys = crate::server::auth::ApiKeys::new(&[crate::secret::Secret::new("k")]);
+        let keys = crate::server::auth::ApiKeys::new(&[massgen_core::Secret::new("k")]);
         let owner = Caller {
             key: keys.verify("k"),
         };
@@ -309,7 +309,7 @@ mod tests {
     #[test]
     fn list_is_newest_first_bounded_and_only_the_callers() {
         let store = RecordStore::new(10, Duration::from_secs(60), None);
-        let keys = crate::server::auth::ApiKeys::new(&[crate::secret::Secret::new("k")]);
+        let keys = crate::server::auth::ApiKeys::new(&[massgen_core::Secret::new("k")]);
         let owner = Caller {
             key: keys.verify("k"),
         };
@@ -347,7 +347,7 @@ mod tests {
             1,
             EventKind::Usage {
                 agent,
-                phase: crate::coordination::CallPhase::Coordination,
+                phase: massgen_core::coordination::CallPhase::Coordination,
                 usage,
             },
         ));

@@ -5,11 +5,11 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use massgen_core::coordination::{AgentErrorKind, EventKind, SessionErrorKind, SessionEvent};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::task::TaskTracker;
 
 use super::SessionRecord;
-use crate::coordination::{AgentErrorKind, EventKind, SessionErrorKind, SessionEvent};
 use crate::telemetry::{SessionTracker, metrics};
 
 pub struct SessionStart {

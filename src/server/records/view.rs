@@ -3,10 +3,10 @@
 
 use std::collections::BTreeMap;
 
+use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
 use serde_json::{Value, json};
 
 use super::SessionRecord;
-use crate::coordination::{AgentRef, EventKind, SessionEvent};
 use crate::providers::Usage;
 
 #[derive(Default)]

@@ -6,8 +6,9 @@ use serde_json::{Map, Value};
 
 use super::client_tools::same_calls;
 use super::options::Strictness;
-use super::prompt::{NEW_ANSWER, ShownAnswer, VOTE};
-use crate::providers::ToolCall;
+use super::prompt::ShownAnswer;
+use crate::provider::ToolCall;
+use crate::tool_names::{NEW_ANSWER, VOTE};
 
 /// What a valid attempt decided.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -10,7 +10,7 @@ use super::engine::Session;
 use super::events::{AnswerContent, CallPhase, EventKind, PresentationMode, SessionError};
 use super::prompt;
 use super::validate::{Action, Rules, validate};
-use crate::providers::{FinishReason, Message, ProviderRequest, ToolCall};
+use crate::provider::{FinishReason, Message, ProviderRequest, ToolCall};
 
 pub(super) struct Presented {
     pub text: String,

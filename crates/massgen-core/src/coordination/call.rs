@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout_at};
 
 use super::agent_tools::{AgentTools, ToolCallRecord, ToolLimits, cap_result};
-use crate::providers::{
+use crate::provider::{
     FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderRequest, Role, ToolCall,
     Usage,
 };

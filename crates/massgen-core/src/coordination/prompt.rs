@@ -1,6 +1,6 @@
 //! Prompt text and workflow tool schemas (protocol: "One agent turn", "Winner and final
 //! presentation"). The block delimiters of the user message are a contract: the simulated
-//! upstream (`mock_upstream`) parses them, so change them in both places or not at all.
+//! upstream (`massgen-simulator`) parses them, so change them in both places or not at all.
 
 use std::time::SystemTime;
 
@@ -9,10 +9,8 @@ use serde_json::json;
 use super::client_tools::describe_calls;
 use super::options::Strictness;
 use super::session::SessionInput;
-use crate::providers::{Message, Role, ToolCall, ToolSpec};
-
-pub const NEW_ANSWER: &str = "new_answer";
-pub const VOTE: &str = "vote";
+use crate::provider::{Message, Role, ToolCall, ToolSpec};
+use crate::tool_names::{NEW_ANSWER, VOTE};
 
 /// One answer as the prompt shows it: the agent's label (`agent2`) and its latest text
 /// (for a tool-call answer, `agent2 proposes calling get_weather({"city":"Paris"})`, with

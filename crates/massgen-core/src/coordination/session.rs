@@ -10,7 +10,7 @@ use super::agent_tools::AgentTools;
 use super::client_tools::ClientTools;
 use super::events::{SessionError, SessionEvent, SessionSummary};
 use super::options::OrchestratorOptions;
-use crate::providers::{Message, Provider};
+use crate::provider::{Message, Provider};
 
 /// Wall-clock seam (timestamps and the date in the prompt).
 pub trait Clock: Send + Sync {

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::providers::{FinishReason, ToolCall, Usage};
+use crate::provider::{FinishReason, ToolCall, Usage};
 
 /// An event with its place in the session.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -101,7 +101,7 @@ pub struct AgentError {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub upstream_kind: Option<crate::providers::ProviderErrorKind>,
+    pub upstream_kind: Option<crate::provider::ProviderErrorKind>,
     /// How long the upstream asked us to wait (rate limits), in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,

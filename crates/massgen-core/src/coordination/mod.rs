@@ -1,6 +1,6 @@
 //! The coordination engine: one session of several agents that answer, read each other's
 //! answers, vote, and let the winner present (see `docs/protocol.md` in the shared docs and
-//! the README). Plain Rust over the [`Provider`](crate::providers::Provider) trait: no HTTP
+//! the README). Plain Rust over the [`Provider`](crate::provider::Provider) trait: no HTTP
 //! types in here, so it is tested with scripted providers and paused time.
 //!
 //! Choices where the protocol is silent:
@@ -33,6 +33,10 @@ mod validate;
 
 pub use agent_tools::{AgentTools, ToolCallRecord, ToolLimits};
 pub use client_tools::ClientTools;
-pub use events::*;
-pub use options::*;
+pub use events::{
+    AgentError, AgentErrorKind, AgentRef, AgentSummary, Answer, AnswerContent, CallPhase,
+    ConsensusReason, EventKind, PresentationMode, SessionError, SessionErrorKind, SessionEvent,
+    SessionSummary, TallyEntry, VoteRecord,
+};
+pub use options::{OrchestratorOptions, Strictness};
 pub use session::{Clock, SessionAgent, SessionInput, SessionSpec, SystemClock, run_session};

@@ -20,9 +20,7 @@ use super::prompt::{self, Instructions};
 use super::record::agent_summary;
 use super::session::{Clock, SessionAgent, SessionInput, SessionSpec};
 use super::validate::{Action, Invalid, Rules, validate};
-use crate::providers::{
-    Message, ProviderError, ProviderRequest, Role, ToolChoice, ToolSpec, Usage,
-};
+use crate::provider::{Message, ProviderError, ProviderRequest, Role, ToolChoice, ToolSpec, Usage};
 
 pub(super) async fn run(
     spec: SessionSpec,

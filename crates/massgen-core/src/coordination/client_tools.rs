@@ -5,7 +5,7 @@
 
 use serde_json::Value;
 
-use crate::providers::{ToolCall, ToolChoice, ToolSpec};
+use crate::provider::{ToolCall, ToolChoice, ToolSpec};
 
 /// What the client offered. `choice: None` means the client sent no `tool_choice` (auto).
 #[derive(Debug, Clone, Default, PartialEq)]

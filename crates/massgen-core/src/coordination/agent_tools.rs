@@ -1,4 +1,4 @@
-//! Tools an agent uses itself inside its turn (MCP tools, see `crate::tools`). The engine
+//! Tools an agent uses itself inside its turn (MCP tools, see the `massgen-tools` crate). The engine
 //! only sees this seam: what to offer, how to call, and the loop's limits.
 
 use std::fmt;
@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 
-use crate::providers::ToolSpec;
+use crate::provider::ToolSpec;
 
 /// Limits of the in-turn tool loop.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,247 @@
+//! The provider-neutral seam between the engine and upstream models: the request, chunk,
+//! usage and error types every wire format translates to and from, and the [`Provider`]
+//! trait the engine calls. Wire formats live in `massgen-providers`; nothing here knows
+//! HTTP.
+
+use std::fmt;
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who wrote a message of the conversation sent upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// One message of a provider-neutral conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Message {
+    pub role: Role,
+    /// Text content; may be empty for an assistant message that only calls tools.
+    pub content: String,
+    /// Tool calls made by an assistant message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// For `Role::Tool`: the id of the call this message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl Message {
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::text(Role::System, content)
+    }
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::text(Role::User, content)
+    }
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::text(Role::Assistant, content)
+    }
+    pub fn tool_result(call_id: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: Role::Tool,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call_id.into()),
+        }
+    }
+    fn text(role: Role, content: impl Into<String>) -> Self {
+        Self {
+            role,
+            content: content.into(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+        }
+    }
+}
+
+/// A function tool offered to the model (JSON Schema parameters).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    pub parameters: Value,
+}
+
+/// A complete tool call as the model made it. `arguments` is the raw JSON text the
+/// model produced (it may be invalid JSON: validation is the caller's business).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+    /// What the wire format that produced the call needs back verbatim when the call is
+    /// replayed in a later request (Anthropic thinking blocks with their signatures, a
+    /// Gemini `thoughtSignature`, Responses reasoning items), keyed by wire format:
+    /// `{"anthropic": …}`, `{"gemini": …}`, `{"responses": …}`. Opaque to everyone else,
+    /// and process-internal: never serialized (so never in metadata shown to clients).
+    #[serde(skip)]
+    pub opaque: Option<Value>,
+}
+
+/// How the model may use the offered tools.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ToolChoice {
+    Auto,
+    Required,
+    None,
+    Function(String),
+}
+
+/// A provider-neutral request for one upstream call. Backend parameters from the config
+/// (temperature, max_tokens, …) are the provider's own business and not repeated here.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ProviderRequest {
+    pub messages: Vec<Message>,
+    pub tools: Vec<ToolSpec>,
+    pub tool_choice: Option<ToolChoice>,
+    pub parallel_tool_calls: Option<bool>,
+}
+
+/// Token usage of one upstream call, in provider-neutral form.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub total_tokens: u64,
+    #[serde(default)]
+    pub cached_input_tokens: u64,
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+}
+
+impl Usage {
+    pub fn add(&mut self, other: &Usage) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+        self.total_tokens += other.total_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
+    }
+}
+
+/// Why the upstream model stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinishReason {
+    Stop,
+    Length,
+    ToolCalls,
+    ContentFilter,
+}
+
+/// One piece of an upstream stream, in provider-neutral form.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ProviderChunk {
+    /// Answer text, as it arrives.
+    Text(String),
+    /// Reasoning / thinking text, as it arrives.
+    Reasoning(String),
+    /// A tool call, emitted once it is complete (arguments fully assembled).
+    ToolCall(ToolCall),
+    /// Usage of the call; may come more than once (the last one wins).
+    Usage(Usage),
+    /// The stream's end, with the upstream's finish reason.
+    Finish(FinishReason),
+}
+
+/// What went wrong with an upstream call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProviderErrorKind {
+    /// 429 or a quota error.
+    RateLimited,
+    /// 401/403: bad or missing key.
+    Authentication,
+    /// 400/404/422 the upstream would reject again.
+    InvalidRequest,
+    /// The prompt did not fit the model's context window.
+    ContextLength,
+    /// 5xx or 529 overloaded.
+    Server,
+    /// Could not connect, or the connection broke.
+    Connection,
+    /// No byte for too long, or the call took too long.
+    Timeout,
+    /// The upstream sent something we could not parse.
+    InvalidResponse,
+    /// The upstream reported an error inside an HTTP 200 stream.
+    Stream,
+}
+
+impl ProviderErrorKind {
+    /// Whether a new attempt may succeed (used before the first byte only).
+    pub fn is_retryable(self) -> bool {
+        matches!(self, Self::RateLimited | Self::Server | Self::Connection)
+    }
+}
+
+/// An upstream failure, with what the upstream said preserved.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProviderError {
+    pub kind: ProviderErrorKind,
+    /// Provider name (preset or wire type), e.g. `openai`, `groq`.
+    pub provider: String,
+    /// HTTP status, when the failure came with one.
+    pub status: Option<u16>,
+    /// The upstream's message (never containing our API key).
+    pub message: String,
+    /// The upstream's error `type`, when it sent one.
+    pub error_type: Option<String>,
+    /// The upstream's error `code`, when it sent one (numbers become strings).
+    pub code: Option<String>,
+    /// How long the upstream asked us to wait.
+    pub retry_after: Option<Duration>,
+}
+
+impl ProviderError {
+    pub fn new(
+        kind: ProviderErrorKind,
+        provider: impl Into<String>,
+        message: impl Into<String>,
+    ) -> Self {
+        Self {
+            kind,
+            provider: provider.into(),
+            status: None,
+            message: message.into(),
+            error_type: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+}
+
+impl fmt::Display for ProviderError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.provider)?;
+        if let Some(status) = self.status {
+            write!(f, " HTTP {status}")?;
+        }
+        write!(f, " {:?}: {}", self.kind, self.message)
+    }
+}
+
+impl std::error::Error for ProviderError {}
+
+pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<ProviderChunk, ProviderError>> + Send>>;
+
+/// One configured upstream model. Cheap to share (`Arc<dyn Provider>`).
+///
+/// `stream` starts the call lazily when the returned stream is first polled; dropping the
+/// stream cancels the call. Retries before the first byte happen inside the stream.
+pub trait Provider: Send + Sync + fmt::Debug {
+    /// Provider name for logs, metrics and errors (`openai`, `groq`, `mock`, …).
+    fn provider_name(&self) -> &str;
+    /// Model name sent upstream.
+    fn model(&self) -> &str;
+    fn stream(&self, request: ProviderRequest) -> ChunkStream;
+}
