@@ -11,13 +11,13 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
-use massgen::providers::chat_completions::decode_stream;
-use massgen::providers::{
-    ChunkStream, FinishReason, Provider, ProviderChunk, ProviderRequest, ToolCall, Usage,
-};
 use massgen::server::render::ChunkHeader;
 use massgen_core::coordination::{
     OrchestratorOptions, SessionAgent, SessionInput, SessionSpec, SystemClock, run_session,
+};
+use massgen_providers::chat_completions::decode_stream;
+use massgen_providers::{
+    ChunkStream, FinishReason, Provider, ProviderChunk, ProviderRequest, ToolCall, Usage,
 };
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::providers::HttpProviders;
+use crate::app::HttpProviders;
 use crate::server::AppState;
 use clap::{Args, Parser, Subcommand};
 use tokio::net::TcpListener;
@@ -494,7 +494,7 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     );
     spawn_signal_watcher(stop_tx)?;
     announce(&format!("massgen listening on http://{addr}"));
-    let http = crate::providers::chat_completions::http_client()
+    let http = massgen_providers::http_client()
         .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
     let env: Arc<Env> = Arc::new(process_env);
     // MCP servers start now, in the background; a session that needs one first waits.

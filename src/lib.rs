@@ -2,14 +2,15 @@
 //! API.
 //!
 //! A request flows one way: [`server`] (HTTP edge) → the coordination engine
-//! (`massgen_core::coordination`) → [`providers`] (upstream wire formats). [`config`] loads
-//! panels; [`mock_upstream`] is the simulated model server used by `--demo`, tests and
-//! benchmarks; [`cli`] wires it together.
+//! (`massgen_core::coordination`) → the upstream wire formats (`massgen_providers`).
+//! [`config`] loads panels; [`app`] assembles what a session runs on; [`mock_upstream`] is
+//! the simulated model server used by `--demo`, tests and benchmarks; [`cli`] wires it
+//! together.
 
+pub mod app;
 pub mod cli;
 pub mod config;
 pub mod mock_upstream;
-pub mod providers;
 pub mod server;
 pub mod telemetry;
 pub mod tools;

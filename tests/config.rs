@@ -7,8 +7,8 @@ use std::time::Duration;
 use massgen::config::{
     ConfigError, PanelConfig, demo_panel, load_catalog, load_panel, parse_panel,
 };
-use massgen::providers::presets::PRESETS;
 use massgen_core::coordination::Strictness;
+use massgen_providers::presets::PRESETS;
 use serde_json::json;
 
 type TestEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;

@@ -6,8 +6,8 @@ mod engine_support;
 use std::time::Duration;
 
 use engine_support::*;
-use massgen::providers::{FinishReason, Message, ProviderErrorKind, Role, Usage};
 use massgen_core::coordination::*;
+use massgen_core::provider::{FinishReason, Message, ProviderErrorKind, Role, Usage};
 use tokio_util::sync::CancellationToken;
 
 fn opts() -> OrchestratorOptions {
@@ -100,7 +100,7 @@ async fn a_new_answer_clears_votes_and_restarts_agents() {
         vote("agent3", "most precise")
     });
     let prefers_c = |fallback: &'static str| {
-        move |req: &massgen::providers::ProviderRequest, _: usize| {
+        move |req: &massgen_core::provider::ProviderRequest, _: usize| {
             if vote_enum(req).is_empty() {
                 return after(1, answer(fallback));
             }
@@ -115,7 +115,7 @@ async fn a_new_answer_clears_votes_and_restarts_agents() {
     let a2 = Scripted::new("a", prefers_c("Alpha says four."));
     let b2 = Scripted::new("b", {
         let f = prefers_c("Beta computes 4.");
-        move |req: &massgen::providers::ProviderRequest, n| {
+        move |req: &massgen_core::provider::ProviderRequest, n| {
             if n == 0 {
                 return after(2, answer("Beta computes 4."));
             }
@@ -499,7 +499,7 @@ async fn prompts_use_the_delimiters_and_offer_the_right_tools() {
     let system = system_text(first);
     assert!(system.starts_with("You are terse.\n\nClient system text.\n\nYou are agent1,"));
     assert!(system.contains("Tue, 14 Nov 2023 22:13:20 GMT"), "{system}");
-    assert!(first.tool_choice == Some(massgen::providers::ToolChoice::Auto));
+    assert!(first.tool_choice == Some(massgen_core::provider::ToolChoice::Auto));
 
     // agent2 is still working on its first answer; agent3 answered at t=2. agent1's later
     // turn sees agent1 and agent3 only.
@@ -588,7 +588,7 @@ fn failing_presenter(partial: &'static [&'static str]) -> Scripted {
         if is_presentation(req) {
             let mut steps: Vec<Step> = partial
                 .iter()
-                .map(|t| Step::Chunk(massgen::providers::ProviderChunk::Text(t.to_string())))
+                .map(|t| Step::Chunk(massgen_core::provider::ProviderChunk::Text(t.to_string())))
                 .collect();
             steps.push(Step::Fail(upstream_error(500)));
             return steps;

@@ -5,8 +5,8 @@
 mod engine_support;
 
 use engine_support::*;
-use massgen::providers::{ProviderChunk, Role, ToolCall};
 use massgen_core::coordination::OrchestratorOptions;
+use massgen_core::provider::{ProviderChunk, Role, ToolCall};
 use serde_json::json;
 
 #[tokio::test(start_paused = true)]

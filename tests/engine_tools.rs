@@ -4,10 +4,10 @@
 mod engine_support;
 
 use engine_support::*;
-use massgen::providers::{
+use massgen_core::coordination::*;
+use massgen_core::provider::{
     FinishReason, Message, ProviderRequest, Role, ToolCall, ToolChoice, ToolSpec,
 };
-use massgen_core::coordination::*;
 use serde_json::json;
 
 const PARIS: &str = r#"{"city":"Paris"}"#;

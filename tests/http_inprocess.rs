@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use massgen::app::HttpProviders;
 use massgen::config::{PanelCatalog, ProductionSettings, Secret, ServerSettings};
-use massgen::providers::HttpProviders;
 use massgen::server::{AppState, router};
 use tower::ServiceExt;
 

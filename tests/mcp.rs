@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine_support::*;
-use massgen::providers::Role;
 use massgen::tools::{
     AgentToolsConfig, McpServerConfig, McpTransport, SecretText, ToolRegistry,
     rmcp_client::RmcpConnector,
 };
 use massgen_core::coordination::*;
+use massgen_core::provider::Role;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
 use rmcp::transport::streamable_http_server::{
@@ -171,7 +171,7 @@ fn registry() -> ToolRegistry {
     ToolRegistry::new(Arc::new(RmcpConnector))
 }
 
-fn names(specs: &[massgen::providers::ToolSpec]) -> Vec<String> {
+fn names(specs: &[massgen_core::provider::ToolSpec]) -> Vec<String> {
     let mut n: Vec<String> = specs.iter().map(|s| s.name.clone()).collect();
     n.sort();
     n
@@ -237,7 +237,7 @@ fn tool_user(script: Vec<Vec<(&'static str, &'static str)>>) -> Scripted {
                 .collect();
             // Distinct ids, as real models send.
             for (i, s) in steps.iter_mut().enumerate() {
-                if let Step::Chunk(massgen::providers::ProviderChunk::ToolCall(c)) = s {
+                if let Step::Chunk(massgen_core::provider::ProviderChunk::ToolCall(c)) = s {
                     c.id = format!("call_{n}_{i}");
                 }
             }

@@ -4,12 +4,12 @@
 
 mod native_support;
 
-use massgen::providers::anthropic::{AnthropicProvider, DEFAULT_MAX_TOKENS, decode_stream};
-use massgen::providers::chat_completions::http_client;
-use massgen::providers::{
+use massgen_core::Secret;
+use massgen_providers::anthropic::{AnthropicProvider, DEFAULT_MAX_TOKENS, decode_stream};
+use massgen_providers::http_client;
+use massgen_providers::{
     FinishReason, Provider, ProviderChunk, ProviderErrorKind, ProviderRequest, UpstreamConfig,
 };
-use massgen_core::Secret;
 use native_support::*;
 use serde_json::{Map, Value, json};
 
@@ -151,8 +151,8 @@ async fn headers_and_max_tokens_default() {
 async fn thinking_blocks_round_trip_into_the_next_request() {
     let o = decode("thinking_tools.sse").await;
     let mut request = coordination_turn();
-    request.messages.push(massgen::providers::Message {
-        role: massgen::providers::Role::Assistant,
+    request.messages.push(massgen_providers::Message {
+        role: massgen_providers::Role::Assistant,
         content: o.text.clone(),
         tool_calls: o.calls.clone(),
         tool_call_id: None,
@@ -160,7 +160,7 @@ async fn thinking_blocks_round_trip_into_the_next_request() {
     for call in &o.calls {
         request
             .messages
-            .push(massgen::providers::Message::tool_result(
+            .push(massgen_providers::Message::tool_result(
                 &call.id, "Error: x",
             ));
     }
@@ -279,7 +279,7 @@ async fn prompt_too_long_is_context_length_and_auth_errors_hide_the_key() {
 
 fn hello() -> ProviderRequest {
     ProviderRequest {
-        messages: vec![massgen::providers::Message::user("hi")],
+        messages: vec![massgen_providers::Message::user("hi")],
         ..ProviderRequest::default()
     }
 }

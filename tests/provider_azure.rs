@@ -9,13 +9,13 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
+use massgen::app::{HttpProviders, ProviderFactory};
 use massgen::config::parse_panel;
-use massgen::providers::chat_completions::{ChatCompletionsProvider, http_client};
-use massgen::providers::presets::{self, Wire};
-use massgen::providers::{
-    HttpProviders, Provider, ProviderErrorKind, ProviderFactory, UpstreamConfig,
-};
 use massgen_core::Secret;
+use massgen_providers::chat_completions::ChatCompletionsProvider;
+use massgen_providers::http_client;
+use massgen_providers::presets::{self, Wire};
+use massgen_providers::{Provider, ProviderErrorKind, UpstreamConfig};
 use native_support::*;
 use serde_json::{Map, json};
 

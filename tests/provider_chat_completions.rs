@@ -18,15 +18,16 @@ use axum::response::Response;
 use axum::routing::post;
 use bytes::Bytes;
 use futures::StreamExt;
-use massgen::providers::chat_completions::{
-    ChatCompletionsConfig, ChatCompletionsProvider, decode_stream, http_client,
+use massgen_core::Secret;
+use massgen_providers::chat_completions::{
+    ChatCompletionsConfig, ChatCompletionsProvider, decode_stream,
 };
-use massgen::providers::retry::CallPolicy;
-use massgen::providers::{
+use massgen_providers::http_client;
+use massgen_providers::retry::CallPolicy;
+use massgen_providers::{
     FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
     ProviderRequest, ToolCall, ToolChoice, ToolSpec, Usage,
 };
-use massgen_core::Secret;
 use native_support::{SECOND, collect, decode_bytes, fast_policy};
 use serde_json::{Value, json};
 

@@ -19,11 +19,12 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
 use futures::StreamExt;
-use massgen::providers::chat_completions::{
-    ChatCompletionsConfig, ChatCompletionsProvider, decode_stream, http_client,
+use massgen_providers::chat_completions::{
+    ChatCompletionsConfig, ChatCompletionsProvider, decode_stream,
 };
-use massgen::providers::retry::CallPolicy;
-use massgen::providers::{
+use massgen_providers::http_client;
+use massgen_providers::retry::CallPolicy;
+use massgen_providers::{
     FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
     ProviderRequest, ToolCall, Usage,
 };

@@ -7,13 +7,13 @@ mod native_support;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use massgen::providers::chat_completions::http_client;
-use massgen::providers::gemini::{GeminiProvider, decode_stream};
-use massgen::providers::{
+use massgen_core::Secret;
+use massgen_providers::gemini::{GeminiProvider, decode_stream};
+use massgen_providers::http_client;
+use massgen_providers::{
     FinishReason, Message, Provider, ProviderErrorKind, ProviderRequest, Role, ToolSpec,
     UpstreamConfig,
 };
-use massgen_core::Secret;
 use native_support::*;
 use serde_json::{Map, Value, json};
 

@@ -18,13 +18,11 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use massgen::providers::anthropic::{self, AnthropicProvider};
-use massgen::providers::chat_completions::http_client;
-use massgen::providers::gemini::{self, GeminiProvider};
-use massgen::providers::responses::{self, ResponsesProvider};
-use massgen::providers::{
-    FinishReason, Provider, ProviderError, ProviderErrorKind, UpstreamConfig,
-};
+use massgen_providers::anthropic::{self, AnthropicProvider};
+use massgen_providers::gemini::{self, GeminiProvider};
+use massgen_providers::http_client;
+use massgen_providers::responses::{self, ResponsesProvider};
+use massgen_providers::{FinishReason, Provider, ProviderError, ProviderErrorKind, UpstreamConfig};
 use native_support::*;
 use serde_json::{Value, json};
 

@@ -6,12 +6,12 @@ mod native_support;
 
 use std::sync::atomic::Ordering;
 
-use massgen::providers::chat_completions::http_client;
-use massgen::providers::responses::{ResponsesProvider, decode_stream};
-use massgen::providers::{
+use massgen_core::Secret;
+use massgen_providers::http_client;
+use massgen_providers::responses::{ResponsesProvider, decode_stream};
+use massgen_providers::{
     FinishReason, Message, Provider, ProviderErrorKind, ProviderRequest, Role, UpstreamConfig,
 };
-use massgen_core::Secret;
 use native_support::*;
 use serde_json::{Map, Value, json};
 

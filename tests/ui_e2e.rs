@@ -12,11 +12,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use massgen::providers::{ProviderErrorKind, ToolCall, Usage};
 use massgen_core::coordination::{
     AgentError, AgentErrorKind, AgentRef, Answer, AnswerContent, CallPhase, EventKind,
     SessionError, SessionErrorKind, SessionEvent,
 };
+use massgen_core::provider::{ProviderErrorKind, ToolCall, Usage};
 
 use support::{mock_upstream, panel_yaml, write};
 

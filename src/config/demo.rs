@@ -3,10 +3,10 @@
 use std::path::PathBuf;
 
 use massgen_core::coordination::OrchestratorOptions;
+use massgen_providers::retry::CallPolicy;
 use serde_json::Map;
 
 use super::{AgentConfig, BackendConfig, PanelConfig};
-use crate::providers::retry::CallPolicy;
 
 /// `source` of the demo panel, for messages.
 pub const DEMO_SOURCE: &str = "<built-in demo>";

@@ -17,12 +17,12 @@ use std::time::Duration;
 use massgen_core::Secret;
 use massgen_core::coordination::ToolLimits;
 use massgen_core::coordination::{OrchestratorOptions, Strictness};
+use massgen_providers::presets::{self, PRESETS, Preset, Wire};
+use massgen_providers::retry::CallPolicy;
 use serde_json::{Map, Value};
 
 use super::expand::{expand_value, join};
 use super::{AgentConfig, BackendConfig, ConfigError, Env, PanelCatalog, PanelConfig, yaml};
-use crate::providers::presets::{self, PRESETS, Preset, Wire};
-use crate::providers::retry::CallPolicy;
 use crate::tools::{AgentToolsConfig, McpServerConfig, McpTransport, SecretText};
 
 /// Backend keys the server itself interprets; everything else may become a param.

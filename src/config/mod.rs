@@ -34,7 +34,7 @@ pub use massgen_core::Secret;
 use massgen_core::coordination::OrchestratorOptions;
 use serde_json::{Map, Value};
 
-use crate::providers::retry::CallPolicy;
+use massgen_providers::retry::CallPolicy;
 
 /// One agent's `backend:` section, resolved (variables expanded, key found, base URL set).
 #[derive(Debug, Clone, PartialEq)]

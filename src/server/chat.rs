@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{
     EventKind, SessionAgent, SessionError, SessionErrorKind, SessionEvent, SessionSpec, run_session,
 };
+use massgen_core::provider::Usage;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -25,7 +26,6 @@ use super::records;
 use super::render::{ChunkHeader, Narrator, metadata_json};
 use super::request::{self, ChatRequest};
 use super::routing;
-use crate::providers::Usage;
 use crate::telemetry::{self, SessionTracker};
 
 pub const SESSION_HEADER: &str = "x-massgen-session-id";

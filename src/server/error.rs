@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{SessionError, SessionErrorKind};
 use serde_json::json;
 
-use crate::providers::ProviderErrorKind;
+use massgen_core::provider::ProviderErrorKind;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
@@ -254,8 +254,8 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Usage;
     use massgen_core::coordination::{AgentError, AgentErrorKind, AgentRef};
+    use massgen_core::provider::Usage;
 
     fn limited(label: &str, retry_after_ms: Option<u64>) -> AgentError {
         AgentError {

@@ -37,8 +37,8 @@ pub use chat::SESSION_HEADER;
 use error::ApiError;
 use massgen_core::coordination::{Clock, SystemClock};
 
+use crate::app::ProviderFactory;
 use crate::config::{Env, PanelCatalog, ServerSettings};
-use crate::providers::ProviderFactory;
 
 /// Shared by every request.
 #[derive(Clone)]

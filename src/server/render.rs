@@ -3,11 +3,11 @@
 
 use massgen_core::coordination::client_tools::describe_calls;
 use massgen_core::coordination::{AnswerContent, EventKind, SessionSummary};
+use massgen_core::provider::{FinishReason, ToolCall, Usage};
 use serde::Serialize;
 use serde_json::{Value, json};
 
 use super::request::Deliberation;
-use crate::providers::{FinishReason, ToolCall, Usage};
 
 /// Tool-call arguments go out in pieces of at most this many bytes, as OpenAI streams them.
 const ARGUMENT_PIECE_BYTES: usize = 64;

@@ -2,11 +2,11 @@
 //! string or content-part messages), strict where a mistake would change the answer.
 
 use massgen_core::coordination::{ClientTools, SessionInput};
+use massgen_core::provider::{Message, Role, ToolCall, ToolChoice, ToolSpec};
 use massgen_core::tool_names::{self, MCP_PREFIX, WORKFLOW_TOOLS};
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
-use crate::providers::{Message, Role, ToolCall, ToolChoice, ToolSpec};
 
 /// How much of the deliberation the client sees (`massgen.deliberation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

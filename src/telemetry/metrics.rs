@@ -9,7 +9,7 @@ use prometheus::{
     TextEncoder,
 };
 
-use crate::providers::{ProviderErrorKind, Usage};
+use massgen_core::provider::{ProviderErrorKind, Usage};
 
 /// Buckets for whole sessions and upstream calls: 50 ms … 30 min.
 const SLOW: &[f64] = &[

@@ -9,15 +9,15 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
+use massgen_core::provider::{
+    ChunkStream, FinishReason, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
+    ProviderRequest, Usage,
+};
 use tracing::Span;
 use tracing::field::Empty;
 
 use super::metrics::{error_kind, metrics};
 use super::tracker::{InFlight, SessionTracker};
-use crate::providers::{
-    ChunkStream, FinishReason, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
-    ProviderRequest, Usage,
-};
 
 #[derive(Debug)]
 pub struct InstrumentedProvider {

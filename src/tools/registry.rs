@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::future::{BoxFuture, join_all};
 use massgen_core::coordination::{AgentTools, ToolLimits};
+use massgen_core::provider::ToolSpec;
 use massgen_core::tool_names::MCP_PREFIX;
 use serde_json::{Map, Value};
 
@@ -13,7 +14,6 @@ use super::rmcp_client::RmcpConnector;
 use super::{
     AgentToolsConfig, McpClient, McpConnector, McpError, McpServerConfig, RemoteTool, ToolOutput,
 };
-use crate::providers::ToolSpec;
 
 /// Every MCP server of the process, one per distinct server config.
 #[derive(Debug)]

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use massgen::providers::*;
 use massgen_core::coordination::*;
+use massgen_core::provider::*;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 

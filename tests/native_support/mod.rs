@@ -16,12 +16,12 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
-use massgen::providers::retry::CallPolicy;
-use massgen::providers::{
+use massgen_core::coordination::prompt::workflow_tools;
+use massgen_providers::retry::CallPolicy;
+use massgen_providers::{
     ChunkStream, FinishReason, Message, ProviderChunk, ProviderError, ProviderRequest, Role,
     ToolCall, ToolChoice, Usage,
 };
-use massgen_core::coordination::prompt::workflow_tools;
 use serde_json::Value;
 
 pub const SECOND: Duration = Duration::from_secs(1);

@@ -4,9 +4,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
+use massgen_core::provider::Usage;
 use tokio::sync::broadcast;
 
-use crate::providers::Usage;
 use crate::server::auth::Caller;
 
 /// Events kept per session; the rest (token deltas of a very long answer) are counted only.
@@ -254,8 +254,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::Usage;
     use massgen_core::coordination::{SessionError, SessionErrorKind};
+    use massgen_core::provider::Usage;
 
     fn event(seq: u64, kind: EventKind) -> SessionEvent {
         SessionEvent {

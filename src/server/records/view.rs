@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
+use massgen_core::provider::Usage;
 use serde_json::{Value, json};
 
 use super::SessionRecord;
-use crate::providers::Usage;
 
 #[derive(Default)]
 struct AgentView {

@@ -16,10 +16,8 @@ use sse_stream::Sse;
 use super::errors::{self, ErrorInfo};
 use super::tool_calls::ToolCallAssembler;
 use super::wire::{ChunkWire, DeltaWire, UsageWire};
-use crate::providers::sse::{EventDecoder, Step, decode_events};
-use crate::providers::{
-    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, Usage,
-};
+use crate::sse::{EventDecoder, Step, decode_events};
+use crate::{ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, Usage};
 
 /// Decodes an upstream SSE byte stream into provider-neutral chunks.
 ///
@@ -80,7 +78,7 @@ impl Decoder {
         if data == "[DONE]" {
             return Ok(Step::Done(self.complete()));
         }
-        let chunk: ChunkWire = crate::providers::sse::json_payload(&self.provider, data)?;
+        let chunk: ChunkWire = crate::sse::json_payload(&self.provider, data)?;
         self.on_chunk(chunk).map(Step::More)
     }
 
@@ -147,7 +145,7 @@ impl Decoder {
             Some(reason) => reason,
             None => FinishReason::Stop,
         };
-        crate::providers::sse::closing_chunks(calls, self.usage.take(), finish)
+        crate::sse::closing_chunks(calls, self.usage.take(), finish)
     }
 
     fn error_event(&self, data: &str) -> ProviderError {
@@ -238,7 +236,7 @@ mod tests {
         assert_eq!(
             end,
             vec![
-                ProviderChunk::ToolCall(crate::providers::ToolCall {
+                ProviderChunk::ToolCall(crate::ToolCall {
                     id: "call_0".into(),
                     name: "f".into(),
                     arguments: "{}".into(),

@@ -10,9 +10,9 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::wire::{ErrorBodyWire, ErrorWire};
-use crate::providers::errors::{self as common, ErrorInfo};
-use crate::providers::transport::header_retry_after;
-use crate::providers::{ProviderError, ProviderErrorKind};
+use crate::errors::{self as common, ErrorInfo};
+use crate::transport::header_retry_after;
+use crate::{ProviderError, ProviderErrorKind};
 
 struct Parsed {
     info: ErrorInfo,

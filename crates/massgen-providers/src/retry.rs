@@ -3,9 +3,17 @@
 //! Everything here is pure (the random number and the current time are parameters) so
 //! the policy is unit-tested without sleeping; the wire formats do the sleeping.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use http::HeaderMap;
+
+use crate::ProviderErrorKind;
+
+/// Hears of every retry of an upstream call: the provider's name and why the failed attempt
+/// failed. The application passes one down (it counts retries as a metric); this crate
+/// never calls up.
+pub type RetryObserver = Arc<dyn Fn(&str, ProviderErrorKind) + Send + Sync>;
 
 /// How an upstream call is retried and bounded.
 #[derive(Debug, Clone, PartialEq)]

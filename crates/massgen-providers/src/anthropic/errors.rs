@@ -3,9 +3,9 @@
 use http::HeaderMap;
 
 use super::wire::{ErrorBodyWire, ErrorWire};
-use crate::providers::errors::{self as common, ErrorInfo};
-use crate::providers::transport::header_retry_after;
-use crate::providers::{ProviderError, ProviderErrorKind};
+use crate::errors::{self as common, ErrorInfo};
+use crate::transport::header_retry_after;
+use crate::{ProviderError, ProviderErrorKind};
 
 fn info(wire: ErrorWire) -> ErrorInfo {
     ErrorInfo {

@@ -13,8 +13,8 @@
 use serde_json::{Map, Value, json};
 
 use super::schema::sanitize;
-use crate::providers::anthropic::arguments_object;
-use crate::providers::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
+use crate::anthropic::arguments_object;
+use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
 
 /// Key of this format's data in [`ToolCall::opaque`].
 pub(crate) const OPAQUE_KEY: &str = "gemini";
@@ -222,7 +222,7 @@ fn camel_keys(map: &Map<String, Value>) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::ToolSpec;
+    use crate::ToolSpec;
 
     #[test]
     fn params_go_where_gemini_wants_them() {

@@ -16,7 +16,7 @@ use massgen_core::Secret;
 use serde_json::Value;
 
 use super::errors::{retryable_before_first_byte, truncate};
-use super::retry::{self, AttemptFailure, CallPolicy, RetryStep};
+use super::retry::{self, AttemptFailure, CallPolicy, RetryObserver, RetryStep};
 use super::sse::error_chain;
 use super::{ChunkStream, ProviderError, ProviderErrorKind};
 
@@ -36,6 +36,7 @@ pub(crate) struct WireFns {
 }
 
 /// Where and how one configured upstream is called.
+#[derive(Clone)]
 pub(crate) struct Endpoint {
     pub provider: String,
     pub model: String,
@@ -47,6 +48,8 @@ pub(crate) struct Endpoint {
     pub policy: CallPolicy,
     pub http: reqwest::Client,
     pub wire: WireFns,
+    /// Told of each retry, when the application asked to hear of them.
+    pub on_retry: Option<RetryObserver>,
 }
 
 /// Starts the call lazily (on first poll) and streams its chunks.
@@ -87,7 +90,9 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
         };
         match retry::next_step(policy, attempts, failure, rand::random()) {
             RetryStep::Retry(delay) => {
-                crate::telemetry::record_retry(provider, error.kind);
+                if let Some(on_retry) = &endpoint.on_retry {
+                    on_retry(provider, error.kind);
+                }
                 tracing::warn!(
                     provider = %provider,
                     model = %endpoint.model,

@@ -15,9 +15,9 @@ use sse_stream::Sse;
 
 use super::request::OPAQUE_KEY;
 use super::wire::{ErrorWire, EventWire, ResponseWire, UsageWire};
-use crate::providers::errors::{self as common, ErrorInfo};
-use crate::providers::sse::{EventDecoder, Step, decode_events};
-use crate::providers::{
+use crate::errors::{self as common, ErrorInfo};
+use crate::sse::{EventDecoder, Step, decode_events};
+use crate::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
 };
 
@@ -188,7 +188,7 @@ impl Decoder {
             _ if !calls.is_empty() => FinishReason::ToolCalls,
             _ => FinishReason::Stop,
         };
-        crate::providers::sse::closing_chunks(calls, response.usage.as_ref().map(map_usage), finish)
+        crate::sse::closing_chunks(calls, response.usage.as_ref().map(map_usage), finish)
     }
 
     fn stream_error(&self, error: ErrorWire) -> ProviderError {
@@ -214,11 +214,10 @@ impl EventDecoder for Decoder {
 
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
         // Neither format ends with `[DONE]`; a proxy that adds one is ignored.
-        let Some(data) = crate::providers::sse::event_data(&event).filter(|d| *d != "[DONE]")
-        else {
+        let Some(data) = crate::sse::event_data(&event).filter(|d| *d != "[DONE]") else {
             return Ok(Step::More(Vec::new()));
         };
-        let payload: EventWire = crate::providers::sse::json_payload(&self.provider, data)?;
+        let payload: EventWire = crate::sse::json_payload(&self.provider, data)?;
         self.on_payload(payload)
     }
 

@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::providers::{Message, ProviderRequest, Role, ToolChoice};
+use crate::{Message, ProviderRequest, Role, ToolChoice};
 
 /// Config passthrough first, then our fields on top: the engine's conversation, tools
 /// and streaming flags are not the config's to change.
@@ -111,7 +111,7 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::{ToolCall, ToolSpec};
+    use crate::{ToolCall, ToolSpec};
 
     #[test]
     fn body_shape() {

@@ -9,7 +9,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::providers::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
+use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
 
 /// `max_tokens` is required by the Messages API; used when the config sets none.
 pub const DEFAULT_MAX_TOKENS: u64 = 8192;
@@ -152,7 +152,7 @@ pub(crate) fn arguments_object(arguments: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::ToolSpec;
+    use crate::ToolSpec;
 
     fn with_tools(choice: Option<ToolChoice>, parallel: Option<bool>) -> ProviderRequest {
         ProviderRequest {

@@ -1,7 +1,7 @@
 //! What every wire format shares about upstream errors: the neutral facts of an error
 //! body, status → kind, context-length recognition, retryability, message truncation.
 
-use crate::providers::{ProviderError, ProviderErrorKind};
+use crate::{ProviderError, ProviderErrorKind};
 
 /// Longest piece of an upstream body we copy into an error message.
 pub(crate) const MAX_MESSAGE_CHARS: usize = 500;

@@ -2,13 +2,18 @@
 //!
 //! Every wire format (Chat Completions incl. Azure, OpenAI Responses, Anthropic Messages,
 //! Gemini) turns its stream into [`ProviderChunk`]s and its failures into [`ProviderError`],
-//! over the shared SSE loop (`sse`) and send-and-retry loop (`transport`).
-//! Nothing here knows about coordination or about our own HTTP edge.
+//! over the shared SSE loop (`sse`) and send-and-retry loop (`transport`). [`Upstreams`]
+//! builds the provider for a wire format ([`presets::Wire`]) and an [`UpstreamConfig`].
+//!
+//! Nothing here knows about coordination, the config file, metrics or our own HTTP edge:
+//! what the application wants to hear about (each retry) comes in as a hook
+//! ([`RetryObserver`]).
 
 pub mod anthropic;
 pub mod chat_completions;
+mod client;
+mod connect;
 pub(crate) mod errors;
-pub mod factory;
 pub mod gemini;
 pub mod presets;
 pub mod responses;
@@ -17,11 +22,14 @@ pub(crate) mod sse;
 pub(crate) mod transport;
 mod upstream;
 
+/// The neutral types every wire format speaks, re-exported from `massgen-core` so a user
+/// of this crate needs one import path.
 pub use massgen_core::provider::{
     ChunkStream, FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
     ProviderRequest, Role, ToolCall, ToolChoice, ToolSpec, Usage,
 };
 
-pub use factory::{HttpProviders, ProviderFactory};
-
+pub use client::http_client;
+pub use connect::Upstreams;
+pub use retry::{CallPolicy, RetryObserver};
 pub use upstream::{HttpProvider, UpstreamConfig, WireFormat};

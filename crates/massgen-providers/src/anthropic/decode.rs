@@ -17,8 +17,8 @@ use sse_stream::Sse;
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{BlockWire, DeltaWire, EventWire, UsageWire};
-use crate::providers::sse::{EventDecoder, Step, decode_events};
-use crate::providers::{
+use crate::sse::{EventDecoder, Step, decode_events};
+use crate::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
 };
 
@@ -224,7 +224,7 @@ impl Decoder {
             _ => FinishReason::Stop,
         };
         let usage = self.saw_usage.then(|| map_usage(&self.usage));
-        crate::providers::sse::closing_chunks(calls, usage, finish)
+        crate::sse::closing_chunks(calls, usage, finish)
     }
 }
 
@@ -234,10 +234,10 @@ impl EventDecoder for Decoder {
     }
 
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
-        let Some(data) = crate::providers::sse::event_data(&event) else {
+        let Some(data) = crate::sse::event_data(&event) else {
             return Ok(Step::More(Vec::new()));
         };
-        let payload: EventWire = crate::providers::sse::json_payload(&self.provider, data)?;
+        let payload: EventWire = crate::sse::json_payload(&self.provider, data)?;
         self.on_payload(payload)
     }
 

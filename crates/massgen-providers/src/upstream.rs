@@ -11,7 +11,7 @@ use http::{HeaderMap, HeaderValue};
 use massgen_core::Secret;
 use serde_json::{Map, Value};
 
-use super::retry::CallPolicy;
+use super::retry::{CallPolicy, RetryObserver};
 use super::transport::{self, Endpoint, WireFns};
 use super::{ChunkStream, Provider, ProviderRequest};
 
@@ -68,12 +68,19 @@ impl<W> HttpProvider<W> {
             policy: config.policy.clone(),
             http,
             wire,
+            on_retry: None,
         };
         Self {
             config: Arc::new(config),
             endpoint: Arc::new(endpoint),
             wire: PhantomData,
         }
+    }
+
+    /// Tells `observer` of every retry of this provider's calls.
+    pub fn on_retry(mut self, observer: RetryObserver) -> Self {
+        Arc::make_mut(&mut self.endpoint).on_retry = Some(observer);
+        self
     }
 }
 

@@ -18,8 +18,8 @@ use sse_stream::Sse;
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{ChunkWire, FunctionCallWire, PartWire, UsageWire};
-use crate::providers::sse::{EventDecoder, Step, decode_events};
-use crate::providers::{
+use crate::sse::{EventDecoder, Step, decode_events};
+use crate::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
 };
 
@@ -197,7 +197,7 @@ impl Decoder {
             _ if !calls.is_empty() => FinishReason::ToolCalls,
             _ => FinishReason::Stop,
         };
-        crate::providers::sse::closing_chunks(calls, self.usage.as_ref().map(map_usage), finish)
+        crate::sse::closing_chunks(calls, self.usage.as_ref().map(map_usage), finish)
     }
 }
 
@@ -208,11 +208,10 @@ impl EventDecoder for Decoder {
 
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
         // Neither format ends with `[DONE]`; a proxy that adds one is ignored.
-        let Some(data) = crate::providers::sse::event_data(&event).filter(|d| *d != "[DONE]")
-        else {
+        let Some(data) = crate::sse::event_data(&event).filter(|d| *d != "[DONE]") else {
             return Ok(Step::More(Vec::new()));
         };
-        let chunk: ChunkWire = crate::providers::sse::json_payload(&self.provider, data)?;
+        let chunk: ChunkWire = crate::sse::json_payload(&self.provider, data)?;
         self.on_chunk(chunk).map(Step::More)
     }
 

@@ -3,7 +3,7 @@
 //! `azure_openai`.
 //!
 //! We always stream upstream (with `stream_options.include_usage`). Retries happen before
-//! the first byte of a successful response only (the shared `providers::transport` loop).
+//! the first byte of a successful response only (the shared `transport` loop).
 
 mod decode;
 pub(crate) mod errors;
@@ -11,19 +11,15 @@ mod request;
 mod tool_calls;
 mod wire;
 
-use std::sync::OnceLock;
-use std::time::Duration;
-
 use serde_json::Value;
 
 pub use decode::decode_stream;
 
 use http::HeaderMap;
 
-use super::retry::CallPolicy;
 use super::transport::{self, WireFns};
 use super::upstream::{base, bearer};
-use super::{HttpProvider, ProviderError, ProviderErrorKind, ProviderRequest, WireFormat};
+use super::{HttpProvider, ProviderError, ProviderRequest, WireFormat};
 
 /// The config type predates the other wire formats; it is the shared one under its old name.
 pub use super::UpstreamConfig as ChatCompletionsConfig;
@@ -98,36 +94,4 @@ impl HttpProvider<ChatCompletions> {
         }
         Ok(Self::with_endpoint(config, url, headers, http, WIRE))
     }
-}
-
-/// How long an idle pooled connection is kept for reuse.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// The process-wide HTTP client (one connection pool for every upstream).
-///
-/// Its connect timeout is [`CallPolicy::default`]'s: reqwest sets it per client, not per
-/// request. A per-call policy still bounds connecting through `first_byte_timeout`.
-pub fn http_client() -> Result<reqwest::Client, ProviderError> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(client) = CLIENT.get() {
-        return Ok(client.clone());
-    }
-    let client = reqwest::Client::builder()
-        .connect_timeout(CallPolicy::default().connect_timeout)
-        .pool_idle_timeout(POOL_IDLE_TIMEOUT)
-        .tcp_keepalive(Duration::from_secs(30))
-        .user_agent(concat!("massgen/", env!("CARGO_PKG_VERSION")))
-        .build()
-        .map_err(|error| {
-            ProviderError::new(
-                ProviderErrorKind::Connection,
-                "http",
-                format!(
-                    "cannot build the HTTP client: {}",
-                    super::sse::error_chain(&error)
-                ),
-            )
-        })?;
-    // A concurrent first call may have won the race; either client is fine, keep one.
-    Ok(CLIENT.get_or_init(|| client).clone())
 }

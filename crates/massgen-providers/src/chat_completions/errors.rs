@@ -5,8 +5,8 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::wire::{ErrorBodyWire, ErrorField, ErrorWire};
-use crate::providers::ProviderError;
-pub(crate) use crate::providers::errors::{ErrorInfo, classify_status, stream_error, truncate};
+use crate::ProviderError;
+pub(crate) use crate::errors::{ErrorInfo, classify_status, stream_error, truncate};
 
 impl ErrorInfo {
     pub fn from_field(field: ErrorField) -> Self {
@@ -111,8 +111,8 @@ fn code_string(code: &Value) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::ProviderErrorKind;
-    use crate::providers::errors::{MAX_MESSAGE_CHARS, retryable_before_first_byte};
+    use crate::ProviderErrorKind;
+    use crate::errors::{MAX_MESSAGE_CHARS, retryable_before_first_byte};
 
     #[test]
     fn openai_body() {

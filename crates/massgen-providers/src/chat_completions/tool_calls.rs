@@ -8,7 +8,7 @@
 //! a delta joins the latest call of its index unless it brings a different id.
 
 use super::wire::ToolCallDeltaWire;
-use crate::providers::ToolCall;
+use crate::ToolCall;
 
 #[derive(Debug)]
 struct Slot {
@@ -129,7 +129,7 @@ fn is_json_object(text: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::chat_completions::wire::FunctionDeltaWire;
+    use crate::chat_completions::wire::FunctionDeltaWire;
 
     fn delta(
         index: Option<u32>,

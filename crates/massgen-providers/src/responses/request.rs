@@ -12,7 +12,7 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::providers::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
+use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
 
 /// Key of this format's data in [`ToolCall::opaque`].
 pub(crate) const OPAQUE_KEY: &str = "responses";
@@ -137,7 +137,7 @@ fn push_call(call: &ToolCall, stateless: bool, input: &mut Vec<Value>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::providers::ToolSpec;
+    use crate::ToolSpec;
 
     #[test]
     fn forced_function_no_tools_and_renames() {
