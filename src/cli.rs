@@ -12,16 +12,18 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::app::HttpProviders;
-use crate::server::AppState;
 use clap::{Args, Parser, Subcommand};
+use massgen_tools::ToolRegistry;
+use massgen_tools::rmcp_client::RmcpConnector;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
+use crate::app::HttpProviders;
 use crate::config::{
     ConfigError, Env, PanelCatalog, PanelConfig, ProductionSettings, Secret, ServerSettings,
     demo_panel, load_catalog, process_env,
 };
+use crate::server::AppState;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -497,12 +499,18 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     let http = massgen_providers::http_client()
         .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
     let env: Arc<Env> = Arc::new(process_env);
-    // MCP servers start now, in the background; a session that needs one first waits.
-    let mcp = crate::tools::servers_of(&catalog);
-    tokio::spawn(crate::tools::ToolRegistry::global().start_all(mcp));
-    let state = AppState::new(catalog, settings, Arc::new(HttpProviders::new(http)), env);
+    // The process's MCP servers, held in the state; they start now, in the background, and a
+    // session that needs one first waits.
+    let tools = Arc::new(ToolRegistry::new(Arc::new(RmcpConnector)));
+    let mcp = crate::app::servers_of(&catalog);
+    tokio::spawn({
+        let tools = Arc::clone(&tools);
+        async move { tools.start_all(mcp).await }
+    });
+    let providers = Arc::new(HttpProviders::new(http));
+    let state = AppState::new(catalog, settings, providers, Arc::clone(&tools), env);
     let result = crate::server::serve(listener, state, stopped(stop_rx)).await;
-    crate::tools::ToolRegistry::global().shutdown().await;
+    tools.shutdown().await;
     result.map_err(|e| Fatal::runtime(format!("server failed: {e:#}")))
 }
 

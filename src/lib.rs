@@ -13,4 +13,3 @@ pub mod config;
 pub mod mock_upstream;
 pub mod server;
 pub mod telemetry;
-pub mod tools;

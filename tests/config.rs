@@ -779,7 +779,7 @@ fn shipped_example_configs_all_load() {
 
 #[test]
 fn mcp_servers_and_tool_filters_are_parsed() {
-    use massgen::tools::McpTransport;
+    use massgen_tools::McpTransport;
     let e = env(&[("OPENAI_API_KEY", "sk"), ("SEARCH_KEY", "k1"), ("T", "tok")]);
     let panel = parse(
         "

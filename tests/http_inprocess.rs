@@ -8,6 +8,8 @@ use axum::http::{Request, StatusCode, header};
 use massgen::app::HttpProviders;
 use massgen::config::{PanelCatalog, ProductionSettings, Secret, ServerSettings};
 use massgen::server::{AppState, router};
+use massgen_tools::ToolRegistry;
+use massgen_tools::rmcp_client::RmcpConnector;
 use tower::ServiceExt;
 
 fn app(production: ProductionSettings) -> axum::Router {
@@ -16,11 +18,13 @@ fn app(production: ProductionSettings) -> axum::Router {
         ..ServerSettings::default()
     };
     let providers = Arc::new(HttpProviders::new(reqwest::Client::new()));
+    let tools = Arc::new(ToolRegistry::new(Arc::new(RmcpConnector)));
     let env: Arc<massgen::config::Env> = Arc::new(|_: &str| None);
     router(AppState::new(
         PanelCatalog::default(),
         settings,
         providers,
+        tools,
         env,
     ))
 }

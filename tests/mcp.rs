@@ -13,12 +13,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine_support::*;
-use massgen::tools::{
+use massgen_core::coordination::*;
+use massgen_core::provider::Role;
+use massgen_tools::{
     AgentToolsConfig, McpServerConfig, McpTransport, SecretText, ToolRegistry,
     rmcp_client::RmcpConnector,
 };
-use massgen_core::coordination::*;
-use massgen_core::provider::Role;
 use rmcp::handler::server::{router::tool::ToolRouter, wrapper::Parameters};
 use rmcp::model::{CallToolResult, ContentBlock, ServerCapabilities, ServerConfig};
 use rmcp::transport::streamable_http_server::{

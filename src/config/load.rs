@@ -19,11 +19,11 @@ use massgen_core::coordination::ToolLimits;
 use massgen_core::coordination::{OrchestratorOptions, Strictness};
 use massgen_providers::presets::{self, PRESETS, Preset, Wire};
 use massgen_providers::retry::CallPolicy;
+use massgen_tools::{AgentToolsConfig, McpServerConfig, McpTransport, SecretText};
 use serde_json::{Map, Value};
 
 use super::expand::{expand_value, join};
 use super::{AgentConfig, BackendConfig, ConfigError, Env, PanelCatalog, PanelConfig, yaml};
-use crate::tools::{AgentToolsConfig, McpServerConfig, McpTransport, SecretText};
 
 /// Backend keys the server itself interprets; everything else may become a param.
 const SERVER_KEYS: &[&str] = &["type", "model", "api_key", "base_url"];

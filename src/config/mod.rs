@@ -58,7 +58,7 @@ pub struct AgentConfig {
     pub system_message: Option<String>,
     pub backend: BackendConfig,
     /// The agent's own MCP tools (`backend.mcp_servers` and friends); `None` without them.
-    pub tools: Option<crate::tools::AgentToolsConfig>,
+    pub tools: Option<massgen_tools::AgentToolsConfig>,
 }
 
 /// One loaded panel config file.

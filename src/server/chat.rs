@@ -70,7 +70,7 @@ pub async fn chat_completions(
             id: agent.id.clone(),
             system_message: agent.system_message.clone(),
             provider: telemetry::instrument(provider, &agent.id, &tracker),
-            tools: crate::tools::agent_tools(agent),
+            tools: crate::app::agent_tools(&state.tools, agent),
         });
     }
 

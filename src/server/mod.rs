@@ -23,6 +23,8 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
+use massgen_core::coordination::{Clock, SystemClock};
+use massgen_tools::ToolRegistry;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -35,7 +37,6 @@ use tower_http::trace::TraceLayer;
 
 pub use chat::SESSION_HEADER;
 use error::ApiError;
-use massgen_core::coordination::{Clock, SystemClock};
 
 use crate::app::ProviderFactory;
 use crate::config::{Env, PanelCatalog, ServerSettings};
@@ -46,6 +47,8 @@ pub struct AppState {
     pub catalog: Arc<PanelCatalog>,
     pub settings: Arc<ServerSettings>,
     pub providers: Arc<dyn ProviderFactory>,
+    /// The process's MCP servers, shared by every session.
+    pub tools: Arc<ToolRegistry>,
     pub clock: Arc<dyn Clock>,
     /// Environment lookup for `massgen/path:` configs.
     pub env: Arc<Env>,
@@ -85,6 +88,7 @@ impl AppState {
         catalog: PanelCatalog,
         settings: ServerSettings,
         providers: Arc<dyn ProviderFactory>,
+        tools: Arc<ToolRegistry>,
         env: Arc<Env>,
     ) -> Self {
         let production = Arc::new(Production::new(&settings.production));
@@ -93,6 +97,7 @@ impl AppState {
             catalog: Arc::new(catalog),
             settings: Arc::new(settings),
             providers,
+            tools,
             clock: Arc::new(SystemClock),
             env,
             sessions: TaskTracker::new(),

@@ -1,10 +1,14 @@
 //! MCP tools that agents use themselves inside their turns.
 //!
+//! Knows MCP and the engine's tool seam, not the server's config: which agent gets which
+//! servers is decided by the application (`massgen::app`).
+//!
 //! - [`McpClient`] is the project's own seam over one connected MCP server; [`rmcp_client`]
 //!   implements it with the official Rust SDK (`rmcp`) for stdio and streamable HTTP.
 //! - [`ToolRegistry`] owns the servers of the process: each distinct server config is
 //!   started once (at start-up or first use), shared by every session, reconnected when
-//!   it died, and stopped at shutdown.
+//!   it died, and stopped at shutdown. The application creates one and holds it in its
+//!   state.
 //! - [`Toolbox`] is one agent's view: its servers' tools named `mcp__{server}__{tool}`,
 //!   filtered by `allowed_tools` / `exclude_tools`, behind the engine's
 //!   [`AgentTools`](massgen_core::coordination::AgentTools) trait.
@@ -20,10 +24,7 @@ use futures::future::BoxFuture;
 use serde_json::{Map, Value};
 
 pub use config::{AgentToolsConfig, McpServerConfig, McpTransport, SecretText};
-use massgen_core::coordination::AgentTools;
 pub use registry::{ToolRegistry, Toolbox};
-
-use crate::config::AgentConfig;
 
 /// A tool as an MCP server lists it.
 #[derive(Debug, Clone, PartialEq)]
@@ -79,29 +80,4 @@ pub trait McpConnector: Send + Sync + fmt::Debug {
         &self,
         server: &McpServerConfig,
     ) -> BoxFuture<'static, Result<Arc<dyn McpClient>, McpError>>;
-}
-
-/// The agent's own tools for a session, from the process-wide registry; `None` when the
-/// agent has no `mcp_servers`.
-pub fn agent_tools(agent: &AgentConfig) -> Option<Arc<dyn AgentTools>> {
-    let config = agent.tools.as_ref()?;
-    if config.servers.is_empty() {
-        return None;
-    }
-    Some(Arc::new(ToolRegistry::global().toolbox(config)))
-}
-
-/// Every distinct MCP server named by the panels of `catalog`.
-pub fn servers_of(catalog: &crate::config::PanelCatalog) -> Vec<McpServerConfig> {
-    let mut servers: Vec<McpServerConfig> = catalog
-        .default
-        .iter()
-        .chain(catalog.named.values())
-        .flat_map(|panel| panel.agents.iter())
-        .filter_map(|agent| agent.tools.as_ref())
-        .flat_map(|tools| tools.servers.iter().cloned())
-        .collect();
-    servers.sort();
-    servers.dedup();
-    servers
 }

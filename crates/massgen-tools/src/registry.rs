@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use futures::future::{BoxFuture, join_all};
 use massgen_core::coordination::{AgentTools, ToolLimits};
@@ -10,7 +10,6 @@ use massgen_core::provider::ToolSpec;
 use massgen_core::tool_names::MCP_PREFIX;
 use serde_json::{Map, Value};
 
-use super::rmcp_client::RmcpConnector;
 use super::{
     AgentToolsConfig, McpClient, McpConnector, McpError, McpServerConfig, RemoteTool, ToolOutput,
 };
@@ -28,12 +27,6 @@ impl ToolRegistry {
             connector,
             servers: Mutex::default(),
         }
-    }
-
-    /// The registry `massgen serve` uses (rmcp transports).
-    pub fn global() -> &'static ToolRegistry {
-        static GLOBAL: OnceLock<ToolRegistry> = OnceLock::new();
-        GLOBAL.get_or_init(|| ToolRegistry::new(Arc::new(RmcpConnector)))
     }
 
     /// The shared handle of `server` (created, not yet started, on first request).
