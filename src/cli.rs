@@ -473,7 +473,7 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
         let addr = local_addr(&listener)?;
         let stop = stopped(stop_rx.clone());
         tokio::spawn(async move {
-            if let Err(e) = crate::mock_upstream::serve(listener, stop).await {
+            if let Err(e) = massgen_simulator::serve(listener, stop).await {
                 tracing::error!("demo mock upstream failed: {e}");
             }
         });
@@ -537,7 +537,7 @@ async fn mock_upstream(args: MockUpstreamArgs) -> Result<(), Fatal> {
     spawn_signal_watcher(stop_tx)?;
     tracing::info!("mock-upstream listening on http://{addr}");
     announce(&format!("mock-upstream listening on http://{addr}"));
-    crate::mock_upstream::serve(listener, stopped(stop_rx))
+    massgen_simulator::serve(listener, stopped(stop_rx))
         .await
         .map_err(|e| Fatal::runtime(format!("mock upstream failed: {e}")))
 }

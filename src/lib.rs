@@ -3,13 +3,12 @@
 //!
 //! A request flows one way: [`server`] (HTTP edge) → the coordination engine
 //! (`massgen_core::coordination`) → the upstream wire formats (`massgen_providers`).
-//! [`config`] loads panels; [`app`] assembles what a session runs on; [`mock_upstream`] is
-//! the simulated model server used by `--demo`, tests and benchmarks; [`cli`] wires it
-//! together.
+//! [`config`] loads panels; [`app`] assembles what a session runs on; [`cli`] wires it
+//! together, with the simulated model server (`massgen_simulator`) behind `--demo` and
+//! `massgen mock-upstream`.
 
 pub mod app;
 pub mod cli;
 pub mod config;
-pub mod mock_upstream;
 pub mod server;
 pub mod telemetry;

@@ -19,7 +19,7 @@ async fn start() -> Sim {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(massgen::mock_upstream::serve(listener, async {
+    let task = tokio::spawn(massgen_simulator::serve(listener, async {
         let _ = stopped.await;
     }));
     Sim {
@@ -729,10 +729,7 @@ async fn delays_follow_ttft_and_token_ms() {
         .body(axum::body::Body::from(b.to_string()))
         .unwrap();
     let started = tokio::time::Instant::now();
-    let response = massgen::mock_upstream::router()
-        .oneshot(request)
-        .await
-        .unwrap();
+    let response = massgen_simulator::router().oneshot(request).await.unwrap();
     assert_eq!(response.status(), 200);
     // The first of 11 deltas (role + 10 words) waits ttft, each later one token_ms.
     assert_eq!(started.elapsed(), Duration::from_millis(1000 + 10 * 100));

@@ -8,7 +8,7 @@ async fn start() -> (String, tokio::sync::oneshot::Sender<()>) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let base = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(massgen::mock_upstream::serve(listener, async {
+    tokio::spawn(massgen_simulator::serve(listener, async {
         let _ = stopped.await;
     }));
     (base, stop)

@@ -1,4 +1,4 @@
-//! The simulator (`massgen::mock_upstream`, the code behind `massgen mock-upstream`) served
+//! The simulator (`massgen_simulator`, the code behind `massgen mock-upstream`) served
 //! in the driver's process behind a layer that records when every chat request arrived and
 //! when its response body ended. These records are the
 //! upstream side of every measurement (critical path, pass-through added latency).
@@ -83,7 +83,7 @@ pub async fn start() -> std::io::Result<Mock> {
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let app = massgen::mock_upstream::router().layer(axum::middleware::from_fn_with_state(
+    let app = massgen_simulator::router().layer(axum::middleware::from_fn_with_state(
         recorder.clone(),
         record,
     ));

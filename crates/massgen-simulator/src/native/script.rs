@@ -11,11 +11,11 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::mock_upstream::behaviour::{Behaviour, Fault};
-use crate::mock_upstream::plan::{Plan, Reply};
-use crate::mock_upstream::respond::fragments;
-use crate::mock_upstream::stats::RequestGuard;
-use crate::mock_upstream::text::pieces;
+use crate::behaviour::{Behaviour, Fault};
+use crate::plan::{Plan, Reply};
+use crate::respond::fragments;
+use crate::stats::RequestGuard;
+use crate::text::pieces;
 
 /// One planned tool call with its streamed argument fragments.
 pub struct Call {

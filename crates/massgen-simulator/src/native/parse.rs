@@ -6,7 +6,7 @@
 
 use serde_json::Value;
 
-use crate::mock_upstream::plan::{BadRequest, Offered, Request};
+use crate::plan::{BadRequest, Offered, Request};
 
 fn bad(message: &str, param: Option<&'static str>) -> BadRequest {
     BadRequest {
@@ -30,7 +30,7 @@ fn native_request(
         include_usage: true,
         offered,
         prompt_tokens: chars.div_ceil(4) as u64,
-        tool_results: crate::mock_upstream::plan::prompt_tool_results(&last_user),
+        tool_results: crate::plan::prompt_tool_results(&last_user),
         last_user,
     }
 }
