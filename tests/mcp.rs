@@ -3,7 +3,9 @@
 //! process with MASSGEN_TEST_MCP_STDIO=1). `harness = false`: `main` runs the tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod engine_support;
+// The helpers of the main test binary; this binary uses a few of them.
+#[allow(dead_code)]
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::BTreeMap;
@@ -12,7 +14,6 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use engine_support::*;
 use massgen_core::coordination::*;
 use massgen_core::provider::Role;
 use massgen_tools::{
@@ -26,6 +27,7 @@ use rmcp::transport::streamable_http_server::{
 };
 use rmcp::{ErrorData, ServerHandler, ServiceExt, schemars, tool, tool_handler, tool_router};
 use serde_json::{Value, json};
+use support::engine::*;
 use tokio_util::sync::CancellationToken;
 
 const STDIO_ENV: &str = "MASSGEN_TEST_MCP_STDIO";

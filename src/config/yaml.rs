@@ -4,7 +4,7 @@
 //! treats top-level keys as path expressions (`a.b`, `x[0]`) and merges sources, which a panel
 //! file does not want. Deserializing each `config::Value` into `serde_json::Value` keeps YAML
 //! integers as JSON integers, floats as floats, lists as arrays and key case as written
-//! (tested in tests/config.rs).
+//! (tested in tests/it/config.rs).
 
 use config::{File, FileFormat, Source};
 use serde_json::{Map, Value};

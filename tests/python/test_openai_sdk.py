@@ -1,5 +1,5 @@
 """The official `openai` Python SDK against a running massgen server, and every response
-checked against openapi.yaml. Started by tests/python_clients.rs with MASSGEN_BASE_URL."""
+checked against openapi.yaml. Started by tests/it/python_clients.rs with MASSGEN_BASE_URL."""
 
 import json
 import os

@@ -1,5 +1,5 @@
 """Client tool calls decided by the panel, read by the official `openai` Python SDK.
-Started by tests/python_clients.rs with MASSGEN_BASE_URL pointing at a server whose agents
+Started by tests/it/python_clients.rs with MASSGEN_BASE_URL pointing at a server whose agents
 run the simulator's `policy=client_tool`."""
 
 import json

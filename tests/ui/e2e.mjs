@@ -1,4 +1,4 @@
-// Browser end-to-end test of the massgen web page, run by tests/ui_e2e.rs against
+// Browser end-to-end test of the massgen web page, run by tests/it/ui_e2e.rs against
 // `massgen serve --demo` (three simulated agents) with one API key.
 //
 //   node tests/ui/e2e.mjs <server url>
@@ -20,7 +20,7 @@ if (!url) {
   process.exit(2);
 }
 const key = process.env.MASSGEN_UI_KEY || "";
-// SSE frames of a session the simulator cannot produce (tests/ui_e2e.rs writes them).
+// SSE frames of a session the simulator cannot produce (tests/it/ui_e2e.rs writes them).
 const fixture = process.env.MASSGEN_UI_FIXTURE || "";
 const shots = process.env.MASSGEN_UI_SCREENSHOTS || "";
 const executablePath = process.env.MASSGEN_CHROMIUM || "/usr/bin/chromium";

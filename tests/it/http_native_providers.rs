@@ -1,27 +1,18 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! One session across four wire formats: the real binary with a panel of a Chat
 //! Completions agent, an OpenAI Responses agent (`openai`), an Anthropic agent (`claude`)
 //! and a Gemini agent, all on the real simulator over loopback.
 
-mod support;
+use serde_json::Value;
 
-use std::time::Duration;
+use crate::support::{
+    Setup, assert_usage_is_the_simulators, chat, mock_stats, parse_sse, question,
+};
 
-use serde_json::{Value, json};
-use support::{Proc, mock_upstream, parse_sse, serve, write};
-
-struct Setup {
-    mock: Proc,
-    server: Proc,
-    _dir: tempfile::TempDir,
-}
-
-/// A panel of the four families on the simulator, each model string given.
 fn setup(models: [&str; 4]) -> Setup {
-    let mock = mock_upstream();
-    let url = &mock.url;
     let [cc, gpt, claude, gemini] = models;
-    let yaml = format!(
+    Setup::with_panel(
+        |url| {
+            format!(
         "agents:
   - id: cc
     backend: {{type: chatcompletion, base_url: \"{url}/v1\", model: \"{cc}\"}}
@@ -36,63 +27,14 @@ retry:
   initial_backoff_ms: 10
   max_backoff_ms: 50
 "
-    );
-    let dir = tempfile::tempdir().expect("tempdir");
-    let config = write(dir.path(), "mixed.yaml", &yaml);
-    let config = config.to_string_lossy().to_string();
-    let server = serve(&["--config", config.as_str()]);
-    Setup {
-        mock,
-        server,
-        _dir: dir,
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .expect("client")
-}
-
-fn question(stream: bool) -> Value {
-    json!({
-        "model": "massgen",
-        "stream": stream,
-        "stream_options": {"include_usage": true},
-        "messages": [{"role": "user", "content": "Why is the sky blue?"}]
-    })
-}
-
-async fn ask(url: &str, stream: bool) -> reqwest::Response {
-    client()
-        .post(format!("{url}/v1/chat/completions"))
-        .json(&question(stream))
-        .send()
-        .await
-        .expect("request")
-}
-
-async fn stats(mock: &Proc) -> Value {
-    client()
-        .get(format!("{}/mock/stats", mock.url))
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("stats json")
+    )
+        },
+        &[],
+    )
 }
 
 fn assert_usage_matches(usage: &Value, stats: &Value) {
-    assert_eq!(
-        usage["prompt_tokens"], stats["prompt_tokens"],
-        "{usage} vs {stats}"
-    );
-    assert_eq!(
-        usage["completion_tokens"], stats["completion_tokens"],
-        "{usage} vs {stats}"
-    );
+    assert_usage_is_the_simulators(usage, stats);
     assert!(stats["completion_tokens"].as_u64().unwrap() > 0);
 }
 
@@ -104,7 +46,7 @@ async fn four_wire_formats_one_streamed_session() {
         "claude:ttft_ms=30,token_ms=1,reasoning=on",
         "gem:ttft_ms=40,token_ms=1,reasoning=on",
     ]);
-    let response = ask(&s.server.url, true).await;
+    let response = chat(&s.server.url, None, &question(true)).await;
     assert_eq!(response.status(), 200);
     let sse = parse_sse(&response.text().await.unwrap());
     assert!(sse.done);
@@ -123,7 +65,7 @@ async fn four_wire_formats_one_streamed_session() {
     }
     assert!(deliberation.contains("consensus"), "{deliberation}");
     let usage = &sse.events.last().unwrap()["usage"];
-    let stats = stats(&s.mock).await;
+    let stats = mock_stats(&s.mock).await;
     assert_usage_matches(usage, &stats);
     // Every family was really called, and nothing failed or was left hanging.
     for name in ["cc", "gpt", "claude", "gem"] {
@@ -145,12 +87,12 @@ async fn native_retries_and_invalid_turn_replays_keep_usage_exact() {
         "claude:ttft_ms=10,token_ms=1,fault=429,fault_times=1,retry_after_ms=20",
         "gem:ttft_ms=10,token_ms=1,fault=503,fault_times=1",
     ]);
-    let response = ask(&s.server.url, false).await;
+    let response = chat(&s.server.url, None, &question(false)).await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     let answer = body["choices"][0]["message"]["content"].as_str().unwrap();
     assert!(answer.starts_with("[simulated final answer]"), "{body}");
-    let stats = stats(&s.mock).await;
+    let stats = mock_stats(&s.mock).await;
     assert_usage_matches(&body["usage"], &stats);
     assert_eq!(stats["by_model"]["claude"]["faulted"], 1, "{stats}");
     assert_eq!(stats["by_model"]["gem"]["faulted"], 1, "{stats}");
@@ -176,7 +118,7 @@ async fn native_upstream_errors_reach_the_metadata_with_their_kind_and_status() 
         "claude:fault=context",
         "gem:fault=context",
     ]);
-    let response = ask(&s.server.url, false).await;
+    let response = chat(&s.server.url, None, &question(false)).await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     let agents = body["massgen_metadata"]["agents"].as_array().unwrap();
@@ -192,7 +134,7 @@ async fn native_upstream_errors_reach_the_metadata_with_their_kind_and_status() 
         assert_eq!(error["status"], 400, "{agent}");
         assert_eq!(error["provider"], provider, "{agent}");
     }
-    let stats = stats(&s.mock).await;
+    let stats = mock_stats(&s.mock).await;
     // Context errors are not retried: one request each.
     for name in ["gpt", "claude", "gem"] {
         assert_eq!(stats["by_model"][name]["requests"], 1, "{name}: {stats}");

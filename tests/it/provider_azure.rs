@@ -1,11 +1,7 @@
 //! Azure OpenAI (`type: azure_openai`): Chat Completions at the deployment URL with the
 //! `api-key` header and `api-version` query; and how configs of the native types resolve
 //! keys, endpoints and API versions.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod native_support;
-
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::Ordering;
 
@@ -16,8 +12,10 @@ use massgen_providers::chat_completions::ChatCompletionsProvider;
 use massgen_providers::http_client;
 use massgen_providers::presets::{self, Wire};
 use massgen_providers::{Provider, ProviderErrorKind, UpstreamConfig};
-use native_support::*;
 use serde_json::{Map, json};
+
+use crate::support::native::*;
+use crate::support::{TestEnv, env_of};
 
 const CHAT_SSE: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}}\n\ndata: [DONE]\n\n";
 
@@ -110,16 +108,6 @@ async fn azure_errors_use_the_shared_retry_rules() {
 // ---------------------------------------------------------------------------------------
 // Config: native types
 
-type TestEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
-
-fn env(pairs: &[(&str, &str)]) -> TestEnv {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    Box::new(move |name| map.get(name).cloned())
-}
-
 fn parse(yaml: &str, env: &TestEnv) -> Result<massgen::config::PanelConfig, String> {
     parse_panel("team", Path::new("team.yaml"), yaml, env.as_ref()).map_err(|e| e.to_string())
 }
@@ -139,17 +127,17 @@ fn types_map_to_wire_formats() {
 #[test]
 fn azure_endpoint_and_api_version_resolution() {
     let yaml = "agent: {backend: {type: azure_openai, model: dep}}";
-    let e = parse(yaml, &env(&[("AZURE_OPENAI_API_KEY", "k")])).unwrap_err();
+    let e = parse(yaml, &env_of(&[("AZURE_OPENAI_API_KEY", "k")])).unwrap_err();
     assert!(e.contains("agent.backend.base_url"), "{e}");
     assert!(e.contains("AZURE_OPENAI_ENDPOINT"), "{e}");
     let e = parse(
         yaml,
-        &env(&[("AZURE_OPENAI_ENDPOINT", "https://x.openai.azure.com")]),
+        &env_of(&[("AZURE_OPENAI_ENDPOINT", "https://x.openai.azure.com")]),
     )
     .unwrap_err();
     assert!(e.contains("AZURE_OPENAI_API_KEY"), "{e}");
 
-    let vars = env(&[
+    let vars = env_of(&[
         ("AZURE_OPENAI_API_KEY", "k"),
         ("AZURE_OPENAI_ENDPOINT", "https://x.openai.azure.com/"),
     ]);
@@ -159,7 +147,7 @@ fn azure_endpoint_and_api_version_resolution() {
         b.api_version.as_deref(),
         Some(presets::AZURE_DEFAULT_API_VERSION)
     );
-    let vars = env(&[
+    let vars = env_of(&[
         ("AZURE_OPENAI_API_KEY", "k"),
         ("AZURE_OPENAI_ENDPOINT", "https://x.openai.azure.com"),
         ("AZURE_OPENAI_API_VERSION", "2025-01-01-preview"),
@@ -182,7 +170,7 @@ fn azure_endpoint_and_api_version_resolution() {
     assert_eq!(b.params["temperature"], json!(0.5));
     // Only Azure knows api_version; elsewhere it is a passthrough param.
     let other = "agent: {backend: {type: groq, model: m, api_version: x}}";
-    let b = parse(other, &env(&[("GROQ_API_KEY", "g")]))
+    let b = parse(other, &env_of(&[("GROQ_API_KEY", "g")]))
         .unwrap()
         .agents
         .remove(0)
@@ -194,9 +182,9 @@ fn azure_endpoint_and_api_version_resolution() {
 #[test]
 fn native_key_variables() {
     let claude = "agent: {backend: {type: claude, model: claude-sonnet-4-5}}";
-    let e = parse(claude, &env(&[])).unwrap_err();
+    let e = parse(claude, &env_of(&[])).unwrap_err();
     assert!(e.contains("ANTHROPIC_API_KEY"), "{e}");
-    let b = parse(claude, &env(&[("ANTHROPIC_API_KEY", "sk-ant")]))
+    let b = parse(claude, &env_of(&[("ANTHROPIC_API_KEY", "sk-ant")]))
         .unwrap()
         .agents
         .remove(0)
@@ -204,9 +192,9 @@ fn native_key_variables() {
     assert_eq!(b.base_url, "https://api.anthropic.com/v1");
     assert_eq!(b.api_key.unwrap().expose(), "sk-ant");
     let gemini = "agent: {backend: {type: gemini, model: gemini-2.5-flash}}";
-    let e = parse(gemini, &env(&[])).unwrap_err();
+    let e = parse(gemini, &env_of(&[])).unwrap_err();
     assert!(e.contains("GEMINI_API_KEY or GOOGLE_API_KEY"), "{e}");
-    let b = parse(gemini, &env(&[("GOOGLE_API_KEY", "g-key")]))
+    let b = parse(gemini, &env_of(&[("GOOGLE_API_KEY", "g-key")]))
         .unwrap()
         .agents
         .remove(0)
@@ -216,7 +204,7 @@ fn native_key_variables() {
         b.base_url,
         "https://generativelanguage.googleapis.com/v1beta"
     );
-    let both = env(&[("GOOGLE_API_KEY", "g-key"), ("GEMINI_API_KEY", "gem-key")]);
+    let both = env_of(&[("GOOGLE_API_KEY", "g-key"), ("GEMINI_API_KEY", "gem-key")]);
     let b = parse(gemini, &both).unwrap().agents.remove(0).backend;
     assert_eq!(b.api_key.unwrap().expose(), "gem-key");
 }
@@ -230,7 +218,7 @@ fn the_factory_builds_each_wire_format() {
   - {id: d, backend: {type: azure_openai, model: m, base_url: \"https://x.openai.azure.com\"}}
   - {id: e, backend: {type: chatcompletion, model: m, base_url: \"http://127.0.0.1:1/v1\"}}
 ";
-    let vars = env(&[
+    let vars = env_of(&[
         ("OPENAI_API_KEY", "k"),
         ("ANTHROPIC_API_KEY", "k"),
         ("GEMINI_API_KEY", "k"),

@@ -1,6 +1,5 @@
 //! Panel config loading: expansion, validation messages, params, keys, catalog.
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -11,18 +10,10 @@ use massgen_core::coordination::Strictness;
 use massgen_providers::presets::PRESETS;
 use serde_json::json;
 
-type TestEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
-
-fn env(pairs: &[(&str, &str)]) -> TestEnv {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    Box::new(move |name| map.get(name).cloned())
-}
+use crate::support::{TestEnv, env_of, write};
 
 fn with_keys() -> TestEnv {
-    env(&[
+    env_of(&[
         ("OPENAI_API_KEY", "sk-env-openai"),
         ("GROQ_API_KEY", "gsk-env"),
     ])
@@ -177,7 +168,7 @@ agents:
 
 #[test]
 fn expansion_everywhere_with_defaults() {
-    let e = env(&[
+    let e = env_of(&[
         ("OPENAI_API_KEY", "sk-x"),
         ("MODEL", "gpt-4.1"),
         ("STOP", "END"),
@@ -243,7 +234,7 @@ agents:
   - id: gpt
     backend: {type: openai, model: m, api_key: \"${MY_KEY}\"}
 ",
-        &env(&[]),
+        &env_of(&[]),
         "agents[0].backend.api_key",
         &["MY_KEY"],
     );
@@ -269,7 +260,7 @@ agents:
         Some("sk-config")
     );
 
-    let e = env(&[("KIMI_API_KEY", "kimi-2"), ("OPENAI_API_KEY", "x")]);
+    let e = env_of(&[("KIMI_API_KEY", "kimi-2"), ("OPENAI_API_KEY", "x")]);
     let panel =
         parse("agent: {backend: {type: kimi, model: m}}", &e).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
@@ -277,7 +268,7 @@ agents:
         Some("kimi-2")
     );
 
-    let e = env(&[("KIMI_API_KEY", "kimi-2"), ("MOONSHOT_API_KEY", "moon-1")]);
+    let e = env_of(&[("KIMI_API_KEY", "kimi-2"), ("MOONSHOT_API_KEY", "moon-1")]);
     let panel =
         parse("agent: {backend: {type: kimi, model: m}}", &e).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
@@ -297,7 +288,7 @@ agents:
 fn local_backends_need_no_key() {
     let panel = parse(
         "agent: {backend: {type: ollama, model: llama3.2}}",
-        &env(&[]),
+        &env_of(&[]),
     )
     .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(panel.agents[0].backend.api_key, None);
@@ -311,13 +302,13 @@ fn local_backends_need_no_key() {
 fn missing_key_names_the_variables() {
     fails(
         "agents: [{id: g, backend: {type: groq, model: m}}]",
-        &env(&[("OPENAI_API_KEY", "x")]),
+        &env_of(&[("OPENAI_API_KEY", "x")]),
         "agents[0].backend",
         &["no API key: set GROQ_API_KEY (environment or .env) or backend.api_key"],
     );
     fails(
         "agents: [{id: k, backend: {type: moonshot, model: m}}]",
-        &env(&[]),
+        &env_of(&[]),
         "agents[0].backend",
         &["MOONSHOT_API_KEY or KIMI_API_KEY"],
     );
@@ -622,7 +613,7 @@ fn invalid_yaml_names_the_file() {
 
 #[test]
 fn secrets_never_in_debug_or_errors() {
-    let e = env(&[("GROQ_API_KEY", "gsk-SECRET-ENV")]);
+    let e = env_of(&[("GROQ_API_KEY", "gsk-SECRET-ENV")]);
     let panel = parse(
         "
 agents:
@@ -677,12 +668,6 @@ fn demo_panel_shape() {
         assert!(a.backend.model.contains("ttft_ms="));
         assert!(a.system_message.as_deref().is_some_and(|m| !m.is_empty()));
     }
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {name}: {e}"));
-    path
 }
 
 #[test]
@@ -752,7 +737,7 @@ fn shipped_example_configs_all_load() {
         .flat_map(|p| p.key_vars.iter().map(|v| (*v, "test-key")))
         .collect();
     vars.push(("MY_KEY", "my-key"));
-    let e = env(&vars);
+    let e = env_of(&vars);
     let catalog = load_catalog(None, Some(&dir), e.as_ref()).unwrap_or_else(|e| panic!("{e}"));
     assert!(catalog.unavailable.is_empty(), "{:?}", catalog.unavailable);
     for name in [
@@ -780,7 +765,7 @@ fn shipped_example_configs_all_load() {
 #[test]
 fn mcp_servers_and_tool_filters_are_parsed() {
     use massgen_tools::McpTransport;
-    let e = env(&[("OPENAI_API_KEY", "sk"), ("SEARCH_KEY", "k1"), ("T", "tok")]);
+    let e = env_of(&[("OPENAI_API_KEY", "sk"), ("SEARCH_KEY", "k1"), ("T", "tok")]);
     let panel = parse(
         "
 agents:

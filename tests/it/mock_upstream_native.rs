@@ -1,18 +1,9 @@
 //! The simulator's native wire formats (Responses, Anthropic Messages, Gemini) over real
 //! loopback HTTP: the same model-name behaviour, each format's own shapes, exact usage.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is the test failure
 
 use serde_json::{Value, json};
 
-async fn start() -> (String, tokio::sync::oneshot::Sender<()>) {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(massgen_simulator::serve(listener, async {
-        let _ = stopped.await;
-    }));
-    (base, stop)
-}
+use crate::support::simulator_in_process;
 
 async fn post(url: &str, body: &Value) -> reqwest::Response {
     reqwest::Client::new()
@@ -47,7 +38,7 @@ async fn stats(base: &str) -> Value {
 
 #[tokio::test]
 async fn responses_stream_votes_with_exact_usage() {
-    let (base, _stop) = start().await;
+    let (base, _stop, _) = simulator_in_process().await;
     // "sys!" + "abcdefgh" = 12 chars -> 3 prompt tokens.
     let body = json!({"model": "r:vote=last,ttft_ms=0,token_ms=0", "stream": true,
         "instructions": "sys!", "input": [{"role": "user", "content": "abcdefgh"}],
@@ -76,7 +67,7 @@ async fn responses_stream_votes_with_exact_usage() {
 
 #[tokio::test]
 async fn anthropic_stream_thinking_text_and_faults() {
-    let (base, _stop) = start().await;
+    let (base, _stop, _) = simulator_in_process().await;
     let body = json!({"model": "a:reasoning=on,ttft_ms=0,token_ms=0,words=5", "max_tokens": 100,
         "stream": true, "system": "s", "messages": [{"role": "user", "content": "Q?"}]});
     let response = post(&format!("{base}/v1/messages"), &body).await;
@@ -113,7 +104,7 @@ async fn anthropic_stream_thinking_text_and_faults() {
 
 #[tokio::test]
 async fn gemini_stream_non_stream_and_retry_info() {
-    let (base, _stop) = start().await;
+    let (base, _stop, _) = simulator_in_process().await;
     let body = json!({"contents": [{"role": "user", "parts": [{"text": "Q?"}]}],
         "tools": [{"functionDeclarations": [
             {"name": "new_answer", "parameters": {"type": "object"}},

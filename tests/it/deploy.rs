@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! deploy/ and the Dockerfile, checked without a Docker engine or a cluster by
 //! `deploy/validate.py` (Kubernetes schemas via the `kubernetes-validate` package, plus
 //! cross-checks). `.ci/run` installs the package and sets MASSGEN_REQUIRE_PYTHON=1, so a

@@ -6,9 +6,6 @@
 //!
 //! The shared directory is `MASSGEN_SHARED_DIR` or `../shared` next to the crate; when
 //! neither exists the tests print why and pass.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod native_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,13 +15,14 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use massgen_providers::anthropic::{self, AnthropicProvider};
-use massgen_providers::gemini::{self, GeminiProvider};
+use massgen_providers::anthropic::AnthropicProvider;
+use massgen_providers::gemini::GeminiProvider;
 use massgen_providers::http_client;
-use massgen_providers::responses::{self, ResponsesProvider};
+use massgen_providers::responses::ResponsesProvider;
 use massgen_providers::{FinishReason, Provider, ProviderError, ProviderErrorKind, UpstreamConfig};
-use native_support::*;
 use serde_json::{Value, json};
+
+use crate::support::native::*;
 
 async fn replay(path: &Path, decode: Decode) -> Outcome {
     let bytes = std::fs::read(path).unwrap();
@@ -34,9 +32,9 @@ async fn replay(path: &Path, decode: Decode) -> Outcome {
 
 fn decoder_for(dir: &str) -> Decode {
     match dir {
-        "anthropic" => |p, b, t| anthropic::decode_stream(p, b, t),
-        "gemini" => |p, b, t| gemini::decode_stream(p, b, t),
-        _ => |p, b, t| responses::decode_stream(p, b, t),
+        "anthropic" => ANTHROPIC.decoder,
+        "gemini" => GEMINI.decoder,
+        _ => RESPONSES.decoder,
     }
 }
 

@@ -1,8 +1,5 @@
 //! The Chat Completions client: decoding our own recorded-style fixtures
 //! (tests/fixtures/chat) and talking HTTP to a tiny in-test server on loopback.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod native_support;
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -25,23 +22,15 @@ use massgen_providers::chat_completions::{
 use massgen_providers::http_client;
 use massgen_providers::retry::CallPolicy;
 use massgen_providers::{
-    FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
-    ProviderRequest, ToolCall, ToolChoice, ToolSpec, Usage,
+    FinishReason, Message, Provider, ProviderChunk, ProviderErrorKind, ProviderRequest, ToolCall,
+    ToolChoice, ToolSpec, Usage,
 };
-use native_support::{SECOND, collect, decode_bytes, fast_policy};
 use serde_json::{Value, json};
+
+use crate::support::native::{CHAT, SECOND, collect, fast_policy};
 
 // ---------------------------------------------------------------------------------------
 // Decoding fixtures
-
-fn fixture(name: &str) -> Vec<u8> {
-    native_support::fixture("chat", name)
-}
-
-/// Decodes a fixture cut into pieces of several sizes; every cut must give the same result.
-async fn decode(name: &str) -> (Vec<ProviderChunk>, Option<ProviderError>) {
-    decode_bytes(name, fixture(name), |p, b, t| decode_stream(p, b, t)).await
-}
 
 fn text_of(chunks: &[ProviderChunk]) -> String {
     chunks
@@ -74,7 +63,7 @@ fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
 
 #[tokio::test]
 async fn text_with_include_usage() {
-    let (chunks, error) = decode("text_include_usage.sse").await;
+    let (chunks, error) = CHAT.chunks("text_include_usage.sse").await;
     assert_eq!(error, None);
     assert_eq!(
         chunks,
@@ -95,7 +84,7 @@ async fn text_with_include_usage() {
 
 #[tokio::test]
 async fn tool_call_split_over_many_deltas() {
-    let (chunks, error) = decode("tool_call_split.sse").await;
+    let (chunks, error) = CHAT.chunks("tool_call_split.sse").await;
     assert_eq!(error, None);
     assert_eq!(
         chunks,
@@ -114,7 +103,7 @@ async fn tool_call_split_over_many_deltas() {
 
 #[tokio::test]
 async fn parallel_tool_calls_interleaved() {
-    let (chunks, error) = decode("parallel_tool_calls.sse").await;
+    let (chunks, error) = CHAT.chunks("parallel_tool_calls.sse").await;
     assert_eq!(error, None);
     assert_eq!(
         chunks,
@@ -128,7 +117,7 @@ async fn parallel_tool_calls_interleaved() {
 
 #[tokio::test]
 async fn reasoning_content_and_usage_on_finish_chunk() {
-    let (chunks, error) = decode("reasoning_content_usage_on_finish.sse").await;
+    let (chunks, error) = CHAT.chunks("reasoning_content_usage_on_finish.sse").await;
     assert_eq!(error, None);
     assert_eq!(
         chunks,
@@ -150,7 +139,7 @@ async fn reasoning_content_and_usage_on_finish_chunk() {
 
 #[tokio::test]
 async fn gpt_oss_reasoning_whole_call_and_x_groq_usage() {
-    let (chunks, error) = decode("reasoning_gpt_oss_x_groq.sse").await;
+    let (chunks, error) = CHAT.chunks("reasoning_gpt_oss_x_groq.sse").await;
     assert_eq!(error, None);
     assert_eq!(reasoning_of(&chunks), "Need a vote.");
     assert_eq!(
@@ -171,7 +160,7 @@ async fn gpt_oss_reasoning_whole_call_and_x_groq_usage() {
 
 #[tokio::test]
 async fn error_data_chunk_becomes_stream_error() {
-    let (chunks, error) = decode("error_in_stream.sse").await;
+    let (chunks, error) = CHAT.chunks("error_in_stream.sse").await;
     assert_eq!(chunks, vec![ProviderChunk::Text("Par".into())]);
     let error = error.expect("an error");
     assert_eq!(error.kind, ProviderErrorKind::Stream);
@@ -183,7 +172,7 @@ async fn error_data_chunk_becomes_stream_error() {
 
 #[tokio::test]
 async fn error_event_saying_context_length_becomes_context_length() {
-    let (chunks, error) = decode("error_event_context_length.sse").await;
+    let (chunks, error) = CHAT.chunks("error_event_context_length.sse").await;
     assert_eq!(chunks, vec![ProviderChunk::Reasoning("hmm".into())]);
     let error = error.expect("an error");
     assert_eq!(error.kind, ProviderErrorKind::ContextLength);
@@ -193,7 +182,7 @@ async fn error_event_saying_context_length_becomes_context_length() {
 
 #[tokio::test]
 async fn malformed_chunk_is_invalid_response() {
-    let (chunks, error) = decode("malformed_chunk.sse").await;
+    let (chunks, error) = CHAT.chunks("malformed_chunk.sse").await;
     assert_eq!(chunks, vec![ProviderChunk::Text("ok".into())]);
     assert_eq!(
         error.map(|e| e.kind),
@@ -203,7 +192,7 @@ async fn malformed_chunk_is_invalid_response() {
 
 #[tokio::test]
 async fn early_eof_is_a_connection_error() {
-    let (chunks, error) = decode("early_eof.sse").await;
+    let (chunks, error) = CHAT.chunks("early_eof.sse").await;
     assert_eq!(text_of(&chunks), "half an answer");
     let error = error.expect("an error");
     assert_eq!(error.kind, ProviderErrorKind::Connection);
@@ -212,7 +201,7 @@ async fn early_eof_is_a_connection_error() {
 
 #[tokio::test]
 async fn comments_and_a_resent_call_without_finish_reason() {
-    let (chunks, error) = decode("comments_resent_call_no_finish.sse").await;
+    let (chunks, error) = CHAT.chunks("comments_resent_call_no_finish.sse").await;
     assert_eq!(error, None);
     assert_eq!(
         chunks,
@@ -231,7 +220,7 @@ async fn comments_and_a_resent_call_without_finish_reason() {
 
 #[tokio::test]
 async fn refusal_is_text_and_finish_without_done_completes() {
-    let (chunks, error) = decode("refusal_crlf_no_done.sse").await;
+    let (chunks, error) = CHAT.chunks("refusal_crlf_no_done.sse").await;
     assert_eq!(error, None);
     assert_eq!(
         chunks,
@@ -349,9 +338,7 @@ async fn handle(State(script): State<Arc<Script>>, headers: HeaderMap, body: Byt
         }
         Reply::Slow(wait) => {
             tokio::time::sleep(wait).await;
-            sse(Body::from(
-                String::from_utf8(fixture("text_include_usage.sse")).unwrap(),
-            ))
+            sse(Body::from(CHAT.text("text_include_usage.sse")))
         }
     }
 }
@@ -393,7 +380,7 @@ fn hello() -> ProviderRequest {
 }
 
 fn ok_sse() -> Reply {
-    Reply::Sse(String::from_utf8(fixture("text_include_usage.sse")).unwrap())
+    Reply::Sse(CHAT.text("text_include_usage.sse"))
 }
 
 #[tokio::test]
@@ -485,7 +472,7 @@ async fn retry_after_ms_is_honoured_for_overload() {
 
 #[tokio::test]
 async fn server_errors_are_retried_up_to_max_attempts() {
-    let body = String::from_utf8(fixture("error_500_vllm_flat.json")).unwrap();
+    let body = CHAT.text("error_500_vllm_flat.json");
     let (url, script) = serve(vec![Reply::Status(500, vec![], body)]).await;
     let (chunks, error) = collect(provider(&url, fast_policy(3), None).stream(hello())).await;
     assert!(chunks.is_empty());
@@ -541,7 +528,7 @@ async fn retry_after_beyond_the_limit_fails_at_once_with_the_wait() {
 
 #[tokio::test]
 async fn context_length_400_is_context_length_and_not_retried() {
-    let body = String::from_utf8(fixture("error_400_context_length.json")).unwrap();
+    let body = CHAT.text("error_400_context_length.json");
     let (url, script) = serve(vec![Reply::Status(400, vec![], body)]).await;
     let (_, error) = collect(provider(&url, fast_policy(3), None).stream(hello())).await;
     let error = error.expect("an error");

@@ -1,21 +1,15 @@
 //! The Anthropic Messages client: our fixtures (tests/fixtures/anthropic), request
 //! snapshots, thinking round trips, and HTTP behaviour against a loopback upstream.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod native_support;
 
 use massgen_core::Secret;
-use massgen_providers::anthropic::{AnthropicProvider, DEFAULT_MAX_TOKENS, decode_stream};
+use massgen_providers::anthropic::{AnthropicProvider, DEFAULT_MAX_TOKENS};
 use massgen_providers::http_client;
 use massgen_providers::{
     FinishReason, Provider, ProviderChunk, ProviderErrorKind, ProviderRequest, UpstreamConfig,
 };
-use native_support::*;
 use serde_json::{Map, Value, json};
 
-async fn decode(name: &str) -> Outcome {
-    decode_fixture("anthropic", name, |p, b, t| decode_stream(p, b, t)).await
-}
+use crate::support::native::*;
 
 fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> AnthropicProvider {
     let config = UpstreamConfig {
@@ -31,7 +25,7 @@ fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> Anthro
 
 #[tokio::test]
 async fn text_with_cache_usage() {
-    let o = decode("text_cache_usage.sse").await;
+    let o = ANTHROPIC.decode("text_cache_usage.sse").await;
     assert_eq!(o.text, "Hello, wörld");
     // input counts cached tokens too (10 + 5 created + 20 read).
     assert_eq!(o.usage, Some(usage(35, 7, 42, 20, 0)));
@@ -41,7 +35,7 @@ async fn text_with_cache_usage() {
 
 #[tokio::test]
 async fn thinking_signature_and_tool_use_assembled() {
-    let o = decode("thinking_tools.sse").await;
+    let o = ANTHROPIC.decode("thinking_tools.sse").await;
     assert_eq!(o.reasoning, "Compare the answers.");
     assert_eq!(o.text, "Voting.");
     assert_eq!(o.calls.len(), 2);
@@ -68,7 +62,7 @@ async fn thinking_signature_and_tool_use_assembled() {
 
 #[tokio::test]
 async fn in_stream_overloaded_error_keeps_its_type() {
-    let o = decode("error_overloaded_in_stream.sse").await;
+    let o = ANTHROPIC.decode("error_overloaded_in_stream.sse").await;
     assert_eq!(o.text, "Part");
     let error = o.error.unwrap();
     assert_eq!(error.kind, ProviderErrorKind::Stream);
@@ -79,11 +73,11 @@ async fn in_stream_overloaded_error_keeps_its_type() {
 
 #[tokio::test]
 async fn max_tokens_is_length_and_early_eof_is_a_connection_error() {
-    let o = decode("max_tokens.sse").await;
+    let o = ANTHROPIC.decode("max_tokens.sse").await;
     assert_eq!(o.text, "Cut off");
     assert_eq!(o.finish, Some(FinishReason::Length));
     assert_eq!(o.usage, Some(usage(3, 2, 5, 0, 0)));
-    let o = decode("early_eof.sse").await;
+    let o = ANTHROPIC.decode("early_eof.sse").await;
     assert_eq!(o.text, "Hal");
     assert_eq!(o.error.unwrap().kind, ProviderErrorKind::Connection);
 }
@@ -91,7 +85,7 @@ async fn max_tokens_is_length_and_early_eof_is_a_connection_error() {
 /// The four request scenarios, as the upstream received them.
 #[tokio::test]
 async fn request_snapshots() {
-    let sse = String::from_utf8(fixture("anthropic", "text_cache_usage.sse")).unwrap();
+    let sse = ANTHROPIC.text("text_cache_usage.sse");
     let (url, upstream) = serve(vec![Reply::Sse(sse)]).await;
     let mut params = Map::new();
     params.insert("temperature".into(), json!(0.2));
@@ -118,7 +112,7 @@ async fn request_snapshots() {
 
 #[tokio::test]
 async fn headers_and_max_tokens_default() {
-    let sse = String::from_utf8(fixture("anthropic", "text_cache_usage.sse")).unwrap();
+    let sse = ANTHROPIC.text("text_cache_usage.sse");
     let (url, upstream) = serve(vec![Reply::Sse(sse)]).await;
     let p = provider(&format!("{url}/v1/"), Map::new(), 1);
     collect(p.stream(presentation_turn())).await;
@@ -149,7 +143,7 @@ async fn headers_and_max_tokens_default() {
 /// The decoded calls, replayed by the engine, carry their thinking blocks back.
 #[tokio::test]
 async fn thinking_blocks_round_trip_into_the_next_request() {
-    let o = decode("thinking_tools.sse").await;
+    let o = ANTHROPIC.decode("thinking_tools.sse").await;
     let mut request = coordination_turn();
     request.messages.push(massgen_providers::Message {
         role: massgen_providers::Role::Assistant,
@@ -164,7 +158,7 @@ async fn thinking_blocks_round_trip_into_the_next_request() {
                 &call.id, "Error: x",
             ));
     }
-    let sse = String::from_utf8(fixture("anthropic", "text_cache_usage.sse")).unwrap();
+    let sse = ANTHROPIC.text("text_cache_usage.sse");
     let (url, upstream) = serve(vec![Reply::Sse(sse)]).await;
     collect(provider(&format!("{url}/v1"), Map::new(), 1).stream(request)).await;
     let body = &upstream.requests()[0].body;
@@ -200,7 +194,7 @@ fn overloaded() -> Reply {
 
 #[tokio::test]
 async fn overloaded_529_is_retried_then_succeeds() {
-    let sse = String::from_utf8(fixture("anthropic", "text_cache_usage.sse")).unwrap();
+    let sse = ANTHROPIC.text("text_cache_usage.sse");
     let (url, upstream) = serve(vec![overloaded(), Reply::Sse(sse)]).await;
     let (chunks, error) =
         collect(provider(&format!("{url}/v1"), Map::new(), 3).stream(hello())).await;
@@ -287,6 +281,6 @@ fn hello() -> ProviderRequest {
 #[tokio::test]
 async fn malformed_event_is_invalid_response() {
     let bytes = b"event: message_start\ndata: {not json\n\n".to_vec();
-    let (_, error) = decode_bytes("malformed", bytes, |p, b, t| decode_stream(p, b, t)).await;
+    let (_, error) = decode_bytes("malformed", bytes, ANTHROPIC.decoder).await;
     assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
 }

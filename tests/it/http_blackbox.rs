@@ -1,13 +1,13 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The real binary on port 0, its agents on the real simulator (`massgen mock-upstream`),
 //! everything over loopback HTTP.
-
-mod support;
 
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::{Proc, mock_upstream, panel_yaml, parse_sse, serve, write};
+
+use crate::support::{
+    Setup, assert_usage_is_the_simulators, chat, client, mock_stats, panel_yaml, parse_sse, write,
+};
 
 const FAST: [&str; 3] = [
     "alpha:ttft_ms=20,token_ms=1",
@@ -15,56 +15,36 @@ const FAST: [&str; 3] = [
     "gamma:ttft_ms=60,token_ms=1",
 ];
 
-struct Setup {
-    mock: Proc,
-    server: Proc,
-    _dir: tempfile::TempDir,
-}
-
-/// A simulator, a default panel of `models`, a configs dir with `timeout.yaml`, and a
-/// server started with `extra` flags.
+/// A simulator, a default panel of `models`, a configs dir with `timeout.yaml` and
+/// `fast.yaml`, and a server started with `extra` flags.
 fn setup(models: &[&str], orchestrator: &str, extra: &[&str]) -> Setup {
-    let mock = mock_upstream();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let default = write(
-        dir.path(),
-        "team.yaml",
-        &panel_yaml(&mock.url, models, orchestrator),
-    );
-    let configs = dir.path().join("configs");
-    std::fs::create_dir(&configs).expect("configs dir");
-    write(
-        &configs,
-        "timeout.yaml",
-        &panel_yaml(
-            &mock.url,
-            &["slow:fault=hang", "slow2:fault=hang"],
-            "timeout_settings:\n  orchestrator_timeout_seconds: 1\n",
-        ),
-    );
-    write(&configs, "fast.yaml", &panel_yaml(&mock.url, &FAST, ""));
-    let default = default.to_string_lossy().to_string();
-    let configs = configs.to_string_lossy().to_string();
-    let mut args = vec![
-        "--config",
-        default.as_str(),
-        "--configs-dir",
-        configs.as_str(),
-    ];
-    args.extend_from_slice(extra);
-    let server = serve(&args);
-    Setup {
-        mock,
-        server,
-        _dir: dir,
-    }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .expect("client")
+    Setup::start(|mock_url, dir| {
+        let default = write(
+            dir,
+            "team.yaml",
+            &panel_yaml(mock_url, models, orchestrator),
+        );
+        let configs = dir.join("configs");
+        std::fs::create_dir(&configs).expect("configs dir");
+        write(
+            &configs,
+            "timeout.yaml",
+            &panel_yaml(
+                mock_url,
+                &["slow:fault=hang", "slow2:fault=hang"],
+                "timeout_settings:\n  orchestrator_timeout_seconds: 1\n",
+            ),
+        );
+        write(&configs, "fast.yaml", &panel_yaml(mock_url, &FAST, ""));
+        let mut flags = vec![
+            "--config".to_string(),
+            default.display().to_string(),
+            "--configs-dir".to_string(),
+            configs.display().to_string(),
+        ];
+        flags.extend(extra.iter().map(|f| f.to_string()));
+        flags
+    })
 }
 
 fn question(stream: bool) -> Value {
@@ -79,30 +59,10 @@ fn question(stream: bool) -> Value {
     })
 }
 
-async fn post(url: &str, body: &Value) -> reqwest::Response {
-    client()
-        .post(format!("{url}/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .expect("request")
-}
-
-async fn mock_stats(mock: &Proc) -> Value {
-    client()
-        .get(format!("{}/mock/stats", mock.url))
-        .send()
-        .await
-        .expect("stats")
-        .json()
-        .await
-        .expect("stats json")
-}
-
 #[tokio::test]
 async fn stream_sends_role_deliberation_content_finish_usage_done_in_order() {
     let s = setup(&FAST, "", &[]);
-    let response = post(&s.server.url, &question(true)).await;
+    let response = chat(&s.server.url, None, &question(true)).await;
     assert_eq!(response.status(), 200);
     assert!(
         response.headers()["content-type"]
@@ -185,7 +145,7 @@ async fn stream_sends_role_deliberation_content_finish_usage_done_in_order() {
 #[tokio::test]
 async fn non_stream_returns_the_answer_the_deliberation_and_metadata() {
     let s = setup(&FAST, "", &[]);
-    let response = post(&s.server.url, &question(false)).await;
+    let response = chat(&s.server.url, None, &question(false)).await;
     assert_eq!(response.status(), 200);
     let session = response.headers()["x-massgen-session-id"]
         .to_str()
@@ -220,21 +180,14 @@ async fn non_stream_returns_the_answer_the_deliberation_and_metadata() {
 #[tokio::test]
 async fn summed_usage_equals_what_the_upstream_reported() {
     let s = setup(&FAST, "", &[]);
-    let body: Value = post(&s.server.url, &question(false))
+    let body: Value = chat(&s.server.url, None, &question(false))
         .await
         .json()
         .await
         .unwrap();
     let stats = mock_stats(&s.mock).await;
     let usage = &body["usage"];
-    assert_eq!(
-        usage["prompt_tokens"], stats["prompt_tokens"],
-        "{usage} vs {stats}"
-    );
-    assert_eq!(
-        usage["completion_tokens"], stats["completion_tokens"],
-        "{usage} vs {stats}"
-    );
+    assert_usage_is_the_simulators(usage, &stats);
     assert_eq!(
         usage["total_tokens"].as_u64().unwrap(),
         usage["prompt_tokens"].as_u64().unwrap() + usage["completion_tokens"].as_u64().unwrap()
@@ -253,7 +206,7 @@ async fn summed_usage_equals_what_the_upstream_reported() {
 async fn client_disconnect_cancels_every_upstream_call() {
     let slow = ["s1:ttft_ms=20000", "s2:ttft_ms=20000", "s3:ttft_ms=20000"];
     let s = setup(&slow, "", &[]);
-    let mut response = post(&s.server.url, &question(true)).await;
+    let mut response = chat(&s.server.url, None, &question(true)).await;
     assert_eq!(response.status(), 200);
     // The role chunk arrives before any upstream answers.
     let first = tokio::time::timeout(Duration::from_secs(5), response.chunk())
@@ -288,7 +241,7 @@ async fn client_disconnect_cancels_every_upstream_call() {
 async fn keepalive_comments_flow_during_a_slow_deliberation() {
     let slow = ["k1:ttft_ms=2500,token_ms=1", "k2:ttft_ms=2600,token_ms=1"];
     let s = setup(&slow, "", &["--keepalive-seconds", "1"]);
-    let response = post(&s.server.url, &question(true)).await;
+    let response = chat(&s.server.url, None, &question(true)).await;
     let sse = parse_sse(&response.text().await.unwrap());
     assert!(sse.comments >= 1, "{}", sse.raw);
     assert!(sse.raw.contains(": keep-alive\n\n"));
@@ -317,9 +270,9 @@ async fn every_bad_input_gets_an_openai_error() {
     let s = setup(&FAST, "", &["--max-body-bytes", "4000"]);
     let url = &s.server.url;
     let c = client();
-    let chat = format!("{url}/v1/chat/completions");
+    let endpoint = format!("{url}/v1/chat/completions");
     let raw = |body: &'static str| {
-        c.post(&chat)
+        c.post(&endpoint)
             .header("content-type", "application/json")
             .body(body)
             .send()
@@ -334,7 +287,12 @@ async fn every_bad_input_gets_an_openai_error() {
     expect_error(raw(r#"{"messages":[]}"#).await.unwrap(), 400, "empty_array").await;
     let msgs = json!([{"role": "user", "content": "hi"}]);
     let unknown = expect_error(
-        post(url, &json!({"model": "massgen/nope", "messages": msgs})).await,
+        chat(
+            url,
+            None,
+            &json!({"model": "massgen/nope", "messages": msgs}),
+        )
+        .await,
         404,
         "model_not_found",
     )
@@ -345,8 +303,9 @@ async fn every_bad_input_gets_an_openai_error() {
         "{message}"
     );
     expect_error(
-        post(
+        chat(
             url,
+            None,
             &json!({"model": "massgen/../etc/passwd", "messages": msgs}),
         )
         .await,
@@ -355,8 +314,9 @@ async fn every_bad_input_gets_an_openai_error() {
     )
     .await;
     expect_error(
-        post(
+        chat(
             url,
+            None,
             &json!({"model": "massgen/path:/etc/passwd", "messages": msgs}),
         )
         .await,
@@ -366,8 +326,9 @@ async fn every_bad_input_gets_an_openai_error() {
     .await;
     let big = "x".repeat(5000);
     expect_error(
-        post(
+        chat(
             url,
+            None,
             &json!({"messages": [{"role": "user", "content": big}]}),
         )
         .await,
@@ -378,7 +339,12 @@ async fn every_bad_input_gets_an_openai_error() {
     let collision = json!({"messages": msgs, "tools": [
         {"type": "function", "function": {"name": "new_answer", "parameters": {"type": "object"}}}
     ]});
-    let body = expect_error(post(url, &collision).await, 400, "tool_name_collision").await;
+    let body = expect_error(
+        chat(url, None, &collision).await,
+        400,
+        "tool_name_collision",
+    )
+    .await;
     assert!(
         body["error"]["message"]
             .as_str()
@@ -392,7 +358,7 @@ async fn every_bad_input_gets_an_openai_error() {
     )
     .await;
     expect_error(
-        c.get(&chat).send().await.unwrap(),
+        c.get(&endpoint).send().await.unwrap(),
         405,
         "method_not_allowed",
     )
@@ -406,24 +372,29 @@ async fn session_failures_map_to_502_503_504_and_429() {
     let ask =
         |model: &str| json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
     expect_error(
-        post(url, &ask("massgen/model:down:fault=500")).await,
+        chat(url, None, &ask("massgen/model:down:fault=500")).await,
         502,
         "upstream_failed",
     )
     .await;
     expect_error(
-        post(url, &ask("massgen/model:mute:policy=no_tool")).await,
+        chat(url, None, &ask("massgen/model:mute:policy=no_tool")).await,
         503,
         "no_usable_agent",
     )
     .await;
     expect_error(
-        post(url, &ask("massgen/timeout")).await,
+        chat(url, None, &ask("massgen/timeout")).await,
         504,
         "session_timeout",
     )
     .await;
-    let limited = post(url, &ask("massgen/model:busy:fault=429,retry_after=0")).await;
+    let limited = chat(
+        url,
+        None,
+        &ask("massgen/model:busy:fault=429,retry_after=0"),
+    )
+    .await;
     assert!(limited.headers().contains_key("retry-after"));
     expect_error(limited, 429, "rate_limit_exceeded").await;
 }
@@ -433,7 +404,7 @@ async fn a_rate_limited_call_is_retried_and_the_session_completes() {
     let s = setup(&FAST, "", &[]);
     let body = json!({"model": "massgen/model:flaky:fault=429,fault_times=1,retry_after=0",
         "messages": [{"role": "user", "content": "hi"}]});
-    let response = post(&s.server.url, &body).await;
+    let response = chat(&s.server.url, None, &body).await;
     assert_eq!(response.status(), 200);
     let stats = mock_stats(&s.mock).await;
     let model = &stats["by_model"]["flaky"];
@@ -445,7 +416,7 @@ async fn an_error_after_the_stream_started_is_sent_in_band() {
     let s = setup(&FAST, "", &[]);
     let body = json!({"model": "massgen/model:down:fault=500", "stream": true,
         "messages": [{"role": "user", "content": "hi"}]});
-    let response = post(&s.server.url, &body).await;
+    let response = chat(&s.server.url, None, &body).await;
     assert_eq!(response.status(), 200);
     let sse = parse_sse(&response.text().await.unwrap());
     let last = sse.events.last().unwrap();
@@ -483,8 +454,9 @@ async fn health_and_models_list_every_configuration() {
         .map(|m| m["id"].as_str().unwrap())
         .collect();
     assert_eq!(ids, ["massgen", "massgen/fast", "massgen/timeout"]);
-    let named = post(
+    let named = chat(
         &s.server.url,
+        None,
         &json!({"model": "massgen/fast", "messages": [{"role": "user", "content": "hi"}]}),
     )
     .await;
@@ -496,7 +468,8 @@ async fn sigterm_lets_a_running_session_finish() {
     let slow = ["t1:ttft_ms=800,token_ms=1", "t2:ttft_ms=900,token_ms=1"];
     let mut s = setup(&slow, "", &["--shutdown-grace-seconds", "20"]);
     let url = s.server.url.clone();
-    let request = tokio::spawn(async move { post(&url, &question(false)).await.status().as_u16() });
+    let request =
+        tokio::spawn(async move { chat(&url, None, &question(false)).await.status().as_u16() });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let status = tokio::task::spawn_blocking(move || {
         let exit = s.server.terminate(Duration::from_secs(25));

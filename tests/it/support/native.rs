@@ -1,7 +1,6 @@
-//! Helpers shared by the native provider tests: fixtures cut at every size, a scripted
-//! loopback upstream that records what it receives, the request scenarios of the
-//! request-building snapshots, and snapshot comparison.
-#![allow(dead_code)]
+//! Helpers shared by the provider tests: each wire format's fixtures ([`Format`]) decoded
+//! cut at every size, a scripted loopback upstream that records what it receives, the
+//! request scenarios of the request-building snapshots, and snapshot comparison.
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
@@ -15,16 +14,70 @@ use axum::extract::{OriginalUri, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::Response;
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use massgen_core::coordination::prompt::workflow_tools;
 use massgen_providers::retry::CallPolicy;
 use massgen_providers::{
     ChunkStream, FinishReason, Message, ProviderChunk, ProviderError, ProviderRequest, Role,
     ToolCall, ToolChoice, Usage,
 };
+use massgen_providers::{anthropic, chat_completions, gemini, responses};
 use serde_json::Value;
 
 pub const SECOND: Duration = Duration::from_secs(1);
+
+/// A wire format as its tests see it: the folder of its fixtures (`tests/fixtures/<dir>`)
+/// and its stream decoder.
+#[derive(Clone, Copy)]
+pub struct Format {
+    pub dir: &'static str,
+    pub decoder: Decode,
+}
+
+pub const CHAT: Format = Format {
+    dir: "chat",
+    decoder: |p, b, t| chat_completions::decode_stream(p, b, t),
+};
+pub const RESPONSES: Format = Format {
+    dir: "responses",
+    decoder: |p, b, t| responses::decode_stream(p, b, t),
+};
+pub const ANTHROPIC: Format = Format {
+    dir: "anthropic",
+    decoder: |p, b, t| anthropic::decode_stream(p, b, t),
+};
+pub const GEMINI: Format = Format {
+    dir: "gemini",
+    decoder: |p, b, t| gemini::decode_stream(p, b, t),
+};
+
+impl Format {
+    pub fn fixture(self, name: &str) -> Vec<u8> {
+        let path = fixture_path(self.dir, name);
+        std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    }
+
+    /// A fixture as text (an SSE body, an error body).
+    pub fn text(self, name: &str) -> String {
+        String::from_utf8(self.fixture(name)).unwrap()
+    }
+
+    /// A fixture as the 200 SSE reply of the scripted upstream.
+    pub fn sse(self, name: &str) -> Reply {
+        Reply::Sse(self.text(name))
+    }
+
+    /// A fixture decoded (cut at every size): its chunks and error.
+    pub async fn chunks(self, name: &str) -> (Vec<ProviderChunk>, Option<ProviderError>) {
+        decode_bytes(name, self.fixture(name), self.decoder).await
+    }
+
+    /// A fixture decoded (cut at every size) and added up.
+    pub async fn decode(self, name: &str) -> Outcome {
+        let (chunks, error) = self.chunks(name).await;
+        outcome(chunks, error)
+    }
+}
 
 pub fn fixture_path(dir: &str, name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -33,15 +86,10 @@ pub fn fixture_path(dir: &str, name: &str) -> PathBuf {
         .join(name)
 }
 
-pub fn fixture(dir: &str, name: &str) -> Vec<u8> {
-    let path = fixture_path(dir, name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
+/// A body as a byte stream cut into pieces of `piece` bytes.
+pub type Pieces = futures::stream::Iter<std::vec::IntoIter<Result<Bytes, std::io::Error>>>;
 
-pub fn byte_stream(
-    bytes: Vec<u8>,
-    piece: usize,
-) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+pub fn byte_stream(bytes: &[u8], piece: usize) -> Pieces {
     let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
         .chunks(piece.max(1))
         .map(|c| Ok(Bytes::copy_from_slice(c)))
@@ -49,19 +97,15 @@ pub fn byte_stream(
     futures::stream::iter(pieces)
 }
 
-/// The recorded upstream traffic (`<shared>/fixtures/upstream`), the shared directory
-/// being `MASSGEN_SHARED_DIR` or `../shared` next to the crate; `None` (after saying why)
-/// lets the replay tests pass where it is absent.
+/// The recorded upstream traffic (`<shared>/fixtures/upstream`, see
+/// [`shared_dir`](super::shared_dir)); `None` (after saying why) lets the replay tests
+/// pass where it is absent.
 pub fn upstream_dir() -> Option<PathBuf> {
-    let shared = match std::env::var_os("MASSGEN_SHARED_DIR") {
-        Some(dir) => PathBuf::from(dir),
-        None => Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared"),
-    };
-    let dir = shared.join("fixtures/upstream");
-    if dir.is_dir() {
-        Some(dir)
+    let dir = super::shared_dir().map(|shared| shared.join("fixtures/upstream"));
+    if dir.as_ref().is_some_and(|d| d.is_dir()) {
+        dir
     } else {
-        println!("skipped: ../shared not found ({})", dir.display());
+        println!("skipped: ../shared/fixtures/upstream not found");
         None
     }
 }
@@ -79,11 +123,7 @@ pub fn files(root: &Path, dir: &str, suffix: &str) -> Vec<PathBuf> {
     files
 }
 
-pub type Decode = fn(
-    String,
-    futures::stream::Iter<std::vec::IntoIter<Result<Bytes, std::io::Error>>>,
-    Duration,
-) -> ChunkStream;
+pub type Decode = fn(String, Pieces, Duration) -> ChunkStream;
 
 pub async fn collect(mut stream: ChunkStream) -> (Vec<ProviderChunk>, Option<ProviderError>) {
     let mut chunks = Vec::new();
@@ -108,11 +148,7 @@ pub async fn decode_bytes(
     let whole = bytes.len();
     let mut results = Vec::new();
     for piece in [1, 7, 64, whole] {
-        let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
-            .chunks(piece.max(1))
-            .map(|c| Ok(Bytes::copy_from_slice(c)))
-            .collect();
-        let stream = decode("test".into(), futures::stream::iter(pieces), SECOND);
+        let stream = decode("test".into(), byte_stream(&bytes, piece), SECOND);
         results.push(collect(stream).await);
     }
     let first = results[0].clone();
@@ -123,12 +159,6 @@ pub async fn decode_bytes(
         );
     }
     first
-}
-
-/// Decodes the fixture `tests/fixtures/<dir>/<name>` (cut at every size) and adds it up.
-pub async fn decode_fixture(dir: &str, name: &str, decode: Decode) -> Outcome {
-    let (chunks, error) = decode_bytes(name, fixture(dir, name), decode).await;
-    outcome(chunks, error)
 }
 
 /// What a decoded stream adds up to.

@@ -1,16 +1,15 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Production features against the real binary and the simulator, over loopback: API keys,
 //! limits, metrics, OTLP traces, session records, the header timeout.
-
-mod support;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::Duration;
 
-use serde_json::{Value, json};
-use support::{mock_upstream, panel_yaml, parse_sse, write};
+use serde_json::Value;
+
+use crate::support;
+use crate::support::{chat, client, get, mock_upstream, panel_yaml, parse_sse, question, write};
 
 const FAST: [&str; 3] = [
     "alpha:ttft_ms=20,token_ms=1",
@@ -107,40 +106,6 @@ impl Server {
     fn logs(&self) -> Vec<String> {
         self.logs.lock().unwrap().clone()
     }
-}
-
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
-fn question(stream: bool) -> Value {
-    json!({
-        "model": "massgen",
-        "stream": stream,
-        "stream_options": {"include_usage": true},
-        "messages": [{"role": "user", "content": "Why is the sky blue?"}]
-    })
-}
-
-async fn chat(url: &str, key: Option<&str>, body: &Value) -> reqwest::Response {
-    let mut request = client()
-        .post(format!("{url}/v1/chat/completions"))
-        .json(body);
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    request.send().await.unwrap()
-}
-
-async fn get(url: &str, key: Option<&str>) -> reqwest::Response {
-    let mut request = client().get(url);
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    request.send().await.unwrap()
 }
 
 fn assert_openai_error(body: &Value, code: &str) {

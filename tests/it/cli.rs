@@ -1,6 +1,5 @@
 //! The command line: flag/env merging as a function, and the built binary black-box.
 
-use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -11,15 +10,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use massgen::cli::{Cli, Command as Sub, NO_CONFIG_HINT, ServeArgs, build_catalog, resolve_serve};
 
-type TestEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
-
-fn env(pairs: &[(&str, &str)]) -> TestEnv {
-    let map: HashMap<String, String> = pairs
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    Box::new(move |name| map.get(name).cloned())
-}
+use crate::support::env_of;
 
 fn serve_args(argv: &[&str]) -> ServeArgs {
     let mut full = vec!["massgen", "serve"];
@@ -35,7 +26,7 @@ fn serve_args(argv: &[&str]) -> ServeArgs {
 #[test]
 fn defaults_without_flags_or_env() {
     let plan =
-        resolve_serve(&serve_args(&[]), env(&[]).as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
+        resolve_serve(&serve_args(&[]), env_of(&[]).as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
     assert_eq!(plan.settings, massgen::config::ServerSettings::default());
     assert_eq!(plan.settings.host, "127.0.0.1");
     assert_eq!(plan.settings.port, 4000);
@@ -46,7 +37,7 @@ fn defaults_without_flags_or_env() {
 
 #[test]
 fn env_fallbacks_apply() {
-    let e = env(&[
+    let e = env_of(&[
         ("MASSGEN_SERVER_HOST", "0.0.0.0"),
         ("MASSGEN_SERVER_PORT", "8080"),
         ("MASSGEN_SERVER_DEFAULT_CONFIG", "team.yaml"),
@@ -67,7 +58,7 @@ fn env_fallbacks_apply() {
 
 #[test]
 fn flags_win_over_env() {
-    let e = env(&[
+    let e = env_of(&[
         ("MASSGEN_SERVER_HOST", "0.0.0.0"),
         ("MASSGEN_SERVER_PORT", "8080"),
         ("MASSGEN_SERVER_DEFAULT_CONFIG", "env.yaml"),
@@ -106,14 +97,14 @@ fn flags_win_over_env() {
 
 #[test]
 fn bad_env_values_are_usage_errors() {
-    let e = env(&[("MASSGEN_SERVER_PORT", "http")]);
+    let e = env_of(&[("MASSGEN_SERVER_PORT", "http")]);
     let err = resolve_serve(&serve_args(&[]), e.as_ref()).err();
     assert!(
         err.as_ref()
             .is_some_and(|f| f.code == 2 && f.message.contains("MASSGEN_SERVER_PORT")),
         "{err:?}"
     );
-    let e = env(&[("MASSGEN_SERVER_DEBUG", "sometimes")]);
+    let e = env_of(&[("MASSGEN_SERVER_DEBUG", "sometimes")]);
     let err = resolve_serve(&serve_args(&[]), e.as_ref()).err();
     assert!(
         err.as_ref()
@@ -122,7 +113,7 @@ fn bad_env_values_are_usage_errors() {
     );
     let err = resolve_serve(
         &serve_args(&["--keepalive-seconds", "0"]),
-        env(&[]).as_ref(),
+        env_of(&[]).as_ref(),
     )
     .err();
     assert!(err.is_some_and(|f| f.code == 2));
@@ -130,7 +121,7 @@ fn bad_env_values_are_usage_errors() {
 
 #[test]
 fn catalog_from_plan_demo_and_hint() {
-    let none = env(&[]);
+    let none = env_of(&[]);
     let plan = resolve_serve(&serve_args(&[]), none.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
     let err = build_catalog(&plan, None, none.as_ref()).err();
     assert!(err.is_some_and(|f| f.code == 2 && f.message == NO_CONFIG_HINT));

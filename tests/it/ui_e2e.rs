@@ -1,12 +1,7 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The web page in a real headless browser: `massgen serve --demo` (plus a six-agent panel
 //! on the simulator in `--configs-dir`) with an API key, driven by `tests/ui/e2e.mjs`
 //! (Playwright's `playwright-core` on Debian's Chromium). Skips with a reason when Node.js,
 //! Chromium or `tests/ui/node_modules` is missing, unless `MASSGEN_REQUIRE_BROWSER=1`.
-
-mod support;
-#[path = "ui/server.rs"]
-mod ui_server;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -18,7 +13,8 @@ use massgen_core::coordination::{
 };
 use massgen_core::provider::{ProviderErrorKind, ToolCall, Usage};
 
-use support::{mock_upstream, panel_yaml, write};
+use crate::support;
+use crate::support::{mock_upstream, panel_yaml, write};
 
 const KEY: &str = "sk-mg-ui-test-5d2e8c41";
 /// The script stops itself at 55 s; this is the backstop.
@@ -190,7 +186,7 @@ fn browser_follows_a_live_session_replays_it_and_shows_model_text_as_text() {
         .collect();
     let six: Vec<&str> = six.iter().map(String::as_str).collect();
     write(configs.path(), "six.yaml", &panel_yaml(&mock.url, &six, ""));
-    let server = ui_server::serve_with_keys(
+    let server = support::serve_with_keys(
         &[
             "--demo".as_ref(),
             "--configs-dir".as_ref(),

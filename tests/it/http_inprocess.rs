@@ -1,4 +1,3 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The router in-process (no sockets): CORS, authentication order, /metrics protection.
 
 use std::sync::Arc;

@@ -1,11 +1,10 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Runs the official `openai` Python SDK (tests/python/test_openai_sdk.py, with pytest)
 //! against the real binary. `.ci/run` installs the packages and sets
 //! MASSGEN_REQUIRE_PYTHON=1 so that a missing package fails instead of skipping.
 
-mod support;
-
 use std::process::Command;
+
+use crate::support;
 
 /// The python interpreter, or `None` (skip) when the packages are missing.
 fn python() -> Option<String> {

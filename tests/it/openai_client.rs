@@ -1,7 +1,4 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! A real OpenAI client crate (`async-openai`) against `massgen serve --demo`.
-
-mod support;
 
 use async_openai::Client;
 use async_openai::config::OpenAIConfig;
@@ -10,6 +7,8 @@ use async_openai::types::chat::{
     CreateChatCompletionRequestArgs, FinishReason,
 };
 use futures::StreamExt;
+
+use crate::support;
 
 fn client(url: &str) -> Client<OpenAIConfig> {
     Client::with_config(

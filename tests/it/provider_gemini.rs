@@ -1,25 +1,19 @@
 //! The Gemini client: our fixtures (tests/fixtures/gemini), request snapshots (schema
 //! subset, roles, function responses), thought-signature round trips, HTTP errors.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod native_support;
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use massgen_core::Secret;
-use massgen_providers::gemini::{GeminiProvider, decode_stream};
+use massgen_providers::gemini::GeminiProvider;
 use massgen_providers::http_client;
 use massgen_providers::{
     FinishReason, Message, Provider, ProviderErrorKind, ProviderRequest, Role, ToolSpec,
     UpstreamConfig,
 };
-use native_support::*;
 use serde_json::{Map, Value, json};
 
-async fn decode(name: &str) -> Outcome {
-    decode_fixture("gemini", name, |p, b, t| decode_stream(p, b, t)).await
-}
+use crate::support::native::*;
 
 fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> GeminiProvider {
     let config = UpstreamConfig {
@@ -33,13 +27,9 @@ fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> Gemini
     GeminiProvider::new(config, http_client().unwrap()).unwrap()
 }
 
-fn text_sse() -> Reply {
-    Reply::Sse(String::from_utf8(fixture("gemini", "text_usage.sse")).unwrap())
-}
-
 #[tokio::test]
 async fn text_and_last_usage_metadata() {
-    let o = decode("text_usage.sse").await;
+    let o = GEMINI.decode("text_usage.sse").await;
     assert_eq!(o.text, "Hello, wörld");
     assert_eq!(o.usage, Some(usage(8, 4, 12, 3, 0)));
     assert_eq!(o.finish, Some(FinishReason::Stop));
@@ -47,7 +37,7 @@ async fn text_and_last_usage_metadata() {
 
 #[tokio::test]
 async fn thoughts_and_several_calls_in_one_chunk() {
-    let o = decode("thoughts_parallel_calls.sse").await;
+    let o = GEMINI.decode("thoughts_parallel_calls.sse").await;
     assert_eq!(o.reasoning, "Comparing the answers.");
     assert_eq!(o.text, "");
     assert_eq!(o.calls.len(), 2);
@@ -77,25 +67,25 @@ async fn thoughts_and_several_calls_in_one_chunk() {
 #[tokio::test]
 async fn finish_reasons_errors_and_early_eof() {
     assert_eq!(
-        decode("max_tokens.sse").await.finish,
+        GEMINI.decode("max_tokens.sse").await.finish,
         Some(FinishReason::Length)
     );
     assert_eq!(
-        decode("safety.sse").await.finish,
+        GEMINI.decode("safety.sse").await.finish,
         Some(FinishReason::ContentFilter)
     );
-    let o = decode("error_in_stream.sse").await;
+    let o = GEMINI.decode("error_in_stream.sse").await;
     assert_eq!(o.text, "Par");
     let error = o.error.unwrap();
     assert_eq!(error.kind, ProviderErrorKind::Stream);
     assert_eq!(error.error_type.as_deref(), Some("INTERNAL"));
-    let o = decode("early_eof.sse").await;
+    let o = GEMINI.decode("early_eof.sse").await;
     assert_eq!(o.error.unwrap().kind, ProviderErrorKind::Connection);
 }
 
 #[tokio::test]
 async fn request_snapshots() {
-    let (url, upstream) = serve(vec![text_sse()]).await;
+    let (url, upstream) = serve(vec![GEMINI.sse("text_usage.sse")]).await;
     let mut params = Map::new();
     params.insert("temperature".into(), json!(0.2));
     params.insert("max_tokens".into(), json!(1024));
@@ -138,7 +128,7 @@ async fn request_snapshots() {
 
 #[tokio::test]
 async fn thought_signatures_round_trip() {
-    let o = decode("thoughts_parallel_calls.sse").await;
+    let o = GEMINI.decode("thoughts_parallel_calls.sse").await;
     let mut request = coordination_turn();
     request.messages.push(Message {
         role: Role::Assistant,
@@ -152,7 +142,7 @@ async fn thought_signatures_round_trip() {
     request
         .messages
         .push(Message::tool_result("call_1", "Error: y"));
-    let (url, upstream) = serve(vec![text_sse()]).await;
+    let (url, upstream) = serve(vec![GEMINI.sse("text_usage.sse")]).await;
     collect(provider(&format!("{url}/v1beta"), Map::new(), 1).stream(request)).await;
     let contents = upstream.requests()[0].body["contents"].clone();
     assert_eq!(
@@ -174,10 +164,7 @@ async fn thought_signatures_round_trip() {
 #[tokio::test]
 async fn upstream_call_ids_round_trip() {
     let sse = "data: {\"candidates\": [{\"content\": {\"parts\": [{\"functionCall\": {\"id\": \"g-1\", \"name\": \"vote\", \"args\": {}}}], \"role\": \"model\"}, \"finishReason\": \"STOP\"}]}\r\n\r\n";
-    let (chunks, error) = decode_bytes("ids", sse.as_bytes().to_vec(), |p, b, t| {
-        decode_stream(p, b, t)
-    })
-    .await;
+    let (chunks, error) = decode_bytes("ids", sse.as_bytes().to_vec(), GEMINI.decoder).await;
     let o = outcome(chunks, error);
     assert_eq!(o.calls[0].id, "g-1");
     let mut request = coordination_turn();
@@ -190,7 +177,7 @@ async fn upstream_call_ids_round_trip() {
     request
         .messages
         .push(Message::tool_result("g-1", "Error: x"));
-    let (url, upstream) = serve(vec![text_sse()]).await;
+    let (url, upstream) = serve(vec![GEMINI.sse("text_usage.sse")]).await;
     collect(provider(&format!("{url}/v1beta"), Map::new(), 1).stream(request)).await;
     let contents = upstream.requests()[0].body["contents"].clone();
     assert_eq!(contents[1]["parts"][0]["functionCall"]["id"], "g-1");
@@ -240,7 +227,7 @@ fn exhausted(delay: &str) -> Reply {
 #[tokio::test]
 async fn retry_delay_in_the_body_is_the_wait() {
     // Within the policy's 2 s limit: waited for, then the call succeeds.
-    let (url, upstream) = serve(vec![exhausted("0.01s"), text_sse()]).await;
+    let (url, upstream) = serve(vec![exhausted("0.01s"), GEMINI.sse("text_usage.sse")]).await;
     let (_, error) =
         collect(provider(&format!("{url}/v1beta"), Map::new(), 3).stream(presentation_turn()))
             .await;
@@ -283,6 +270,6 @@ async fn input_token_limit_is_context_length_and_503_is_retried() {
 #[tokio::test]
 async fn malformed_chunk_is_invalid_response() {
     let bytes = b"data: {not json\r\n\r\n".to_vec();
-    let (_, error) = decode_bytes("malformed", bytes, |p, b, t| decode_stream(p, b, t)).await;
+    let (_, error) = decode_bytes("malformed", bytes, GEMINI.decoder).await;
     assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
 }

@@ -1,14 +1,12 @@
 //! Client tools through consensus: scripted providers, paused time.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod engine_support;
-
-use engine_support::*;
 use massgen_core::coordination::*;
 use massgen_core::provider::{
     FinishReason, Message, ProviderRequest, Role, ToolCall, ToolChoice, ToolSpec,
 };
 use serde_json::json;
+
+use crate::support::engine::*;
 
 const PARIS: &str = r#"{"city":"Paris"}"#;
 

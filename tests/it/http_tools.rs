@@ -1,30 +1,12 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Client tools end to end: the real binary, agents on the real simulator
 //! (`policy=client_tool`), loopback HTTP.
 
-mod support;
-
-use std::time::Duration;
-
 use serde_json::{Value, json};
-use support::{Proc, mock_upstream, panel_yaml, parse_sse, serve, write};
 
-struct Setup {
-    _mock: Proc,
-    server: Proc,
-    _dir: tempfile::TempDir,
-}
+use crate::support::{Setup, chat, panel_yaml, parse_sse};
 
 fn setup(models: &[&str]) -> Setup {
-    let mock = mock_upstream();
-    let dir = tempfile::tempdir().unwrap();
-    let config = write(dir.path(), "team.yaml", &panel_yaml(&mock.url, models, ""));
-    let server = serve(&["--config", config.to_str().unwrap()]);
-    Setup {
-        _mock: mock,
-        server,
-        _dir: dir,
-    }
+    Setup::with_panel(|mock_url| panel_yaml(mock_url, models, ""), &[])
 }
 
 const PANEL: [&str; 3] = [
@@ -48,22 +30,10 @@ fn question() -> Value {
     json!([{"role": "user", "content": "What is the weather in Paris?"}])
 }
 
-async fn post(url: &str, body: &Value) -> reqwest::Response {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-        .post(format!("{url}/v1/chat/completions"))
-        .json(body)
-        .send()
-        .await
-        .unwrap()
-}
-
 #[tokio::test]
 async fn the_panel_returns_its_agreed_tool_call_and_then_uses_the_result() {
     let s = setup(&PANEL);
-    let r = post(&s.server.url, &request(false, question())).await;
+    let r = chat(&s.server.url, None, &request(false, question())).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     let choice = &body["choices"][0];
@@ -96,7 +66,7 @@ async fn the_panel_returns_its_agreed_tool_call_and_then_uses_the_result() {
     let list = messages.as_array_mut().unwrap();
     list.push(json!({"role": "assistant", "content": null, "tool_calls": [call]}));
     list.push(json!({"role": "tool", "tool_call_id": id, "content": "18C and sunny"}));
-    let r = post(&s.server.url, &request(false, messages)).await;
+    let r = chat(&s.server.url, None, &request(false, messages)).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     let choice = &body["choices"][0];
@@ -109,7 +79,7 @@ async fn the_panel_returns_its_agreed_tool_call_and_then_uses_the_result() {
 #[tokio::test]
 async fn streamed_tool_calls_follow_the_delta_contract() {
     let s = setup(&PANEL);
-    let r = post(&s.server.url, &request(true, question())).await;
+    let r = chat(&s.server.url, None, &request(true, question())).await;
     assert_eq!(r.status(), 200);
     let sse = parse_sse(&r.text().await.unwrap());
     assert!(sse.done);
@@ -150,7 +120,7 @@ async fn tool_choice_none_gets_text_and_collisions_are_rejected() {
     let s = setup(&PANEL);
     let mut body = request(false, question());
     body["tool_choice"] = json!("none");
-    let r = post(&s.server.url, &body).await;
+    let r = chat(&s.server.url, None, &body).await;
     assert_eq!(r.status(), 200);
     let v: Value = r.json().await.unwrap();
     assert_eq!(v["choices"][0]["finish_reason"], "stop");
@@ -164,7 +134,7 @@ async fn tool_choice_none_gets_text_and_collisions_are_rejected() {
     for name in ["vote", "new_answer", "mcp__files__read"] {
         let mut body = request(false, question());
         body["tools"] = json!([{"type": "function", "function": {"name": name}}]);
-        let r = post(&s.server.url, &body).await;
+        let r = chat(&s.server.url, None, &body).await;
         assert_eq!(r.status(), 400);
         let v: Value = r.json().await.unwrap();
         assert_eq!(v["error"]["code"], "tool_name_collision");

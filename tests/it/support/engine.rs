@@ -1,7 +1,6 @@
 //! A scripted [`Provider`] and helpers for the engine tests: each call's behaviour is a
 //! closure of the request (so it can react to the offered tools and the answers shown),
 //! every request is recorded, and a drop guard counts the streams still alive.
-#![allow(dead_code)]
 
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};

@@ -1,9 +1,8 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The benchmark driver (benches/driver, run by benches/run.sh) still runs end to end at
 //! tiny sizes against the debug binary. No timing assertions: only that every session
 //! completes with the right answer and the results files are written.
 
-#[path = "../benches/driver/mod.rs"]
+#[path = "../../benches/driver/mod.rs"]
 #[allow(dead_code)]
 mod driver;
 

@@ -1,5 +1,4 @@
 //! Black-box tests of the simulated upstream over real loopback HTTP.
-#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is the test failure
 
 use std::collections::HashSet;
 use std::time::Duration;
@@ -7,6 +6,8 @@ use std::time::Duration;
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
+
+use crate::support::simulator_in_process;
 
 struct Sim {
     base: String,
@@ -16,12 +17,7 @@ struct Sim {
 }
 
 async fn start() -> Sim {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(massgen_simulator::serve(listener, async {
-        let _ = stopped.await;
-    }));
+    let (base, stop, task) = simulator_in_process().await;
     Sim {
         base,
         client: reqwest::Client::new(),

@@ -1,45 +1,19 @@
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! The web page's HTTP side, black-box on the real binary: the page and its files load
 //! without a key and forbid everything but this origin; `GET /v1/sessions` lists only the
 //! caller's own sessions, with the question, panel, status, winner, duration and tokens.
 
-mod support;
-#[path = "ui/server.rs"]
-mod ui_server;
-
-use std::time::Duration;
-
 use serde_json::{Value, json};
-use support::{mock_upstream, panel_yaml, write};
+
+use crate::support;
+use crate::support::{chat, client, get, mock_upstream, panel_yaml, write};
 
 const KEY_1: &str = "sk-mg-ui-http-3a9f0c2b";
 const KEY_2: &str = "sk-mg-ui-http-7e1d4b6a";
 
-fn client() -> reqwest::Client {
-    reqwest::Client::builder()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap()
-}
-
-async fn get(url: &str, key: Option<&str>) -> reqwest::Response {
-    let mut request = client().get(url);
-    if let Some(key) = key {
-        request = request.bearer_auth(key);
-    }
-    request.send().await.unwrap()
-}
-
 async fn ask(url: &str, key: &str, question: &str) -> String {
-    let response = client()
-        .post(format!("{url}/v1/chat/completions"))
-        .bearer_auth(key)
-        .json(
-            &json!({"model": "massgen/fast", "messages": [{"role": "user", "content": question}]}),
-        )
-        .send()
-        .await
-        .unwrap();
+    let body =
+        json!({"model": "massgen/fast", "messages": [{"role": "user", "content": question}]});
+    let response = chat(url, Some(key), &body).await;
     assert_eq!(response.status(), 200);
     let body: Value = response.json().await.unwrap();
     body["massgen_metadata"]["session_id"]
@@ -57,7 +31,7 @@ async fn page_loads_without_a_key_and_sessions_list_only_the_callers_own() {
         "fast.yaml",
         &panel_yaml(&mock.url, &["a", "b"], ""),
     );
-    let server = ui_server::serve_with_keys(
+    let server = support::serve_with_keys(
         &["--configs-dir".as_ref(), configs.path().as_os_str()],
         &format!("{KEY_1},{KEY_2}"),
     );

@@ -1,23 +1,17 @@
 //! The OpenAI Responses client (`type: openai`): our fixtures (tests/fixtures/responses),
 //! request snapshots, reasoning-item round trips, parameter passthrough, HTTP errors.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod native_support;
 
 use std::sync::atomic::Ordering;
 
 use massgen_core::Secret;
 use massgen_providers::http_client;
-use massgen_providers::responses::{ResponsesProvider, decode_stream};
+use massgen_providers::responses::ResponsesProvider;
 use massgen_providers::{
     FinishReason, Message, Provider, ProviderErrorKind, ProviderRequest, Role, UpstreamConfig,
 };
-use native_support::*;
 use serde_json::{Map, Value, json};
 
-async fn decode(name: &str) -> Outcome {
-    decode_fixture("responses", name, |p, b, t| decode_stream(p, b, t)).await
-}
+use crate::support::native::*;
 
 fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> ResponsesProvider {
     let config = UpstreamConfig {
@@ -31,13 +25,9 @@ fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> Respon
     ResponsesProvider::new(config, http_client().unwrap()).unwrap()
 }
 
-fn text_sse() -> Reply {
-    Reply::Sse(String::from_utf8(fixture("responses", "text_usage.sse")).unwrap())
-}
-
 #[tokio::test]
 async fn text_and_usage_details() {
-    let o = decode("text_usage.sse").await;
+    let o = RESPONSES.decode("text_usage.sse").await;
     assert_eq!(o.text, "Hello, wörld");
     assert_eq!(o.usage, Some(usage(30, 9, 39, 12, 4)));
     assert_eq!(o.finish, Some(FinishReason::Stop));
@@ -45,7 +35,7 @@ async fn text_and_usage_details() {
 
 #[tokio::test]
 async fn reasoning_summary_and_interleaved_function_calls() {
-    let o = decode("reasoning_tool_calls.sse").await;
+    let o = RESPONSES.decode("reasoning_tool_calls.sse").await;
     assert_eq!(o.reasoning, "**Weighing** both.\n\nAgent2 is clearer.");
     assert_eq!(o.calls.len(), 2);
     assert_eq!(o.calls[0].id, "call_v");
@@ -74,22 +64,22 @@ async fn reasoning_summary_and_interleaved_function_calls() {
 
 #[tokio::test]
 async fn incomplete_error_and_early_eof() {
-    let o = decode("incomplete_max_output.sse").await;
+    let o = RESPONSES.decode("incomplete_max_output.sse").await;
     assert_eq!(o.text, "Cut");
     assert_eq!(o.finish, Some(FinishReason::Length));
     assert_eq!(o.usage, Some(usage(5, 16, 21, 0, 0)));
-    let o = decode("error_context_length.sse").await;
+    let o = RESPONSES.decode("error_context_length.sse").await;
     let error = o.error.unwrap();
     assert_eq!(error.kind, ProviderErrorKind::ContextLength);
     assert_eq!(error.code.as_deref(), Some("context_length_exceeded"));
-    let o = decode("early_eof.sse").await;
+    let o = RESPONSES.decode("early_eof.sse").await;
     assert_eq!(o.text, "Hal");
     assert_eq!(o.error.unwrap().kind, ProviderErrorKind::Connection);
 }
 
 #[tokio::test]
 async fn request_snapshots() {
-    let (url, upstream) = serve(vec![text_sse()]).await;
+    let (url, upstream) = serve(vec![RESPONSES.sse("text_usage.sse")]).await;
     let mut params = Map::new();
     params.insert(
         "reasoning".into(),
@@ -122,7 +112,7 @@ async fn request_snapshots() {
 /// the API: the call is replayed alone, without its item id.
 #[tokio::test]
 async fn stateless_replay_drops_unresolvable_reasoning() {
-    let (url, upstream) = serve(vec![text_sse()]).await;
+    let (url, upstream) = serve(vec![RESPONSES.sse("text_usage.sse")]).await;
     let mut params = Map::new();
     params.insert("store".into(), json!(false));
     params.insert("reasoning_effort".into(), json!("high"));
@@ -148,7 +138,7 @@ async fn stateless_replay_drops_unresolvable_reasoning() {
 /// Calls decoded from a stream go back with their reasoning item and item id.
 #[tokio::test]
 async fn reasoning_items_round_trip() {
-    let o = decode("reasoning_tool_calls.sse").await;
+    let o = RESPONSES.decode("reasoning_tool_calls.sse").await;
     let mut request = coordination_turn();
     request.messages.push(Message {
         role: Role::Assistant,
@@ -162,7 +152,7 @@ async fn reasoning_items_round_trip() {
     request
         .messages
         .push(Message::tool_result("call_w", "Error: y"));
-    let (url, upstream) = serve(vec![text_sse()]).await;
+    let (url, upstream) = serve(vec![RESPONSES.sse("text_usage.sse")]).await;
     collect(provider(&format!("{url}/v1"), Map::new(), 1).stream(request)).await;
     let input = upstream.requests()[0].body["input"].clone();
     assert_eq!(input[1]["type"], "reasoning");
@@ -201,7 +191,7 @@ async fn errors_keep_status_type_code_and_quota_is_not_retried() {
         vec![("retry-after-ms", "10".into())],
         r#"{"error":{"message":"Rate limit reached","type":"requests","code":"rate_limit_exceeded"}}"#.into(),
     );
-    let (url, upstream) = serve(vec![limited, text_sse()]).await;
+    let (url, upstream) = serve(vec![limited, RESPONSES.sse("text_usage.sse")]).await;
     let (_, error) =
         collect(provider(&format!("{url}/v1"), Map::new(), 3).stream(presentation_turn())).await;
     assert!(error.is_none());
@@ -221,6 +211,6 @@ async fn errors_keep_status_type_code_and_quota_is_not_retried() {
 #[tokio::test]
 async fn malformed_event_is_invalid_response() {
     let bytes = b"event: response.created\ndata: {not json\n\n".to_vec();
-    let (_, error) = decode_bytes("malformed", bytes, |p, b, t| decode_stream(p, b, t)).await;
+    let (_, error) = decode_bytes("malformed", bytes, RESPONSES.decoder).await;
     assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
 }

@@ -4,9 +4,6 @@
 //!
 //! The shared directory is `MASSGEN_SHARED_DIR` or `../shared` next to the crate; when
 //! neither exists the tests print why and pass.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod native_support;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,7 +14,6 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use bytes::Bytes;
 use futures::StreamExt;
 use massgen_providers::chat_completions::{
     ChatCompletionsConfig, ChatCompletionsProvider, decode_stream,
@@ -28,7 +24,8 @@ use massgen_providers::{
     FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
     ProviderRequest, ToolCall, Usage,
 };
-use native_support::{files, upstream_dir, usage};
+
+use crate::support::native::{byte_stream, files, upstream_dir, usage};
 
 const DIRS: &[&str] = &["openai-chat", "deepseek", "groq", "openrouter", "xai"];
 
@@ -47,13 +44,9 @@ struct Outcome {
 
 async fn replay(path: &Path, piece: usize) -> Outcome {
     let bytes = std::fs::read(path).unwrap();
-    let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
-        .chunks(piece)
-        .map(|c| Ok(Bytes::copy_from_slice(c)))
-        .collect();
     let mut stream = decode_stream(
         "replay".into(),
-        futures::stream::iter(pieces),
+        byte_stream(&bytes, piece),
         Duration::from_secs(5),
     );
     let mut out = Outcome::default();

@@ -1,13 +1,11 @@
 //! The engine carries a tool call's opaque provider data (thinking signatures, thought
 //! signatures, reasoning items) into the assistant message it sends back on a retry.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod engine_support;
-
-use engine_support::*;
 use massgen_core::coordination::OrchestratorOptions;
 use massgen_core::provider::{ProviderChunk, Role, ToolCall};
 use serde_json::json;
+
+use crate::support::engine::*;
 
 #[tokio::test(start_paused = true)]
 async fn a_retried_turn_sends_the_opaque_data_back() {

@@ -1,14 +1,13 @@
 //! The coordination engine against scripted providers, in paused time.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
-
-mod engine_support;
 
 use std::time::Duration;
 
-use engine_support::*;
 use massgen_core::coordination::*;
 use massgen_core::provider::{FinishReason, Message, ProviderErrorKind, Role, Usage};
 use tokio_util::sync::CancellationToken;
+
+use crate::support;
+use crate::support::engine::*;
 
 fn opts() -> OrchestratorOptions {
     OrchestratorOptions::default()
@@ -613,7 +612,7 @@ async fn a_failed_presentation_falls_back_to_the_stored_answer() {
 
     // Text already streamed stays; a note and the whole stored answer follow it.
     let a = failing_presenter(&["Part"]);
-    let run = engine_support::run(spec(&[("a", &a)], opts())).await;
+    let run = support::engine::run(spec(&[("a", &a)], opts())).await;
     let s = run.summary();
     assert_eq!(s.presentation, PresentationMode::Fallback);
     assert!(s.final_answer.starts_with("Part\n\n"));

@@ -1,0 +1,34 @@
+//! The integration tests in one binary: one module per area, the helpers they share in
+//! [`support`]. One binary links once after a change instead of once per file.
+//! (`tests/mcp.rs` stays a binary of its own: it doubles as the stdio MCP server it tests.)
+//!
+//! Run one area with `cargo test --test it engine::`, one test by its name.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is the test failure
+
+mod support;
+
+mod bench_smoke;
+mod cli;
+mod config;
+mod deploy;
+mod engine;
+mod engine_opaque;
+mod engine_tools;
+mod http_blackbox;
+mod http_inprocess;
+mod http_native_providers;
+mod http_production;
+mod http_tools;
+mod http_ui;
+mod mock_upstream;
+mod mock_upstream_native;
+mod openai_client;
+mod provider_anthropic;
+mod provider_azure;
+mod provider_chat_completions;
+mod provider_conformance;
+mod provider_gemini;
+mod provider_native_conformance;
+mod provider_responses;
+mod python_clients;
+mod ui_e2e;

@@ -1,0 +1,346 @@
+//! Helpers the integration tests share:
+//! - black-box: the real `massgen` binary (server or simulator) started on port 0, its
+//!   printed address read, killed when the test ends ([`Proc`]), and a server on a
+//!   simulator with its panel files ([`Setup`]);
+//! - HTTP: a client with a timeout, chat requests, the simulator's stats, SSE parsing;
+//! - an injected environment ([`env_of`]), config files ([`write`]), the shared fixtures
+//!   folder ([`shared_dir`]);
+//! - [`engine`]: scripted providers for the engine tests; [`native`]: the wire formats'
+//!   fixtures, a scripted loopback upstream and request snapshots.
+
+pub mod engine;
+pub mod native;
+
+use std::collections::HashMap;
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+// ---------------------------------------------------------------------------------------
+// Environment and files
+
+/// An injected environment lookup (what `massgen::config::Env` is in tests).
+pub type TestEnv = Box<dyn Fn(&str) -> Option<String> + Send + Sync>;
+
+/// An environment holding exactly `pairs`.
+pub fn env_of(pairs: &[(&str, &str)]) -> TestEnv {
+    let map: HashMap<String, String> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    Box::new(move |name| map.get(name).cloned())
+}
+
+pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap_or_else(|e| panic!("write {name}: {e}"));
+    path
+}
+
+/// The shared fixtures folder (`MASSGEN_SHARED_DIR`, or `../shared` beside the
+/// repository), when present.
+pub fn shared_dir() -> Option<PathBuf> {
+    if let Ok(dir) = std::env::var("MASSGEN_SHARED_DIR") {
+        let p = PathBuf::from(dir);
+        if p.is_dir() {
+            return Some(p);
+        }
+    }
+    let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared");
+    p.is_dir().then_some(p)
+}
+
+// ---------------------------------------------------------------------------------------
+// The binary
+
+/// A child process that is killed when dropped.
+pub struct Proc {
+    child: Child,
+    pub url: String,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    /// Sends SIGTERM and waits (bounded) for the exit status.
+    pub fn terminate(&mut self, wait: Duration) -> Option<std::process::ExitStatus> {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_massgen")
+}
+
+/// Starts `massgen ARGS…` and waits (≤ 20 s) for the line `<prefix> http://ADDR`.
+pub fn spawn(args: &[&str], prefix: &str, cwd: Option<&Path>) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.args(args);
+    if let Some(dir) = cwd {
+        cmd.current_dir(dir);
+    }
+    start(cmd, prefix)
+}
+
+/// Runs `cmd` with quiet logs on stderr and waits (≤ 20 s) for the stdout line
+/// `<prefix> http://ADDR`.
+fn start(mut cmd: Command, prefix: &str) -> Proc {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .env("RUST_LOG", "error,tower_http=off");
+    let mut child = cmd.spawn().expect("start massgen");
+    let stdout = child.stdout.take().expect("stdout");
+    let (tx, rx) = mpsc::channel();
+    let wanted = prefix.to_string();
+    std::thread::spawn(move || {
+        let mut sent = false;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix(&wanted).filter(|_| !sent) {
+                let _ = tx.send(rest.trim().to_string());
+                sent = true;
+            }
+        }
+    });
+    let url = match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(url) => url,
+        Err(_) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{cmd:?} did not print '{prefix}' within 20 s");
+        }
+    };
+    Proc { child, url }
+}
+
+pub fn mock_upstream() -> Proc {
+    spawn(
+        &["mock-upstream", "--host", "127.0.0.1", "--port", "0"],
+        "mock-upstream listening on",
+        None,
+    )
+}
+
+pub fn serve(extra: &[&str]) -> Proc {
+    let mut args = vec!["serve", "--host", "127.0.0.1", "--port", "0"];
+    args.extend_from_slice(extra);
+    spawn(&args, "massgen listening on", None)
+}
+
+/// `massgen serve` on port 0 with `keys` (comma-separated) as its API keys, for the web
+/// page's tests.
+pub fn serve_with_keys(args: &[&OsStr], keys: &str) -> Proc {
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(args)
+        .env("MASSGEN_SERVER_API_KEYS", keys)
+        .env_remove("MASSGEN_SERVER_API_KEYS_FILE")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    start(cmd, "massgen listening on")
+}
+
+/// A panel YAML on the simulator: one agent per model string.
+pub fn panel_yaml(mock_url: &str, models: &[&str], orchestrator: &str) -> String {
+    let mut yaml = String::from("agents:\n");
+    for (i, model) in models.iter().enumerate() {
+        yaml.push_str(&format!(
+            "  - id: sim{}\n    backend:\n      type: chatcompletion\n      base_url: {mock_url}/v1\n      model: \"{model}\"\n",
+            i + 1
+        ));
+    }
+    yaml.push_str("retry:\n  max_attempts: 2\n  initial_backoff_ms: 10\n  max_backoff_ms: 50\n");
+    yaml.push_str(orchestrator);
+    yaml
+}
+
+/// A simulator (`massgen mock-upstream`) and a server whose configs point at it, in a
+/// temporary folder that lives as long as the setup.
+pub struct Setup {
+    pub mock: Proc,
+    pub server: Proc,
+    _dir: tempfile::TempDir,
+}
+
+impl Setup {
+    /// Starts the simulator, lets `configure(simulator_url, folder)` write the configs and
+    /// return the server's flags, then starts the server with them.
+    pub fn start(configure: impl FnOnce(&str, &Path) -> Vec<String>) -> Self {
+        let mock = mock_upstream();
+        let dir = tempfile::tempdir().expect("tempdir");
+        let flags = configure(&mock.url, dir.path());
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let server = serve(&flags);
+        Self {
+            mock,
+            server,
+            _dir: dir,
+        }
+    }
+
+    /// The server's default config is `panel(simulator_url)` (written as `team.yaml`), plus
+    /// `extra` flags.
+    pub fn with_panel(panel: impl FnOnce(&str) -> String, extra: &[&str]) -> Self {
+        Self::start(|url, dir| {
+            let config = write(dir, "team.yaml", &panel(url));
+            let mut flags = vec!["--config".to_string(), config.display().to_string()];
+            flags.extend(extra.iter().map(|f| f.to_string()));
+            flags
+        })
+    }
+}
+
+/// The simulator served in this process on a loopback port: its base URL, the sender that
+/// stops it, and its task.
+pub async fn simulator_in_process() -> (
+    String,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<std::io::Result<()>>,
+) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(massgen_simulator::serve(listener, async {
+        let _ = stopped.await;
+    }));
+    (base, stop, task)
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP
+
+/// A client whose requests give up after 30 s.
+pub fn client() -> reqwest::Client {
+    client_with_timeout(Duration::from_secs(30))
+}
+
+pub fn client_with_timeout(timeout: Duration) -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(timeout)
+        .build()
+        .expect("client")
+}
+
+/// A one-line question to the default panel, with usage in the stream.
+pub fn question(stream: bool) -> Value {
+    json!({
+        "model": "massgen",
+        "stream": stream,
+        "stream_options": {"include_usage": true},
+        "messages": [{"role": "user", "content": "Why is the sky blue?"}]
+    })
+}
+
+/// `POST {url}/v1/chat/completions`, with `key` as the bearer token when given.
+pub async fn chat(url: &str, key: Option<&str>, body: &Value) -> reqwest::Response {
+    let mut request = client()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.expect("request")
+}
+
+/// `GET url`, with `key` as the bearer token when given.
+pub async fn get(url: &str, key: Option<&str>) -> reqwest::Response {
+    let mut request = client().get(url);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.expect("request")
+}
+
+/// The simulator's request and token counters (`GET /mock/stats`).
+pub async fn mock_stats(mock: &Proc) -> Value {
+    client()
+        .get(format!("{}/mock/stats", mock.url))
+        .send()
+        .await
+        .expect("stats")
+        .json()
+        .await
+        .expect("stats json")
+}
+
+/// The prompt and completion tokens of a response's `usage` are what the simulator's
+/// stats counted.
+pub fn assert_usage_is_the_simulators(usage: &Value, stats: &Value) {
+    assert_eq!(
+        usage["prompt_tokens"], stats["prompt_tokens"],
+        "{usage} vs {stats}"
+    );
+    assert_eq!(
+        usage["completion_tokens"], stats["completion_tokens"],
+        "{usage} vs {stats}"
+    );
+}
+
+/// Parsed SSE stream: `data:` payloads in order (`[DONE]` kept as a string) and comments.
+#[derive(Debug, Default)]
+pub struct Sse {
+    pub events: Vec<Value>,
+    pub done: bool,
+    pub comments: usize,
+    pub raw: String,
+}
+
+pub fn parse_sse(raw: &str) -> Sse {
+    let mut sse = Sse {
+        raw: raw.to_string(),
+        ..Sse::default()
+    };
+    for block in raw.split("\n\n") {
+        for line in block.lines() {
+            if let Some(data) = line.strip_prefix("data: ") {
+                if data == "[DONE]" {
+                    sse.done = true;
+                } else {
+                    sse.events.push(
+                        serde_json::from_str(data)
+                            .unwrap_or_else(|e| panic!("bad chunk {data}: {e}")),
+                    );
+                }
+            } else if line.starts_with(':') {
+                sse.comments += 1;
+            }
+        }
+    }
+    sse
+}
+
+impl Sse {
+    pub fn reasoning(&self) -> String {
+        self.delta_text("reasoning_content")
+    }
+    pub fn content(&self) -> String {
+        self.delta_text("content")
+    }
+    fn delta_text(&self, key: &str) -> String {
+        self.events
+            .iter()
+            .filter_map(|e| e["choices"].get(0))
+            .filter_map(|c| c["delta"][key].as_str())
+            .collect()
+    }
+}
