@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use massgen_core::Secret;
-use massgen_core::coordination::ToolLimits;
-use massgen_core::coordination::{OrchestratorOptions, Strictness};
+use massgen_core::coordination::{OrchestratorOptions, Strictness, ToolLimits};
 use massgen_providers::presets::{self, PRESETS, Preset, Wire};
 use massgen_providers::retry::CallPolicy;
 use massgen_tools::{AgentToolsConfig, McpServerConfig, McpTransport, SecretText};

@@ -32,9 +32,8 @@ use std::time::Duration;
 
 pub use massgen_core::Secret;
 use massgen_core::coordination::OrchestratorOptions;
-use serde_json::{Map, Value};
-
 use massgen_providers::retry::CallPolicy;
+use serde_json::{Map, Value};
 
 /// One agent's `backend:` section, resolved (variables expanded, key found, base URL set).
 #[derive(Debug, Clone, PartialEq)]

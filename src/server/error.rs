@@ -6,9 +6,8 @@ use std::time::Duration;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{SessionError, SessionErrorKind};
-use serde_json::json;
-
 use massgen_core::provider::ProviderErrorKind;
+use serde_json::json;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {

@@ -4,12 +4,11 @@
 use std::sync::LazyLock;
 use std::time::Duration;
 
+use massgen_core::provider::{ProviderErrorKind, Usage};
 use prometheus::{
     Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
     TextEncoder,
 };
-
-use massgen_core::provider::{ProviderErrorKind, Usage};
 
 /// Buckets for whole sessions and upstream calls: 50 ms … 30 min.
 const SLOW: &[f64] = &[

@@ -5,9 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::{Value, json};
-
 use massgen_core::coordination::{EventKind, SessionEvent};
+use serde_json::{Value, json};
 
 pub fn write(
     dir: &Path,
