@@ -15,7 +15,8 @@ use massgen::server::render::ChunkHeader;
 use massgen_core::coordination::{
     OrchestratorOptions, SessionAgent, SessionInput, SessionSpec, SystemClock, run_session,
 };
-use massgen_providers::chat_completions::decode_stream;
+use massgen_providers::chat_completions::ChatCompletions;
+use massgen_providers::decode_stream;
 use massgen_providers::{
     ChunkStream, FinishReason, Provider, ProviderChunk, ProviderRequest, ToolCall, Usage,
 };
@@ -77,7 +78,8 @@ fn tool_body() -> Vec<Bytes> {
 
 async fn drain(body: Vec<Bytes>) -> usize {
     let stream = futures::stream::iter(body.into_iter().map(Ok::<_, std::io::Error>));
-    let mut chunks = decode_stream("bench".into(), stream, Duration::from_secs(60));
+    let mut chunks =
+        decode_stream::<ChatCompletions>("bench".into(), stream, Duration::from_secs(60));
     let mut n = 0;
     while let Some(c) = chunks.next().await {
         black_box(c.ok());

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering;
 use massgen::app::{HttpProviders, ProviderFactory};
 use massgen::config::parse_panel;
 use massgen_core::Secret;
-use massgen_providers::chat_completions::ChatCompletionsProvider;
+use massgen_providers::chat_completions::AzureChatCompletionsProvider;
 use massgen_providers::http_client;
 use massgen_providers::presets::{self, Wire};
 use massgen_providers::{Provider, ProviderErrorKind, UpstreamConfig};
@@ -19,7 +19,7 @@ use crate::support::{TestEnv, env_of};
 
 const CHAT_SSE: &str = "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":1,\"total_tokens\":4}}\n\ndata: [DONE]\n\n";
 
-fn azure(base_url: &str, version: &str, attempts: u32) -> ChatCompletionsProvider {
+fn azure(base_url: &str, version: &str, attempts: u32) -> AzureChatCompletionsProvider {
     let mut params = Map::new();
     params.insert("temperature".into(), json!(0.1));
     let config = UpstreamConfig {
@@ -30,7 +30,7 @@ fn azure(base_url: &str, version: &str, attempts: u32) -> ChatCompletionsProvide
         params,
         policy: fast_policy(attempts),
     };
-    ChatCompletionsProvider::azure(config, version, http_client().unwrap()).unwrap()
+    AzureChatCompletionsProvider::with_api_version(config, version, http_client().unwrap()).unwrap()
 }
 
 #[tokio::test]

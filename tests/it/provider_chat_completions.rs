@@ -17,8 +17,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use massgen_core::Secret;
 use massgen_providers::chat_completions::{
-    ChatCompletionsConfig, ChatCompletionsProvider, decode_stream,
+    ChatCompletions, ChatCompletionsConfig, ChatCompletionsProvider,
 };
+use massgen_providers::decode_stream;
 use massgen_providers::http_client;
 use massgen_providers::retry::CallPolicy;
 use massgen_providers::{
@@ -242,7 +243,8 @@ async fn body_error_mid_stream_is_a_connection_error() {
             "reset by peer",
         )),
     ];
-    let stream = decode_stream("test".into(), futures::stream::iter(pieces), SECOND);
+    let stream =
+        decode_stream::<ChatCompletions>("test".into(), futures::stream::iter(pieces), SECOND);
     let (chunks, error) = collect(stream).await;
     assert_eq!(chunks, vec![ProviderChunk::Text("a".into())]);
     let error = error.expect("an error");
@@ -256,7 +258,7 @@ async fn silence_between_bytes_is_a_timeout() {
         b"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"a\"}}]}\n\n: keepalive\n\n",
     ))]);
     let body = first.chain(futures::stream::pending());
-    let stream = decode_stream("test".into(), body, Duration::from_secs(30));
+    let stream = decode_stream::<ChatCompletions>("test".into(), body, Duration::from_secs(30));
     let (chunks, error) = collect(stream).await;
     assert_eq!(chunks, vec![ProviderChunk::Text("a".into())]);
     assert_eq!(error.map(|e| e.kind), Some(ProviderErrorKind::Timeout));
@@ -369,7 +371,7 @@ fn provider(base_url: &str, policy: CallPolicy, key: Option<&str>) -> ChatComple
         params,
         policy,
     };
-    ChatCompletionsProvider::new(config, http_client().unwrap())
+    ChatCompletionsProvider::new(config, http_client().unwrap()).unwrap()
 }
 
 fn hello() -> ProviderRequest {

@@ -16,8 +16,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use futures::StreamExt;
 use massgen_providers::chat_completions::{
-    ChatCompletionsConfig, ChatCompletionsProvider, decode_stream,
+    ChatCompletions, ChatCompletionsConfig, ChatCompletionsProvider,
 };
+use massgen_providers::decode_stream;
 use massgen_providers::http_client;
 use massgen_providers::retry::CallPolicy;
 use massgen_providers::{
@@ -44,7 +45,7 @@ struct Outcome {
 
 async fn replay(path: &Path, piece: usize) -> Outcome {
     let bytes = std::fs::read(path).unwrap();
-    let mut stream = decode_stream(
+    let mut stream = decode_stream::<ChatCompletions>(
         "replay".into(),
         byte_stream(&bytes, piece),
         Duration::from_secs(5),
@@ -276,7 +277,7 @@ async fn every_recorded_chat_error_body_maps_to_the_right_error() {
                     ..CallPolicy::default()
                 },
             };
-            let provider = ChatCompletionsProvider::new(config, http_client().unwrap());
+            let provider = ChatCompletionsProvider::new(config, http_client().unwrap()).unwrap();
             let request = ProviderRequest {
                 messages: vec![Message::user("hi")],
                 ..ProviderRequest::default()

@@ -1,16 +1,57 @@
-//! Building the provider for a wire format: the one constructor the application calls,
-//! with what every upstream of the process shares (the connection pool, the retry hook).
+//! Building the provider for a wire format: the registry of wire formats ([`Wire`]) and the
+//! one constructor the application calls, with what every upstream of the process shares
+//! (the connection pool, the retry hook).
 
 use std::fmt;
 use std::sync::Arc;
 
-use crate::anthropic::AnthropicProvider;
-use crate::chat_completions::ChatCompletionsProvider;
-use crate::gemini::GeminiProvider;
-use crate::presets::{AZURE_DEFAULT_API_VERSION, Wire};
-use crate::responses::ResponsesProvider;
 use crate::retry::RetryObserver;
 use crate::{HttpProvider, Provider, UpstreamConfig, WireFormat};
+
+/// The registry: one line per wire format, `Variant => format type`. It makes the [`Wire`]
+/// enum the presets name, and its dispatch to the format's [`WireFormat`] implementation.
+macro_rules! wire_formats {
+    ($($(#[$doc:meta])* $variant:ident => $format:ty,)*) => {
+        /// The wire format a backend type speaks.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+        pub enum Wire {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Wire {
+            /// The provider type's name (`ResponsesProvider`, …).
+            pub fn name(self) -> &'static str {
+                match self {
+                    $(Wire::$variant => <$format as WireFormat>::NAME,)*
+                }
+            }
+
+            fn build(
+                self,
+                upstreams: &Upstreams,
+                config: UpstreamConfig,
+                api_version: Option<&str>,
+            ) -> Result<Arc<dyn Provider>, String> {
+                match self {
+                    $(Wire::$variant => upstreams.finish::<$format>(config, api_version),)*
+                }
+            }
+        }
+    };
+}
+
+wire_formats! {
+    /// `POST {base_url}/chat/completions`, bearer key.
+    ChatCompletions => crate::chat_completions::ChatCompletions,
+    /// `POST {base_url}/responses`, bearer key.
+    Responses => crate::responses::Responses,
+    /// `POST {base_url}/messages`, `x-api-key`.
+    Anthropic => crate::anthropic::Anthropic,
+    /// `POST {base_url}/models/{model}:streamGenerateContent?alt=sse`, `x-goog-api-key`.
+    Gemini => crate::gemini::Gemini,
+    /// Chat Completions at `{endpoint}/openai/deployments/{model}/…?api-version=…`, `api-key`.
+    AzureChatCompletions => crate::chat_completions::AzureChatCompletions,
+}
 
 /// Builds HTTP providers over one shared connection pool, each telling the same
 /// [`RetryObserver`] (when set) of its retries. Cheap to clone.
@@ -34,32 +75,33 @@ impl Upstreams {
         self
     }
 
-    /// The provider for `config` speaking `wire`. `azure_api_version` is used by
-    /// [`Wire::AzureChatCompletions`] only (default [`AZURE_DEFAULT_API_VERSION`]).
+    /// The provider for `config` speaking `wire`. `api_version` is used by the formats that
+    /// take one ([`Wire::AzureChatCompletions`], default
+    /// [`crate::presets::AZURE_DEFAULT_API_VERSION`]).
     pub fn build(
         &self,
         wire: Wire,
         config: UpstreamConfig,
-        azure_api_version: Option<&str>,
+        api_version: Option<&str>,
     ) -> Result<Arc<dyn Provider>, String> {
-        let http = self.http.clone();
-        Ok(match wire {
-            Wire::ChatCompletions => self.finish(ChatCompletionsProvider::new(config, http)),
-            Wire::Responses => self.finish(ResponsesProvider::new(config, http)?),
-            Wire::Anthropic => self.finish(AnthropicProvider::new(config, http)?),
-            Wire::Gemini => self.finish(GeminiProvider::new(config, http)?),
-            Wire::AzureChatCompletions => {
-                let version = azure_api_version.unwrap_or(AZURE_DEFAULT_API_VERSION);
-                self.finish(ChatCompletionsProvider::azure(config, version, http)?)
-            }
-        })
+        wire.build(self, config, api_version)
     }
 
-    fn finish<W: WireFormat>(&self, provider: HttpProvider<W>) -> Arc<dyn Provider> {
-        match &self.on_retry {
+    fn finish<W: WireFormat>(
+        &self,
+        config: UpstreamConfig,
+        api_version: Option<&str>,
+    ) -> Result<Arc<dyn Provider>, String> {
+        let provider = match api_version {
+            Some(version) => {
+                HttpProvider::<W>::with_api_version(config, version, self.http.clone())
+            }
+            None => HttpProvider::<W>::new(config, self.http.clone()),
+        }?;
+        Ok(match &self.on_retry {
             Some(observer) => Arc::new(provider.on_retry(Arc::clone(observer))),
             None => Arc::new(provider),
-        }
+        })
     }
 }
 

@@ -3,7 +3,9 @@
 //! Every wire format (Chat Completions incl. Azure, OpenAI Responses, Anthropic Messages,
 //! Gemini) turns its stream into [`ProviderChunk`]s and its failures into [`ProviderError`],
 //! over the shared SSE loop (`sse`) and send-and-retry loop (`transport`). [`Upstreams`]
-//! builds the provider for a wire format ([`presets::Wire`]) and an [`UpstreamConfig`].
+//! builds the provider for a wire format ([`Wire`], the registry) and an [`UpstreamConfig`].
+//! A wire format is one [`WireFormat`] implementation in its module plus one line in that
+//! registry.
 //!
 //! Nothing here knows about coordination, the config file, metrics or our own HTTP edge:
 //! what the application wants to hear about (each retry) comes in as a hook
@@ -20,6 +22,7 @@ pub mod responses;
 pub mod retry;
 pub(crate) mod sse;
 pub(crate) mod transport;
+mod turns;
 mod upstream;
 
 /// The neutral types every wire format speaks, re-exported from `massgen-core` so a user
@@ -30,6 +33,7 @@ pub use massgen_core::provider::{
 };
 
 pub use client::http_client;
-pub use connect::Upstreams;
+pub use connect::{Upstreams, Wire};
 pub use retry::{CallPolicy, RetryObserver};
-pub use upstream::{HttpProvider, UpstreamConfig, WireFormat};
+pub use sse::{EventDecoder, Step};
+pub use upstream::{EndpointParts, HttpProvider, UpstreamConfig, WireFormat, decode_stream};

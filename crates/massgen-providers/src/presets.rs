@@ -1,20 +1,7 @@
 //! Backend `type`s: their wire format, default base URL and the environment variable(s)
 //! that hold the key.
 
-/// The wire format a backend type speaks.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Wire {
-    /// `POST {base_url}/chat/completions`, bearer key.
-    ChatCompletions,
-    /// `POST {base_url}/responses`, bearer key.
-    Responses,
-    /// `POST {base_url}/messages`, `x-api-key`.
-    Anthropic,
-    /// `POST {base_url}/models/{model}:streamGenerateContent?alt=sse`, `x-goog-api-key`.
-    Gemini,
-    /// Chat Completions at `{endpoint}/openai/deployments/{model}/…?api-version=…`, `api-key`.
-    AzureChatCompletions,
-}
+pub use crate::connect::Wire;
 
 /// One backend type of the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -13,14 +13,18 @@ use super::{
 };
 
 /// What one event did to the stream.
-pub(crate) enum Step {
+pub enum Step {
     More(Vec<ProviderChunk>),
     /// The stream is complete; these are its last chunks.
     Done(Vec<ProviderChunk>),
 }
 
-/// One wire format's stream state.
-pub(crate) trait EventDecoder: Send + 'static {
+/// One wire format's stream state ([`crate::WireFormat::Decoder`]).
+pub trait EventDecoder: Send + 'static {
+    /// The state at the start of a stream from `provider`.
+    fn new(provider: String) -> Self
+    where
+        Self: Sized;
     fn provider(&self) -> &str;
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError>;
     /// The body ended without a `Done` step.

@@ -26,15 +26,6 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// A successful response body.
 pub(crate) type Body = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
 
-/// The parts of a call that differ between wire formats.
-#[derive(Clone, Copy)]
-pub(crate) struct WireFns {
-    /// A non-2xx response: status, headers (for retry hints), body text.
-    pub http_error: fn(&str, u16, &HeaderMap, &str) -> ProviderError,
-    /// A 2xx streamed body.
-    pub decode: fn(String, Body, Duration) -> ChunkStream,
-}
-
 /// Where and how one configured upstream is called.
 #[derive(Clone)]
 pub(crate) struct Endpoint {
@@ -47,7 +38,11 @@ pub(crate) struct Endpoint {
     pub key: Option<Secret>,
     pub policy: CallPolicy,
     pub http: reqwest::Client,
-    pub wire: WireFns,
+    /// The wire format's reading of a non-2xx response: status, headers (for retry hints),
+    /// body text.
+    pub http_error: fn(&str, u16, &HeaderMap, &str) -> ProviderError,
+    /// The wire format's decoder of a 2xx streamed body.
+    pub decode: fn(String, Body, Duration) -> ChunkStream,
     /// Told of each retry, when the application asked to hear of them.
     pub on_retry: Option<RetryObserver>,
 }
@@ -80,7 +75,7 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
         attempts += 1;
         let (error, failure) = match attempt(endpoint, &body).await {
             Ok(response) => {
-                return Ok((endpoint.wire.decode)(
+                return Ok((endpoint.decode)(
                     provider.clone(),
                     Box::pin(response.bytes_stream()),
                     policy.idle_timeout,
@@ -152,7 +147,7 @@ async fn attempt(
     let headers = response.headers().clone();
     let should_retry = retry::parse_should_retry(&headers);
     let text = read_error_body(response, policy.idle_timeout).await;
-    let error = (endpoint.wire.http_error)(provider, status.as_u16(), &headers, &text);
+    let error = (endpoint.http_error)(provider, status.as_u16(), &headers, &text);
     Err(failed(error, should_retry))
 }
 

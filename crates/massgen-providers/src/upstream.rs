@@ -1,19 +1,23 @@
-//! The one provider type every HTTP wire format shares: a configured upstream, its
-//! endpoint and a body builder. Each wire format's module only says what differs (URL,
-//! headers, body, decoder, error reading) and names its provider as an alias of
-//! [`HttpProvider`].
+//! The one provider type every HTTP wire format shares ([`HttpProvider`]), and the one
+//! trait a wire format implements ([`WireFormat`]): its name, stream decoder, endpoint and
+//! headers, body and HTTP error reading. A format is a module implementing the trait plus
+//! one line in the registry ([`crate::connect`]'s `wire_formats!`).
 
 use std::fmt;
 use std::marker::PhantomData;
 use std::sync::Arc;
+use std::time::Duration;
 
+use bytes::Bytes;
+use futures::Stream;
 use http::{HeaderMap, HeaderValue};
 use massgen_core::Secret;
 use serde_json::{Map, Value};
 
 use super::retry::{CallPolicy, RetryObserver};
-use super::transport::{self, Endpoint, WireFns};
-use super::{ChunkStream, Provider, ProviderRequest};
+use super::sse::{self, EventDecoder};
+use super::transport::{self, Endpoint};
+use super::{ChunkStream, Provider, ProviderError, ProviderRequest};
 
 /// Everything one configured HTTP upstream needs, whatever its wire format.
 #[derive(Debug, Clone)]
@@ -31,14 +35,50 @@ pub struct UpstreamConfig {
     pub policy: CallPolicy,
 }
 
-/// What a wire format adds to [`HttpProvider`]: its name in `Debug` output and its body.
-/// Implemented by an uninhabited marker type in each wire format's module.
+/// Where a configured upstream is called: the URL and the headers (authentication,
+/// version) every request carries.
+pub struct EndpointParts {
+    pub url: String,
+    /// Values holding the key are marked sensitive (never printed).
+    pub headers: HeaderMap,
+}
+
+/// One upstream wire format. Implemented by an uninhabited marker type in the format's
+/// module; [`HttpProvider`] does the rest (retries, streaming, redaction).
 pub trait WireFormat: Send + Sync + 'static {
     /// The provider's type name as `Debug` prints it (`AnthropicProvider`, …).
-    const DEBUG_NAME: &'static str;
+    const NAME: &'static str;
+
+    /// The state of one response stream: SSE events in, provider-neutral chunks out.
+    type Decoder: EventDecoder;
+
+    /// The URL and headers for `config`. `api_version` is the `api-version` query parameter
+    /// of the formats that take one (Azure); the others ignore it.
+    fn endpoint(
+        config: &UpstreamConfig,
+        api_version: Option<&str>,
+    ) -> Result<EndpointParts, String>;
 
     /// The JSON body sent upstream for `request`.
     fn build_body(config: &UpstreamConfig, request: &ProviderRequest) -> Value;
+
+    /// A non-2xx response (status, headers for retry hints, body text) as an error.
+    fn http_error(provider: &str, status: u16, headers: &HeaderMap, body: &str) -> ProviderError;
+}
+
+/// Decodes a streamed (SSE) response body of wire format `W` into provider-neutral chunks.
+///
+/// `idle_timeout` bounds the silence between two pieces of the body (SSE comments count as
+/// life: OpenRouter sends them while a slow model thinks). The stream ends after a `Finish`
+/// chunk or after the first error.
+pub fn decode_stream<W: WireFormat>(
+    provider_name: String,
+    body: impl Stream<Item = Result<Bytes, impl std::error::Error + Send + Sync + 'static>>
+    + Send
+    + 'static,
+    idle_timeout: Duration,
+) -> ChunkStream {
+    sse::decode_events(W::Decoder::new(provider_name), body, idle_timeout)
 }
 
 /// An HTTP upstream speaking wire format `W`. Cheap to clone; share it as
@@ -50,15 +90,27 @@ pub struct HttpProvider<W> {
     wire: PhantomData<fn() -> W>,
 }
 
-impl<W> HttpProvider<W> {
-    /// Wraps `config` with the endpoint a wire format worked out (URL, headers, wire fns).
-    pub(crate) fn with_endpoint(
+impl<W: WireFormat> HttpProvider<W> {
+    /// The provider for `config`; an error when the key cannot be sent as a header.
+    pub fn new(config: UpstreamConfig, http: reqwest::Client) -> Result<Self, String> {
+        Self::connect(config, None, http)
+    }
+
+    /// As [`Self::new`], with the `api-version` of the formats that take one (Azure).
+    pub fn with_api_version(
         config: UpstreamConfig,
-        url: String,
-        headers: HeaderMap,
+        api_version: &str,
         http: reqwest::Client,
-        wire: WireFns,
-    ) -> Self {
+    ) -> Result<Self, String> {
+        Self::connect(config, Some(api_version), http)
+    }
+
+    fn connect(
+        config: UpstreamConfig,
+        api_version: Option<&str>,
+        http: reqwest::Client,
+    ) -> Result<Self, String> {
+        let EndpointParts { url, headers } = W::endpoint(&config, api_version)?;
         let endpoint = Endpoint {
             provider: config.provider_name.clone(),
             model: config.model.clone(),
@@ -67,14 +119,15 @@ impl<W> HttpProvider<W> {
             key: config.api_key.clone(),
             policy: config.policy.clone(),
             http,
-            wire,
+            http_error: W::http_error,
+            decode: |provider, body, idle_timeout| decode_stream::<W>(provider, body, idle_timeout),
             on_retry: None,
         };
-        Self {
+        Ok(Self {
             config: Arc::new(config),
             endpoint: Arc::new(endpoint),
             wire: PhantomData,
-        }
+        })
     }
 
     /// Tells `observer` of every retry of this provider's calls.
@@ -82,9 +135,7 @@ impl<W> HttpProvider<W> {
         Arc::make_mut(&mut self.endpoint).on_retry = Some(observer);
         self
     }
-}
 
-impl<W: WireFormat> HttpProvider<W> {
     /// The exact body this provider sends for `request` (for tests and debugging).
     pub fn request_body(&self, request: &ProviderRequest) -> Value {
         W::build_body(&self.config, request)
@@ -104,7 +155,7 @@ impl<W> Clone for HttpProvider<W> {
 
 impl<W: WireFormat> fmt::Debug for HttpProvider<W> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct(W::DEBUG_NAME)
+        f.debug_struct(W::NAME)
             .field("provider", &self.config.provider_name)
             .field("model", &self.config.model)
             .field("url", &self.endpoint.url)

@@ -21,7 +21,7 @@ use massgen_providers::{
     ChunkStream, FinishReason, Message, ProviderChunk, ProviderError, ProviderRequest, Role,
     ToolCall, ToolChoice, Usage,
 };
-use massgen_providers::{anthropic, chat_completions, gemini, responses};
+use massgen_providers::{anthropic, chat_completions, decode_stream, gemini, responses};
 use serde_json::Value;
 
 pub const SECOND: Duration = Duration::from_secs(1);
@@ -36,19 +36,19 @@ pub struct Format {
 
 pub const CHAT: Format = Format {
     dir: "chat",
-    decoder: |p, b, t| chat_completions::decode_stream(p, b, t),
+    decoder: |p, b, t| decode_stream::<chat_completions::ChatCompletions>(p, b, t),
 };
 pub const RESPONSES: Format = Format {
     dir: "responses",
-    decoder: |p, b, t| responses::decode_stream(p, b, t),
+    decoder: |p, b, t| decode_stream::<responses::Responses>(p, b, t),
 };
 pub const ANTHROPIC: Format = Format {
     dir: "anthropic",
-    decoder: |p, b, t| anthropic::decode_stream(p, b, t),
+    decoder: |p, b, t| decode_stream::<anthropic::Anthropic>(p, b, t),
 };
 pub const GEMINI: Format = Format {
     dir: "gemini",
-    decoder: |p, b, t| gemini::decode_stream(p, b, t),
+    decoder: |p, b, t| decode_stream::<gemini::Gemini>(p, b, t),
 };
 
 impl Format {

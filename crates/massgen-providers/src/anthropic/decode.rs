@@ -7,29 +7,15 @@
 //! `message_start`'s, overwritten field by field by the cumulative `message_delta` usage.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
-use bytes::Bytes;
-use futures::Stream;
 use serde_json::{Value, json};
 use sse_stream::Sse;
 
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{BlockWire, DeltaWire, EventWire, UsageWire};
-use crate::sse::{EventDecoder, Step, decode_events};
-use crate::{
-    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
-};
-
-/// Decodes an Anthropic Messages SSE byte stream.
-pub fn decode_stream<S, E>(provider_name: String, body: S, idle_timeout: Duration) -> ChunkStream
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    decode_events(Decoder::new(provider_name), body, idle_timeout)
-}
+use crate::sse::{EventDecoder, Step};
+use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage};
 
 enum Block {
     Thinking {
@@ -48,7 +34,8 @@ enum Block {
     Other,
 }
 
-struct Decoder {
+/// The stream state of this format ([`crate::WireFormat::Decoder`]).
+pub struct Decoder {
     provider: String,
     blocks: HashMap<u32, Block>,
     /// Thinking blocks seen since the last tool call.
@@ -229,6 +216,10 @@ impl Decoder {
 }
 
 impl EventDecoder for Decoder {
+    fn new(provider: String) -> Self {
+        Decoder::new(provider)
+    }
+
     fn provider(&self) -> &str {
         &self.provider
     }

@@ -13,13 +13,12 @@ mod wire;
 use http::{HeaderMap, HeaderValue};
 use serde_json::Value;
 
-pub use decode::decode_stream;
 pub use request::DEFAULT_MAX_TOKENS;
 pub(crate) use request::arguments_object;
 
-use super::transport::{self, WireFns};
-use super::upstream::base;
-use super::{HttpProvider, ProviderRequest, UpstreamConfig, WireFormat};
+use super::transport;
+use super::upstream::{EndpointParts, base};
+use super::{HttpProvider, ProviderError, ProviderRequest, UpstreamConfig, WireFormat};
 
 /// The API version header every request carries.
 pub const ANTHROPIC_VERSION: &str = "2023-06-01";
@@ -27,27 +26,17 @@ pub const ANTHROPIC_VERSION: &str = "2023-06-01";
 /// An Anthropic Messages upstream. Cheap to clone; share it as `Arc<dyn Provider>`.
 pub type AnthropicProvider = HttpProvider<Anthropic>;
 
-/// Marks [`HttpProvider`] as speaking Anthropic Messages.
+/// Anthropic Messages: `POST {base_url}/messages` (`base_url` e.g.
+/// `https://api.anthropic.com/v1`), `x-api-key`, `anthropic-version`.
 #[derive(Debug)]
 pub enum Anthropic {}
 
 impl WireFormat for Anthropic {
-    const DEBUG_NAME: &'static str = "AnthropicProvider";
+    const NAME: &'static str = "AnthropicProvider";
+    type Decoder = decode::Decoder;
 
-    fn build_body(config: &UpstreamConfig, request: &ProviderRequest) -> Value {
-        request::build_body(&config.model, &config.params, request)
-    }
-}
-
-const WIRE: WireFns = WireFns {
-    http_error: errors::http_error,
-    decode: |provider, body, idle_timeout| decode_stream(provider, body, idle_timeout),
-};
-
-impl HttpProvider<Anthropic> {
-    /// `base_url` is e.g. `https://api.anthropic.com/v1` (without `/messages`).
-    pub fn new(config: UpstreamConfig, http: reqwest::Client) -> Result<Self, String> {
-        let url = format!("{}/messages", base(&config));
+    fn endpoint(config: &UpstreamConfig, _: Option<&str>) -> Result<EndpointParts, String> {
+        let url = format!("{}/messages", base(config));
         let mut headers = HeaderMap::new();
         headers.insert(
             "anthropic-version",
@@ -56,6 +45,14 @@ impl HttpProvider<Anthropic> {
         if let Some(key) = &config.api_key {
             headers.insert("x-api-key", transport::secret_header(key.expose())?);
         }
-        Ok(Self::with_endpoint(config, url, headers, http, WIRE))
+        Ok(EndpointParts { url, headers })
+    }
+
+    fn build_body(config: &UpstreamConfig, request: &ProviderRequest) -> Value {
+        request::build_body(&config.model, &config.params, request)
+    }
+
+    fn http_error(provider: &str, status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
+        errors::http_error(provider, status, headers, body)
     }
 }

@@ -9,6 +9,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::turns::{joined_system, merge_turns};
 use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
 
 /// `max_tokens` is required by the Messages API; used when the config sets none.
@@ -33,17 +34,10 @@ pub(crate) fn build_body(
             .unwrap_or(0);
         body.insert("max_tokens".into(), json!(DEFAULT_MAX_TOKENS + budget));
     }
-    let system: Vec<&str> = request
-        .messages
-        .iter()
-        .filter(|m| m.role == Role::System && !m.content.is_empty())
-        .map(|m| m.content.as_str())
-        .collect();
-    if system.is_empty() {
-        body.remove("system");
-    } else {
-        body.insert("system".into(), Value::String(system.join("\n\n")));
-    }
+    match joined_system(&request.messages) {
+        Some(system) => body.insert("system".into(), Value::String(system)),
+        None => body.remove("system"),
+    };
     body.insert("messages".into(), Value::Array(messages(&request.messages)));
     body.remove("tool_choice");
     body.remove("parallel_tool_calls");
@@ -76,10 +70,9 @@ pub(crate) fn build_body(
 }
 
 fn messages(messages: &[Message]) -> Vec<Value> {
-    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for message in messages {
-        let (role, blocks) = match message.role {
-            Role::System => continue,
+    let turns = messages.iter().filter_map(|message| {
+        Some(match message.role {
+            Role::System => return None,
             Role::User => ("user", text_block(&message.content)),
             Role::Tool => (
                 "user",
@@ -90,16 +83,10 @@ fn messages(messages: &[Message]) -> Vec<Value> {
                 })],
             ),
             Role::Assistant => ("assistant", assistant_blocks(message)),
-        };
-        if blocks.is_empty() {
-            continue;
-        }
-        match out.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(blocks),
-            _ => out.push((role, blocks)),
-        }
-    }
-    out.into_iter()
+        })
+    });
+    merge_turns(turns)
+        .into_iter()
         .map(|(role, blocks)| json!({"role": role, "content": blocks}))
         .collect()
 }

@@ -7,33 +7,17 @@
 //! `refusal` deltas are emitted as [`ProviderChunk::Text`]: the refusal is the model's
 //! answer, and dropping it would leave an agent with an empty answer and no reason.
 
-use std::time::Duration;
-
-use bytes::Bytes;
-use futures::Stream;
 use sse_stream::Sse;
 
 use super::errors::{self, ErrorInfo};
 use super::tool_calls::ToolCallAssembler;
 use super::wire::{ChunkWire, DeltaWire, UsageWire};
-use crate::sse::{EventDecoder, Step, decode_events};
-use crate::{ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, Usage};
-
-/// Decodes an upstream SSE byte stream into provider-neutral chunks.
-///
-/// `idle_timeout` bounds the silence between two pieces of the body (SSE comments count
-/// as life: OpenRouter sends them while a slow model thinks). The stream ends after a
-/// `Finish` chunk or after the first error.
-pub fn decode_stream<S, E>(provider_name: String, body: S, idle_timeout: Duration) -> ChunkStream
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    decode_events(Decoder::new(provider_name), body, idle_timeout)
-}
+use crate::sse::{EventDecoder, Step};
+use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, Usage};
 
 /// The state of one stream: what must wait for the end.
-struct Decoder {
+/// The stream state of this format ([`crate::WireFormat::Decoder`]).
+pub struct Decoder {
     provider: String,
     tool_calls: ToolCallAssembler,
     usage: Option<Usage>,
@@ -41,6 +25,10 @@ struct Decoder {
 }
 
 impl EventDecoder for Decoder {
+    fn new(provider: String) -> Self {
+        Decoder::new(provider)
+    }
+
     fn provider(&self) -> &str {
         &self.provider
     }

@@ -8,29 +8,14 @@
 //! too. `usageMetadata` is on every chunk: the last one wins. There is no end marker: the
 //! stream is complete when the body ends after a `finishReason`.
 
-use std::time::Duration;
-
-use bytes::Bytes;
-use futures::Stream;
 use serde_json::{Map, Value, json};
 use sse_stream::Sse;
 
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{ChunkWire, FunctionCallWire, PartWire, UsageWire};
-use crate::sse::{EventDecoder, Step, decode_events};
-use crate::{
-    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
-};
-
-/// Decodes a Gemini SSE byte stream.
-pub fn decode_stream<S, E>(provider_name: String, body: S, idle_timeout: Duration) -> ChunkStream
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    decode_events(Decoder::new(provider_name), body, idle_timeout)
-}
+use crate::sse::{EventDecoder, Step};
+use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage};
 
 /// A call whose arguments are still streaming (Vertex `partialArgs`).
 struct Partial {
@@ -40,7 +25,8 @@ struct Partial {
     signature: Option<String>,
 }
 
-struct Decoder {
+/// The stream state of this format ([`crate::WireFormat::Decoder`]).
+pub struct Decoder {
     provider: String,
     calls: Vec<ToolCall>,
     partial: Option<Partial>,
@@ -202,6 +188,10 @@ impl Decoder {
 }
 
 impl EventDecoder for Decoder {
+    fn new(provider: String) -> Self {
+        Decoder::new(provider)
+    }
+
     fn provider(&self) -> &str {
         &self.provider
     }

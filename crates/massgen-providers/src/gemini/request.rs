@@ -14,6 +14,7 @@ use serde_json::{Map, Value, json};
 
 use super::schema::sanitize;
 use crate::anthropic::arguments_object;
+use crate::turns::{joined_system, merge_turns};
 use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
 
 /// Key of this format's data in [`ToolCall::opaque`].
@@ -70,17 +71,11 @@ pub(crate) fn build_body(params: &Map<String, Value>, request: &ProviderRequest)
             body.insert(key.clone(), value.clone());
         }
     }
-    let system: Vec<&str> = request
-        .messages
-        .iter()
-        .filter(|m| m.role == Role::System && !m.content.is_empty())
-        .map(|m| m.content.as_str())
-        .collect();
     body.insert("contents".into(), Value::Array(contents(&request.messages)));
-    if !system.is_empty() {
+    if let Some(system) = joined_system(&request.messages) {
         body.insert(
             "systemInstruction".into(),
-            json!({"parts": [{"text": system.join("\n\n")}]}),
+            json!({"parts": [{"text": system}]}),
         );
     }
     if !request.tools.is_empty() {
@@ -118,10 +113,9 @@ pub(crate) fn build_body(params: &Map<String, Value>, request: &ProviderRequest)
 }
 
 fn contents(messages: &[Message]) -> Vec<Value> {
-    let mut out: Vec<(&'static str, Vec<Value>)> = Vec::new();
-    for (at, message) in messages.iter().enumerate() {
-        let (role, parts) = match message.role {
-            Role::System => continue,
+    let turns = messages.iter().enumerate().filter_map(|(at, message)| {
+        Some(match message.role {
+            Role::System => return None,
             Role::User => ("user", text_part(&message.content)),
             Role::Assistant => ("model", model_parts(message)),
             Role::Tool => {
@@ -134,16 +128,10 @@ fn contents(messages: &[Message]) -> Vec<Value> {
                 }
                 ("user", vec![json!({ "functionResponse": response })])
             }
-        };
-        if parts.is_empty() {
-            continue;
-        }
-        match out.last_mut() {
-            Some((last, existing)) if *last == role => existing.extend(parts),
-            _ => out.push((role, parts)),
-        }
-    }
-    out.into_iter()
+        })
+    });
+    merge_turns(turns)
+        .into_iter()
         .map(|(role, parts)| json!({"role": role, "parts": parts}))
         .collect()
 }

@@ -6,29 +6,14 @@
 //! `output_item.done`. `response.completed` / `response.incomplete` end the stream with
 //! its usage; `error` and `response.failed` end it with an error.
 
-use std::time::Duration;
-
-use bytes::Bytes;
-use futures::Stream;
 use serde_json::{Value, json};
 use sse_stream::Sse;
 
 use super::request::OPAQUE_KEY;
 use super::wire::{ErrorWire, EventWire, ResponseWire, UsageWire};
 use crate::errors::{self as common, ErrorInfo};
-use crate::sse::{EventDecoder, Step, decode_events};
-use crate::{
-    ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
-};
-
-/// Decodes a Responses API SSE byte stream.
-pub fn decode_stream<S, E>(provider_name: String, body: S, idle_timeout: Duration) -> ChunkStream
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    decode_events(Decoder::new(provider_name), body, idle_timeout)
-}
+use crate::sse::{EventDecoder, Step};
+use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage};
 
 struct Call {
     output_index: Option<u32>,
@@ -40,7 +25,8 @@ struct Call {
     reasoning: Vec<Value>,
 }
 
-struct Decoder {
+/// The stream state of this format ([`crate::WireFormat::Decoder`]).
+pub struct Decoder {
     provider: String,
     calls: Vec<Call>,
     /// Reasoning items finished since the last function call began.
@@ -208,6 +194,10 @@ impl Decoder {
 }
 
 impl EventDecoder for Decoder {
+    fn new(provider: String) -> Self {
+        Decoder::new(provider)
+    }
+
     fn provider(&self) -> &str {
         &self.provider
     }

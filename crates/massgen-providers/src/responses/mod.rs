@@ -12,41 +12,36 @@ mod wire;
 use http::HeaderMap;
 use serde_json::Value;
 
-pub use decode::decode_stream;
-
-use super::chat_completions::WIRE as CHAT_WIRE;
-use super::transport::WireFns;
-use super::upstream::{base, bearer};
-use super::{HttpProvider, ProviderRequest, UpstreamConfig, WireFormat};
+use super::chat_completions::ChatCompletions;
+use super::upstream::{EndpointParts, base, bearer};
+use super::{HttpProvider, ProviderError, ProviderRequest, UpstreamConfig, WireFormat};
 
 /// A Responses API upstream. Cheap to clone; share it as `Arc<dyn Provider>`.
 pub type ResponsesProvider = HttpProvider<Responses>;
 
-/// Marks [`HttpProvider`] as speaking the Responses API.
+/// The Responses API: `POST {base_url}/responses` (`base_url` e.g.
+/// `https://api.openai.com/v1`), bearer key.
 #[derive(Debug)]
 pub enum Responses {}
 
 impl WireFormat for Responses {
-    const DEBUG_NAME: &'static str = "ResponsesProvider";
+    const NAME: &'static str = "ResponsesProvider";
+    type Decoder = decode::Decoder;
 
-    fn build_body(config: &UpstreamConfig, request: &ProviderRequest) -> Value {
-        request::build_body(&config.model, &config.params, request)
-    }
-}
-
-const WIRE: WireFns = WireFns {
-    http_error: CHAT_WIRE.http_error,
-    decode: |provider, body, idle_timeout| decode_stream(provider, body, idle_timeout),
-};
-
-impl HttpProvider<Responses> {
-    /// `base_url` is e.g. `https://api.openai.com/v1` (without `/responses`).
-    pub fn new(config: UpstreamConfig, http: reqwest::Client) -> Result<Self, String> {
-        let url = format!("{}/responses", base(&config));
+    fn endpoint(config: &UpstreamConfig, _: Option<&str>) -> Result<EndpointParts, String> {
+        let url = format!("{}/responses", base(config));
         let mut headers = HeaderMap::new();
         if let Some(key) = &config.api_key {
             headers.insert(http::header::AUTHORIZATION, bearer(key)?);
         }
-        Ok(Self::with_endpoint(config, url, headers, http, WIRE))
+        Ok(EndpointParts { url, headers })
+    }
+
+    fn build_body(config: &UpstreamConfig, request: &ProviderRequest) -> Value {
+        request::build_body(&config.model, &config.params, request)
+    }
+
+    fn http_error(provider: &str, status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
+        ChatCompletions::http_error(provider, status, headers, body)
     }
 }

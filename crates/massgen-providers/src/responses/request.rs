@@ -12,6 +12,7 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::turns::joined_system;
 use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
 
 /// Key of this format's data in [`ToolCall::opaque`].
@@ -34,17 +35,10 @@ pub(crate) fn build_body(
     }
     let stateless = body.get("store") == Some(&Value::Bool(false));
     body.insert("model".into(), Value::String(model.to_owned()));
-    let system: Vec<&str> = request
-        .messages
-        .iter()
-        .filter(|m| m.role == Role::System && !m.content.is_empty())
-        .map(|m| m.content.as_str())
-        .collect();
-    if system.is_empty() {
-        body.remove("instructions");
-    } else {
-        body.insert("instructions".into(), Value::String(system.join("\n\n")));
-    }
+    match joined_system(&request.messages) {
+        Some(system) => body.insert("instructions".into(), Value::String(system)),
+        None => body.remove("instructions"),
+    };
     let mut input = Vec::new();
     for message in &request.messages {
         push_items(message, stateless, &mut input);
