@@ -1,7 +1,7 @@
 //! Command line: `massgen serve` and `massgen mock-upstream`.
 //!
-//! Flags win over `MASSGEN_SERVER_*` variables, which win over defaults; [`resolve_serve`]
-//! does that merge with an injected environment so it is unit-tested without the process env.
+//! Flags win over `MASSGEN_SERVER_*` variables (clap's `env`), which win over the defaults
+//! [`resolve_serve`] applies.
 //! Stdout carries exactly one `… listening on http://ADDR` line (black-box tests read it);
 //! logs go to stderr. Exit codes: 0 ok, 1 runtime failure, 2 usage or config error.
 
@@ -59,38 +59,38 @@ pub struct HealthcheckArgs {
 
 #[derive(Debug, Clone, Default, Args)]
 pub struct ServeArgs {
-    /// Address to bind [env: MASSGEN_SERVER_HOST] [default: 127.0.0.1]
-    #[arg(long)]
+    /// Address to bind [default: 127.0.0.1]
+    #[arg(long, env = "MASSGEN_SERVER_HOST")]
     pub host: Option<String>,
-    /// Port to bind, 0 for any free port [env: MASSGEN_SERVER_PORT] [default: 4000]
-    #[arg(long)]
+    /// Port to bind, 0 for any free port [default: 4000]
+    #[arg(long, env = "MASSGEN_SERVER_PORT", value_parser = Number::<u16>::new())]
     pub port: Option<u16>,
-    /// Default panel config (YAML) [env: MASSGEN_SERVER_DEFAULT_CONFIG]
-    #[arg(long, value_name = "FILE")]
+    /// Default panel config (YAML)
+    #[arg(long, value_name = "FILE", env = "MASSGEN_SERVER_DEFAULT_CONFIG")]
     pub config: Option<PathBuf>,
-    /// Directory of named panel configs, served as `massgen/<name>` [env: MASSGEN_SERVER_CONFIGS_DIR]
-    #[arg(long, value_name = "DIR")]
+    /// Directory of named panel configs, served as `massgen/<name>`
+    #[arg(long, value_name = "DIR", env = "MASSGEN_SERVER_CONFIGS_DIR")]
     pub configs_dir: Option<PathBuf>,
     /// Run three simulated agents on a built-in mock upstream (no API keys needed)
     #[arg(long)]
     pub demo: bool,
-    /// Allow `massgen/path:<file>` models [env: MASSGEN_SERVER_ALLOW_CONFIG_PATHS]
-    #[arg(long)]
+    /// Allow `massgen/path:<file>` models
+    #[arg(long, env = "MASSGEN_SERVER_ALLOW_CONFIG_PATHS", value_parser = Switch)]
     pub allow_config_paths: bool,
     /// Period of SSE keep-alive comments [default: 15]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = Number::<u64>::new())]
     pub keepalive_seconds: Option<u64>,
     /// Largest accepted request body [default: 10485760]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = Number::<usize>::new())]
     pub max_body_bytes: Option<usize>,
     /// How long running sessions may finish after a shutdown signal [default: 30]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = Number::<u64>::new())]
     pub shutdown_grace_seconds: Option<u64>,
-    /// Debug logging, including prompt and answer text [env: MASSGEN_SERVER_DEBUG]
-    #[arg(long)]
+    /// Debug logging, including prompt and answer text
+    #[arg(long, env = "MASSGEN_SERVER_DEBUG", value_parser = Switch)]
     pub debug: bool,
-    /// Replace every agent's model of the default config with NAME [env: MASSGEN_SERVER_DEFAULT_MODEL]
-    #[arg(long, value_name = "NAME")]
+    /// Replace every agent's model of the default config with NAME
+    #[arg(long, value_name = "NAME", env = "MASSGEN_SERVER_DEFAULT_MODEL")]
     pub default_model: Option<String>,
     #[command(flatten)]
     pub production: ProductionArgs,
@@ -100,38 +100,38 @@ pub struct ServeArgs {
 #[derive(Debug, Clone, Default, Args)]
 pub struct ProductionArgs {
     /// File of accepted API keys, one per line (`#` comments); adds to MASSGEN_SERVER_API_KEYS
-    /// (comma-separated) [env: MASSGEN_SERVER_API_KEYS_FILE]
-    #[arg(long, value_name = "FILE")]
+    /// (comma-separated)
+    #[arg(long, value_name = "FILE", env = "MASSGEN_SERVER_API_KEYS_FILE")]
     pub api_keys_file: Option<PathBuf>,
-    /// Require an API key for GET /metrics too [env: MASSGEN_SERVER_PROTECT_METRICS]
-    #[arg(long)]
+    /// Require an API key for GET /metrics too
+    #[arg(long, env = "MASSGEN_SERVER_PROTECT_METRICS", value_parser = Switch)]
     pub protect_metrics: bool,
-    /// Allowed CORS origins, comma-separated, or `*` [env: MASSGEN_SERVER_CORS_ORIGINS] [default: CORS off]
-    #[arg(long, value_name = "LIST")]
+    /// Allowed CORS origins, comma-separated, or `*` [default: CORS off]
+    #[arg(long, value_name = "LIST", env = "MASSGEN_SERVER_CORS_ORIGINS")]
     pub cors_origins: Option<String>,
-    /// Sessions running at once, more get 429 [env: MASSGEN_SERVER_MAX_SESSIONS] [default: no cap]
-    #[arg(long, value_name = "N")]
+    /// Sessions running at once, more get 429 [default: no cap]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SESSIONS", value_parser = Number::<usize>::new())]
     pub max_sessions: Option<usize>,
-    /// Requests per minute per API key [env: MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE] [default: no limit]
-    #[arg(long, value_name = "N")]
+    /// Requests per minute per API key [default: no limit]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE", value_parser = Number::<u32>::new())]
     pub rate_limit_per_minute: Option<u32>,
-    /// Requests a key may send in a burst [env: MASSGEN_SERVER_RATE_LIMIT_BURST] [default: the per-minute rate]
-    #[arg(long, value_name = "N")]
+    /// Requests a key may send in a burst [default: the per-minute rate]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RATE_LIMIT_BURST", value_parser = Number::<u32>::new())]
     pub rate_limit_burst: Option<u32>,
-    /// Upstream calls one session may make [env: MASSGEN_SERVER_MAX_UPSTREAM_CALLS] [default: no cap]
-    #[arg(long, value_name = "N")]
+    /// Upstream calls one session may make [default: no cap]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_UPSTREAM_CALLS", value_parser = Number::<u32>::new())]
     pub max_upstream_calls: Option<u32>,
-    /// Time to receive a request's headers [env: MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS] [default: 30]
-    #[arg(long, value_name = "N")]
+    /// Time to receive a request's headers [default: 30]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
     pub header_timeout_seconds: Option<u64>,
-    /// Session records kept in memory [env: MASSGEN_SERVER_RECORDS_MAX] [default: 1000]
-    #[arg(long, value_name = "N")]
+    /// Session records kept in memory [default: 1000]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_MAX", value_parser = Number::<usize>::new())]
     pub records_max: Option<usize>,
-    /// Seconds a finished session's record is kept [env: MASSGEN_SERVER_RECORDS_MAX_AGE_SECONDS] [default: 3600]
-    #[arg(long, value_name = "N")]
+    /// Seconds a finished session's record is kept [default: 3600]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_MAX_AGE_SECONDS", value_parser = Number::<u64>::new())]
     pub records_max_age_seconds: Option<u64>,
-    /// Also write session records as files (MassGen's log layout) [env: MASSGEN_SERVER_RECORDS_DIR]
-    #[arg(long, value_name = "DIR")]
+    /// Also write session records as files (MassGen's log layout)
+    #[arg(long, value_name = "DIR", env = "MASSGEN_SERVER_RECORDS_DIR")]
     pub records_dir: Option<PathBuf>,
 }
 
@@ -184,23 +184,11 @@ impl From<ConfigError> for Fatal {
 pub const NO_CONFIG_HINT: &str = "no panel config: pass --config FILE (or set MASSGEN_SERVER_DEFAULT_CONFIG), \
      --configs-dir DIR with *.yaml files, or --demo to try it with simulated agents";
 
-/// Merges flags, `MASSGEN_SERVER_*` variables (looked up through `env`) and defaults.
+/// Applies the defaults to what clap read from flags and `MASSGEN_SERVER_*` variables (flags
+/// win). `env` is read for `MASSGEN_SERVER_API_KEYS` only, a list that has no flag: keys do
+/// not belong on a command line.
 pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
-    let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-    let flag = |set: bool, name: &str| -> Result<bool, Fatal> {
-        if set {
-            return Ok(true);
-        }
-        var(name).map_or(Ok(false), |v| parse_bool(name, &v))
-    };
     let defaults = ServerSettings::default();
-    let port = match (args.port, var("MASSGEN_SERVER_PORT")) {
-        (Some(port), _) => port,
-        (None, Some(text)) => text.trim().parse().map_err(|_| {
-            Fatal::usage(format!("MASSGEN_SERVER_PORT: not a port number: '{text}'"))
-        })?,
-        (None, None) => defaults.port,
-    };
     let keepalive = args
         .keepalive_seconds
         .map_or(defaults.keepalive, Duration::from_secs);
@@ -208,69 +196,33 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         return Err(Fatal::usage("--keepalive-seconds must be at least 1"));
     }
     let settings = ServerSettings {
-        host: args
-            .host
-            .clone()
-            .or_else(|| var("MASSGEN_SERVER_HOST"))
-            .unwrap_or(defaults.host),
-        port,
+        host: given(&args.host).unwrap_or(defaults.host),
+        port: args.port.unwrap_or(defaults.port),
         keepalive,
         max_body_bytes: args.max_body_bytes.unwrap_or(defaults.max_body_bytes),
-        allow_config_paths: flag(args.allow_config_paths, "MASSGEN_SERVER_ALLOW_CONFIG_PATHS")?,
+        allow_config_paths: args.allow_config_paths,
         shutdown_grace: args
             .shutdown_grace_seconds
             .map_or(defaults.shutdown_grace, Duration::from_secs),
-        debug: flag(args.debug, "MASSGEN_SERVER_DEBUG")?,
-        default_model: args
-            .default_model
-            .clone()
-            .or_else(|| var("MASSGEN_SERVER_DEFAULT_MODEL"))
-            .filter(|m| !m.trim().is_empty()),
+        debug: args.debug,
+        default_model: given(&args.default_model),
         production: resolve_production(&args.production, env)?,
     };
     Ok(ServePlan {
         settings,
-        default_config: args
-            .config
-            .clone()
-            .or_else(|| var("MASSGEN_SERVER_DEFAULT_CONFIG").map(PathBuf::from)),
-        configs_dir: args
-            .configs_dir
-            .clone()
-            .or_else(|| var("MASSGEN_SERVER_CONFIGS_DIR").map(PathBuf::from)),
+        default_config: given_path(&args.config),
+        configs_dir: given_path(&args.configs_dir),
         demo: args.demo,
     })
 }
 
-/// The production part of [`resolve_serve`]: flags win over variables, which win over
-/// [`ProductionSettings::default`].
+/// The production part of [`resolve_serve`], over [`ProductionSettings::default`].
 pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<ProductionSettings, Fatal> {
-    let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
-    fn number<T: std::str::FromStr>(
-        flag: Option<T>,
-        name: &str,
-        value: Option<String>,
-    ) -> Result<Option<T>, Fatal> {
-        match (flag, value) {
-            (Some(v), _) => Ok(Some(v)),
-            (None, Some(text)) => text
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| Fatal::usage(format!("{name}: not a valid number: '{text}'"))),
-            (None, None) => Ok(None),
-        }
-    }
     let defaults = ProductionSettings::default();
-
-    let mut api_keys: Vec<Secret> = var("MASSGEN_SERVER_API_KEYS")
+    let mut api_keys: Vec<Secret> = env("MASSGEN_SERVER_API_KEYS")
         .map(|list| split_list(&list).map(Secret::new).collect())
         .unwrap_or_default();
-    let keys_file = args
-        .api_keys_file
-        .clone()
-        .or_else(|| var("MASSGEN_SERVER_API_KEYS_FILE").map(PathBuf::from));
-    if let Some(path) = keys_file {
+    if let Some(path) = given_path(&args.api_keys_file) {
         // The error names the file only: its content is secret.
         let text = std::fs::read_to_string(&path).map_err(|e| {
             Fatal::usage(format!(
@@ -285,66 +237,22 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
                 .map(Secret::new),
         );
     }
-    let protect_metrics = if args.protect_metrics {
-        true
-    } else {
-        var("MASSGEN_SERVER_PROTECT_METRICS").map_or(Ok(false), |v| {
-            parse_bool("MASSGEN_SERVER_PROTECT_METRICS", &v)
-        })?
-    };
-    let cors_origins: Vec<String> = args
-        .cors_origins
-        .clone()
-        .or_else(|| var("MASSGEN_SERVER_CORS_ORIGINS"))
-        .map(|list| split_list(&list).map(str::to_string).collect())
-        .unwrap_or_default();
-    let max_concurrent_sessions = number(
-        args.max_sessions,
-        "MASSGEN_SERVER_MAX_SESSIONS",
-        var("MASSGEN_SERVER_MAX_SESSIONS"),
-    )?;
-    let rate_limit_per_minute = number(
-        args.rate_limit_per_minute,
-        "MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE",
-        var("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE"),
-    )?;
-    let rate_limit_burst = number(
-        args.rate_limit_burst,
-        "MASSGEN_SERVER_RATE_LIMIT_BURST",
-        var("MASSGEN_SERVER_RATE_LIMIT_BURST"),
-    )?;
-    let max_upstream_calls = number(
-        args.max_upstream_calls,
-        "MASSGEN_SERVER_MAX_UPSTREAM_CALLS",
-        var("MASSGEN_SERVER_MAX_UPSTREAM_CALLS"),
-    )?;
-    let header_timeout = number(
-        args.header_timeout_seconds,
-        "MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS",
-        var("MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS"),
-    )?;
-    let records_max = number(
-        args.records_max,
-        "MASSGEN_SERVER_RECORDS_MAX",
-        var("MASSGEN_SERVER_RECORDS_MAX"),
-    )?;
-    let records_age = number(
-        args.records_max_age_seconds,
-        "MASSGEN_SERVER_RECORDS_MAX_AGE_SECONDS",
-        var("MASSGEN_SERVER_RECORDS_MAX_AGE_SECONDS"),
-    )?;
     for (value, name) in [
         (
-            max_concurrent_sessions.map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
+            args.max_sessions
+                .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
             "--max-sessions",
         ),
         (
-            rate_limit_per_minute.map(u64::from),
+            args.rate_limit_per_minute.map(u64::from),
             "--rate-limit-per-minute",
         ),
-        (rate_limit_burst.map(u64::from), "--rate-limit-burst"),
-        (max_upstream_calls.map(u64::from), "--max-upstream-calls"),
-        (header_timeout, "--header-timeout-seconds"),
+        (args.rate_limit_burst.map(u64::from), "--rate-limit-burst"),
+        (
+            args.max_upstream_calls.map(u64::from),
+            "--max-upstream-calls",
+        ),
+        (args.header_timeout_seconds, "--header-timeout-seconds"),
     ] {
         if value == Some(0) {
             return Err(Fatal::usage(format!("{name} must be at least 1")));
@@ -352,34 +260,115 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
     }
     Ok(ProductionSettings {
         api_keys,
-        protect_metrics,
-        cors_origins,
-        max_concurrent_sessions,
-        rate_limit_per_minute,
-        rate_limit_burst,
-        max_upstream_calls,
-        header_read_timeout: header_timeout
+        protect_metrics: args.protect_metrics,
+        cors_origins: given(&args.cors_origins)
+            .map(|list| split_list(&list).map(str::to_string).collect())
+            .unwrap_or_default(),
+        max_concurrent_sessions: args.max_sessions,
+        rate_limit_per_minute: args.rate_limit_per_minute,
+        rate_limit_burst: args.rate_limit_burst,
+        max_upstream_calls: args.max_upstream_calls,
+        header_read_timeout: args
+            .header_timeout_seconds
             .map_or(defaults.header_read_timeout, Duration::from_secs),
-        records_max_sessions: records_max.unwrap_or(defaults.records_max_sessions),
-        records_max_age: records_age.map_or(defaults.records_max_age, Duration::from_secs),
-        records_dir: args
-            .records_dir
-            .clone()
-            .or_else(|| var("MASSGEN_SERVER_RECORDS_DIR").map(PathBuf::from)),
+        records_max_sessions: args.records_max.unwrap_or(defaults.records_max_sessions),
+        records_max_age: args
+            .records_max_age_seconds
+            .map_or(defaults.records_max_age, Duration::from_secs),
+        records_dir: given_path(&args.records_dir),
     })
+}
+
+/// A text value, an empty one (`MASSGEN_SERVER_HOST=`) counting as not given.
+fn given(value: &Option<String>) -> Option<String> {
+    value.clone().filter(|v| !v.trim().is_empty())
+}
+
+fn given_path(value: &Option<PathBuf>) -> Option<PathBuf> {
+    value.clone().filter(|p| !p.as_os_str().is_empty())
 }
 
 fn split_list(list: &str) -> impl Iterator<Item = &str> {
     list.split(',').map(str::trim).filter(|s| !s.is_empty())
 }
 
-fn parse_bool(name: &str, text: &str) -> Result<bool, Fatal> {
+/// How a flag or its variable names itself in an error: `--port / MASSGEN_SERVER_PORT`.
+fn arg_names(arg: Option<&clap::Arg>) -> String {
+    let Some(arg) = arg else {
+        return "value".to_string();
+    };
+    let flag = arg
+        .get_long()
+        .map_or_else(|| arg.get_id().to_string(), |long| format!("--{long}"));
+    match arg.get_env() {
+        Some(var) => format!("{flag} / {}", var.to_string_lossy()),
+        None => flag,
+    }
+}
+
+fn invalid(cmd: &clap::Command, arg: Option<&clap::Arg>, problem: String) -> clap::Error {
+    clap::Error::raw(
+        clap::error::ErrorKind::InvalidValue,
+        format!("{}: {problem}\n", arg_names(arg)),
+    )
+    .with_cmd(cmd)
+}
+
+/// A whole number from a flag or its variable (surrounding spaces allowed); a bad one names
+/// both, since the operator may not know which of the two set it.
+#[derive(Debug, Clone, Copy)]
+struct Number<T>(std::marker::PhantomData<fn() -> T>);
+
+impl<T> Number<T> {
+    fn new() -> Self {
+        Self(std::marker::PhantomData)
+    }
+}
+
+impl<T> clap::builder::TypedValueParser for Number<T>
+where
+    T: std::str::FromStr + Clone + Send + Sync + 'static,
+{
+    type Value = T;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<T, clap::Error> {
+        let text = value.to_string_lossy();
+        text.trim()
+            .parse()
+            .map_err(|_| invalid(cmd, arg, format!("not a valid number: '{text}'")))
+    }
+}
+
+/// An on/off value from a flag (`--debug` means true) or its variable: 1/true/yes/on or
+/// 0/false/no/off, any case; empty counts as off.
+#[derive(Debug, Clone, Copy)]
+struct Switch;
+
+impl clap::builder::TypedValueParser for Switch {
+    type Value = bool;
+
+    fn parse_ref(
+        &self,
+        cmd: &clap::Command,
+        arg: Option<&clap::Arg>,
+        value: &std::ffi::OsStr,
+    ) -> Result<bool, clap::Error> {
+        let text = value.to_string_lossy();
+        switch(&text)
+            .ok_or_else(|| invalid(cmd, arg, format!("expected true or false, got '{text}'")))
+    }
+}
+
+fn switch(text: &str) -> Option<bool> {
     match text.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => Ok(true),
-        "0" | "false" | "no" | "off" => Ok(false),
-        _ => Err(Fatal::usage(format!(
-            "{name}: expected true or false, got '{text}'"
-        ))),
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
     }
 }
 
@@ -426,8 +415,9 @@ pub fn main() -> ExitCode {
     // Before any thread exists: dotenvy sets process variables. Real variables win.
     let dotenv = load_dotenv();
     let cli = Cli::parse();
+    // `serve` reads MASSGEN_SERVER_DEBUG through clap; the other commands log alike.
     let debug = matches!(&cli.command, Command::Serve(a) if a.debug)
-        || process_env("MASSGEN_SERVER_DEBUG").is_some_and(|v| parse_bool("", &v) == Ok(true));
+        || process_env("MASSGEN_SERVER_DEBUG").is_some_and(|v| switch(&v) == Some(true));
     let telemetry = crate::telemetry::init(debug, &process_env);
     if let Err(e) = dotenv {
         tracing::warn!("ignoring .env: {e}");
@@ -618,80 +608,5 @@ impl Signals {
 
     async fn next(&mut self) {
         let _ = tokio::signal::ctrl_c().await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::collections::HashMap;
-
-    fn env_of(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> + use<> {
-        let map: HashMap<String, String> = pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        move |name| map.get(name).cloned()
-    }
-
-    #[test]
-    fn production_defaults_env_and_flags() {
-        let none = resolve_production(&ProductionArgs::default(), &env_of(&[])).unwrap();
-        assert_eq!(none, ProductionSettings::default());
-
-        let dir = tempfile::tempdir().unwrap();
-        let file = dir.path().join("keys");
-        std::fs::write(&file, "# ops keys\nk-file-1\n\n  k-file-2  \n").unwrap();
-        let env = env_of(&[
-            ("MASSGEN_SERVER_API_KEYS", " k-env-1 ,k-env-2,"),
-            ("MASSGEN_SERVER_MAX_SESSIONS", "8"),
-            ("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE", "60"),
-            (
-                "MASSGEN_SERVER_CORS_ORIGINS",
-                "https://a.example, https://b.example",
-            ),
-            ("MASSGEN_SERVER_PROTECT_METRICS", "true"),
-            ("MASSGEN_SERVER_RECORDS_DIR", "/var/log/massgen"),
-        ]);
-        let args = ProductionArgs {
-            api_keys_file: Some(file),
-            max_sessions: Some(2),
-            max_upstream_calls: Some(40),
-            header_timeout_seconds: Some(5),
-            ..ProductionArgs::default()
-        };
-        let p = resolve_production(&args, &env).unwrap();
-        let keys: Vec<&str> = p.api_keys.iter().map(Secret::expose).collect();
-        assert_eq!(keys, ["k-env-1", "k-env-2", "k-file-1", "k-file-2"]);
-        assert_eq!(p.max_concurrent_sessions, Some(2), "flag wins");
-        assert_eq!(p.rate_limit_per_minute, Some(60));
-        assert_eq!(p.max_upstream_calls, Some(40));
-        assert_eq!(p.header_read_timeout, Duration::from_secs(5));
-        assert_eq!(p.cors_origins, ["https://a.example", "https://b.example"]);
-        assert!(p.protect_metrics);
-        assert_eq!(p.records_dir, Some(PathBuf::from("/var/log/massgen")));
-        assert!(!format!("{p:?}").contains("k-env-1"), "keys never print");
-    }
-
-    #[test]
-    fn production_rejects_bad_values_without_echoing_keys() {
-        let zero = ProductionArgs {
-            max_sessions: Some(0),
-            ..ProductionArgs::default()
-        };
-        assert_eq!(resolve_production(&zero, &env_of(&[])).unwrap_err().code, 2);
-        let bad = env_of(&[("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE", "lots")]);
-        let e = resolve_production(&ProductionArgs::default(), &bad).unwrap_err();
-        assert!(
-            e.message.contains("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE"),
-            "{}",
-            e.message
-        );
-        let missing = ProductionArgs {
-            api_keys_file: Some(PathBuf::from("/nonexistent/keys")),
-            ..ProductionArgs::default()
-        };
-        let e = resolve_production(&missing, &env_of(&[])).unwrap_err();
-        assert!(e.message.contains("/nonexistent/keys"), "{}", e.message);
     }
 }

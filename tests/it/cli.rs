@@ -8,36 +8,53 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use massgen::cli::{Cli, Command as Sub, NO_CONFIG_HINT, ServeArgs, build_catalog, resolve_serve};
+use massgen::cli::{
+    Cli, Command as Sub, Fatal, NO_CONFIG_HINT, ServeArgs, ServePlan, build_catalog, resolve_serve,
+};
+use massgen::config::{ProductionSettings, Secret, process_env};
 
-use crate::support::env_of;
+use crate::support::{env_of, in_child_env};
 
-fn serve_args(argv: &[&str]) -> ServeArgs {
+/// `massgen serve ARGV…` as clap reads it (flags, then this process's `MASSGEN_SERVER_*`).
+fn parse_serve(argv: &[&str]) -> Result<ServeArgs, Fatal> {
     let mut full = vec!["massgen", "serve"];
     full.extend_from_slice(argv);
     match Cli::try_parse_from(full) {
         Ok(Cli {
             command: Sub::Serve(args),
-        }) => args,
-        other => panic!("not a serve command: {other:?}"),
+        }) => Ok(args),
+        Ok(other) => panic!("not a serve command: {other:?}"),
+        Err(e) => Err(Fatal {
+            code: u8::try_from(e.exit_code()).unwrap_or(1),
+            message: e.to_string(),
+        }),
     }
 }
 
+/// The plan of `massgen serve ARGV…` in this process's environment.
+fn plan_of(argv: &[&str]) -> Result<ServePlan, Fatal> {
+    resolve_serve(&parse_serve(argv)?, &process_env)
+}
+
+// clap reads the process environment itself: each test below runs its body in a child
+// process whose environment is exactly the variables it names.
+
 #[test]
 fn defaults_without_flags_or_env() {
-    let plan =
-        resolve_serve(&serve_args(&[]), env_of(&[]).as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
-    assert_eq!(plan.settings, massgen::config::ServerSettings::default());
-    assert_eq!(plan.settings.host, "127.0.0.1");
-    assert_eq!(plan.settings.port, 4000);
-    assert_eq!(plan.default_config, None);
-    assert_eq!(plan.configs_dir, None);
-    assert!(!plan.demo);
+    in_child_env("cli::defaults_without_flags_or_env", &[], || {
+        let plan = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(plan.settings, massgen::config::ServerSettings::default());
+        assert_eq!(plan.settings.host, "127.0.0.1");
+        assert_eq!(plan.settings.port, 4000);
+        assert_eq!(plan.default_config, None);
+        assert_eq!(plan.configs_dir, None);
+        assert!(!plan.demo);
+    });
 }
 
 #[test]
 fn env_fallbacks_apply() {
-    let e = env_of(&[
+    let e = [
         ("MASSGEN_SERVER_HOST", "0.0.0.0"),
         ("MASSGEN_SERVER_PORT", "8080"),
         ("MASSGEN_SERVER_DEFAULT_CONFIG", "team.yaml"),
@@ -45,105 +62,204 @@ fn env_fallbacks_apply() {
         ("MASSGEN_SERVER_DEBUG", "true"),
         ("MASSGEN_SERVER_CONFIGS_DIR", "configs"),
         ("MASSGEN_SERVER_ALLOW_CONFIG_PATHS", "1"),
-    ]);
-    let plan = resolve_serve(&serve_args(&[]), e.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
-    assert_eq!(plan.settings.host, "0.0.0.0");
-    assert_eq!(plan.settings.port, 8080);
-    assert_eq!(plan.settings.default_model.as_deref(), Some("panel"));
-    assert!(plan.settings.debug);
-    assert!(plan.settings.allow_config_paths);
-    assert_eq!(plan.default_config, Some(PathBuf::from("team.yaml")));
-    assert_eq!(plan.configs_dir, Some(PathBuf::from("configs")));
+    ];
+    in_child_env("cli::env_fallbacks_apply", &e, || {
+        let plan = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(plan.settings.host, "0.0.0.0");
+        assert_eq!(plan.settings.port, 8080);
+        assert_eq!(plan.settings.default_model.as_deref(), Some("panel"));
+        assert!(plan.settings.debug);
+        assert!(plan.settings.allow_config_paths);
+        assert_eq!(plan.default_config, Some(PathBuf::from("team.yaml")));
+        assert_eq!(plan.configs_dir, Some(PathBuf::from("configs")));
+    });
 }
 
 #[test]
 fn flags_win_over_env() {
-    let e = env_of(&[
+    let e = [
         ("MASSGEN_SERVER_HOST", "0.0.0.0"),
         ("MASSGEN_SERVER_PORT", "8080"),
         ("MASSGEN_SERVER_DEFAULT_CONFIG", "env.yaml"),
         ("MASSGEN_SERVER_CONFIGS_DIR", "env-dir"),
         ("MASSGEN_SERVER_DEBUG", "false"),
-    ]);
-    let args = serve_args(&[
-        "--host",
-        "::1",
-        "--port",
-        "0",
-        "--config",
-        "flag.yaml",
-        "--configs-dir",
-        "flag-dir",
-        "--debug",
-        "--demo",
-        "--keepalive-seconds",
-        "5",
-        "--max-body-bytes",
-        "1000",
-        "--shutdown-grace-seconds",
-        "2",
-        "--allow-config-paths",
-    ]);
-    let plan = resolve_serve(&args, e.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
-    let s = &plan.settings;
-    assert_eq!((s.host.as_str(), s.port), ("::1", 0));
-    assert!(s.debug && s.allow_config_paths && plan.demo);
-    assert_eq!(s.keepalive, Duration::from_secs(5));
-    assert_eq!(s.max_body_bytes, 1000);
-    assert_eq!(s.shutdown_grace, Duration::from_secs(2));
-    assert_eq!(plan.default_config, Some(PathBuf::from("flag.yaml")));
-    assert_eq!(plan.configs_dir, Some(PathBuf::from("flag-dir")));
+    ];
+    in_child_env("cli::flags_win_over_env", &e, || {
+        let plan = plan_of(&[
+            "--host",
+            "::1",
+            "--port",
+            "0",
+            "--config",
+            "flag.yaml",
+            "--configs-dir",
+            "flag-dir",
+            "--debug",
+            "--demo",
+            "--keepalive-seconds",
+            "5",
+            "--max-body-bytes",
+            "1000",
+            "--shutdown-grace-seconds",
+            "2",
+            "--allow-config-paths",
+        ])
+        .unwrap_or_else(|e| panic!("{e:?}"));
+        let s = &plan.settings;
+        assert_eq!((s.host.as_str(), s.port), ("::1", 0));
+        assert!(s.debug && s.allow_config_paths && plan.demo);
+        assert_eq!(s.keepalive, Duration::from_secs(5));
+        assert_eq!(s.max_body_bytes, 1000);
+        assert_eq!(s.shutdown_grace, Duration::from_secs(2));
+        assert_eq!(plan.default_config, Some(PathBuf::from("flag.yaml")));
+        assert_eq!(plan.configs_dir, Some(PathBuf::from("flag-dir")));
+    });
 }
 
 #[test]
 fn bad_env_values_are_usage_errors() {
-    let e = env_of(&[("MASSGEN_SERVER_PORT", "http")]);
-    let err = resolve_serve(&serve_args(&[]), e.as_ref()).err();
-    assert!(
-        err.as_ref()
-            .is_some_and(|f| f.code == 2 && f.message.contains("MASSGEN_SERVER_PORT")),
-        "{err:?}"
-    );
-    let e = env_of(&[("MASSGEN_SERVER_DEBUG", "sometimes")]);
-    let err = resolve_serve(&serve_args(&[]), e.as_ref()).err();
-    assert!(
-        err.as_ref()
-            .is_some_and(|f| f.code == 2 && f.message.contains("MASSGEN_SERVER_DEBUG")),
-        "{err:?}"
-    );
-    let err = resolve_serve(
-        &serve_args(&["--keepalive-seconds", "0"]),
-        env_of(&[]).as_ref(),
-    )
-    .err();
-    assert!(err.is_some_and(|f| f.code == 2));
+    let port = [("MASSGEN_SERVER_PORT", "http")];
+    in_child_env("cli::bad_env_values_are_usage_errors", &port, || {
+        let err = plan_of(&[]).err();
+        assert!(
+            err.as_ref()
+                .is_some_and(|f| f.code == 2 && f.message.contains("MASSGEN_SERVER_PORT")),
+            "{err:?}"
+        );
+    });
+}
+
+#[test]
+fn bad_switch_values_are_usage_errors() {
+    let debug = [("MASSGEN_SERVER_DEBUG", "sometimes")];
+    in_child_env("cli::bad_switch_values_are_usage_errors", &debug, || {
+        let err = plan_of(&[]).err();
+        assert!(
+            err.as_ref()
+                .is_some_and(|f| f.code == 2 && f.message.contains("MASSGEN_SERVER_DEBUG")),
+            "{err:?}"
+        );
+        let err = plan_of(&["--keepalive-seconds", "0"]).err();
+        assert!(err.is_some_and(|f| f.code == 2));
+    });
 }
 
 #[test]
 fn catalog_from_plan_demo_and_hint() {
-    let none = env_of(&[]);
-    let plan = resolve_serve(&serve_args(&[]), none.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
-    let err = build_catalog(&plan, None, none.as_ref()).err();
-    assert!(err.is_some_and(|f| f.code == 2 && f.message == NO_CONFIG_HINT));
+    in_child_env("cli::catalog_from_plan_demo_and_hint", &[], || {
+        let none = env_of(&[]);
+        let plan = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
+        let err = build_catalog(&plan, None, none.as_ref()).err();
+        assert!(err.is_some_and(|f| f.code == 2 && f.message == NO_CONFIG_HINT));
 
-    let demo = build_catalog(&plan, Some("http://127.0.0.1:1/v1"), none.as_ref())
-        .unwrap_or_else(|e| panic!("{e:?}"));
-    assert_eq!(demo.default.as_ref().map(|p| p.name.as_str()), Some("demo"));
-    assert!(demo.named.is_empty());
+        let demo = build_catalog(&plan, Some("http://127.0.0.1:1/v1"), none.as_ref())
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(demo.default.as_ref().map(|p| p.name.as_str()), Some("demo"));
+        assert!(demo.named.is_empty());
 
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let file = dir.path().join("team.yaml");
+        std::fs::write(
+            &file,
+            "agent: {id: solo, backend: {type: ollama, model: m}}",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let plan = plan_of(&["--demo", "--config", &file.display().to_string()])
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let both = build_catalog(&plan, Some("http://127.0.0.1:1/v1"), none.as_ref())
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(both.default.as_ref().map(|p| p.name.as_str()), Some("team"));
+        assert_eq!(both.named.keys().collect::<Vec<_>>(), ["demo"]);
+    });
+}
+
+#[test]
+fn production_defaults() {
+    in_child_env("cli::production_defaults", &[], || {
+        let none = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(none.settings.production, ProductionSettings::default());
+    });
+}
+
+#[test]
+fn production_env_and_flags() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-    let file = dir.path().join("team.yaml");
-    std::fs::write(
-        &file,
-        "agent: {id: solo, backend: {type: ollama, model: m}}",
-    )
-    .unwrap_or_else(|e| panic!("{e}"));
-    let args = serve_args(&["--demo", "--config", &file.display().to_string()]);
-    let plan = resolve_serve(&args, none.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
-    let both = build_catalog(&plan, Some("http://127.0.0.1:1/v1"), none.as_ref())
+    let file = dir.path().join("keys");
+    std::fs::write(&file, "# ops keys\nk-file-1\n\n  k-file-2  \n")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let file = file.display().to_string();
+    let e = [
+        ("MASSGEN_SERVER_API_KEYS", " k-env-1 ,k-env-2,"),
+        ("MASSGEN_SERVER_MAX_SESSIONS", "8"),
+        ("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE", "60"),
+        (
+            "MASSGEN_SERVER_CORS_ORIGINS",
+            "https://a.example, https://b.example",
+        ),
+        ("MASSGEN_SERVER_PROTECT_METRICS", "true"),
+        ("MASSGEN_SERVER_RECORDS_DIR", "/var/log/massgen"),
+        ("MASSGEN_TEST_KEYS_FILE", file.as_str()),
+    ];
+    in_child_env("cli::production_env_and_flags", &e, || {
+        let file = process_env("MASSGEN_TEST_KEYS_FILE").unwrap_or_default();
+        let plan = plan_of(&[
+            "--api-keys-file",
+            &file,
+            "--max-sessions",
+            "2",
+            "--max-upstream-calls",
+            "40",
+            "--header-timeout-seconds",
+            "5",
+        ])
         .unwrap_or_else(|e| panic!("{e:?}"));
-    assert_eq!(both.default.as_ref().map(|p| p.name.as_str()), Some("team"));
-    assert_eq!(both.named.keys().collect::<Vec<_>>(), ["demo"]);
+        let p = plan.settings.production;
+        let keys: Vec<&str> = p.api_keys.iter().map(Secret::expose).collect();
+        assert_eq!(keys, ["k-env-1", "k-env-2", "k-file-1", "k-file-2"]);
+        assert_eq!(p.max_concurrent_sessions, Some(2), "flag wins");
+        assert_eq!(p.rate_limit_per_minute, Some(60));
+        assert_eq!(p.max_upstream_calls, Some(40));
+        assert_eq!(p.header_read_timeout, Duration::from_secs(5));
+        assert_eq!(p.cors_origins, ["https://a.example", "https://b.example"]);
+        assert!(p.protect_metrics);
+        assert_eq!(p.records_dir, Some(PathBuf::from("/var/log/massgen")));
+        assert!(!format!("{p:?}").contains("k-env-1"), "keys never print");
+    });
+}
+
+#[test]
+fn production_rejects_bad_values_without_echoing_keys() {
+    let bad = [("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE", "lots")];
+    in_child_env(
+        "cli::production_rejects_bad_values_without_echoing_keys",
+        &bad,
+        || {
+            let e = plan_of(&[]).unwrap_err();
+            assert!(
+                e.message.contains("MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE"),
+                "{}",
+                e.message
+            );
+        },
+    );
+}
+
+#[test]
+fn production_rejects_zero_limits_and_a_missing_keys_file() {
+    in_child_env(
+        "cli::production_rejects_zero_limits_and_a_missing_keys_file",
+        &[],
+        || {
+            let zero = plan_of(&["--max-sessions", "0"]).unwrap_err();
+            assert_eq!(zero.code, 2);
+            let missing = plan_of(&["--api-keys-file", "/nonexistent/keys"]).unwrap_err();
+            assert!(
+                missing.message.contains("/nonexistent/keys"),
+                "{}",
+                missing.message
+            );
+        },
+    );
 }
 
 // ---- the binary ----

@@ -3,8 +3,9 @@
 //!   printed address read, killed when the test ends ([`Proc`]), and a server on a
 //!   simulator with its panel files ([`Setup`]);
 //! - HTTP: a client with a timeout, chat requests, the simulator's stats, SSE parsing;
-//! - an injected environment ([`env_of`]), config files ([`write`]), the shared fixtures
-//!   folder ([`shared_dir`]);
+//! - an injected environment ([`env_of`]), a test body run in a child process with a
+//!   given process environment ([`in_child_env`]), config files ([`write`]), the shared
+//!   fixtures folder ([`shared_dir`]);
 //! - [`engine`]: scripted providers for the engine tests; [`native`]: the wire formats'
 //!   fixtures, a scripted loopback upstream and request snapshots.
 
@@ -34,6 +35,47 @@ pub fn env_of(pairs: &[(&str, &str)]) -> TestEnv {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     Box::new(move |name| map.get(name).cloned())
+}
+
+/// Runs `body` where the process environment is exactly `vars`: for code that reads the
+/// environment itself (clap's `env`), which a test cannot set in its own process without
+/// `unsafe`. The test binary is started again running only `test` (the calling test's
+/// path, e.g. `cli::env_fallbacks_apply`), and in that child `body` runs; the parent
+/// fails unless the child ran that one test and it passed.
+pub fn in_child_env(test: &str, vars: &[(&str, &str)], body: impl FnOnce()) {
+    const CHILD: &str = "MASSGEN_TEST_CHILD_ENV";
+    if std::env::var(CHILD).as_deref() == Ok(test) {
+        body();
+        return;
+    }
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    let mut cmd = Command::new(exe);
+    cmd.args([test, "--exact", "--nocapture", "--test-threads=1"])
+        .env_clear()
+        .env(CHILD, test)
+        .envs(vars.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn {test}: {e}"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while child.try_wait().ok().flatten().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{test} in a child process did not finish within 30 s");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let out = child
+        .wait_with_output()
+        .unwrap_or_else(|e| panic!("{test}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("1 passed"),
+        "{test} in a child process:\n{stdout}\n{stderr}"
+    );
 }
 
 pub fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
