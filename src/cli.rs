@@ -20,8 +20,9 @@ use tokio::sync::watch;
 
 use crate::app::HttpProviders;
 use crate::config::{
-    ConfigError, Env, PanelCatalog, PanelConfig, ProductionSettings, Secret, ServerSettings,
-    demo_panel, load_catalog, process_env,
+    AUTO_SOURCE, ConfigError, Env, PanelCatalog, PanelConfig, ProductionSettings, Secret,
+    ServerSettings, auto_panel, auto_panel_yaml, demo_panel, find_default_config, load_catalog,
+    process_env,
 };
 use crate::server::AppState;
 
@@ -65,7 +66,8 @@ pub struct ServeArgs {
     /// Port to bind, 0 for any free port [default: 4000]
     #[arg(long, env = "MASSGEN_SERVER_PORT", value_parser = Number::<u16>::new())]
     pub port: Option<u16>,
-    /// Default panel config (YAML)
+    /// Default panel config (YAML) [default: .massgen/config.yaml, then
+    /// ~/.config/massgen/config.yaml, then an automatic panel from the API keys present]
     #[arg(long, value_name = "FILE", env = "MASSGEN_SERVER_DEFAULT_CONFIG")]
     pub config: Option<PathBuf>,
     /// Directory of named panel configs, served as `massgen/<name>`
@@ -74,6 +76,9 @@ pub struct ServeArgs {
     /// Run three simulated agents on a built-in mock upstream (no API keys needed)
     #[arg(long)]
     pub demo: bool,
+    /// Print the default panel as YAML, ready to save as a config, and exit
+    #[arg(long)]
+    pub print_config: bool,
     /// Allow `massgen/path:<file>` models
     #[arg(long, env = "MASSGEN_SERVER_ALLOW_CONFIG_PATHS", value_parser = Switch)]
     pub allow_config_paths: bool,
@@ -182,7 +187,10 @@ impl From<ConfigError> for Fatal {
 }
 
 pub const NO_CONFIG_HINT: &str = "no panel config: pass --config FILE (or set MASSGEN_SERVER_DEFAULT_CONFIG), \
-     --configs-dir DIR with *.yaml files, or --demo to try it with simulated agents";
+     write .massgen/config.yaml or ~/.config/massgen/config.yaml, set a provider key for an automatic \
+     panel (OPENAI_API_KEY, ANTHROPIC_API_KEY, GEMINI_API_KEY or GOOGLE_API_KEY, XAI_API_KEY, \
+     GROQ_API_KEY, OPENROUTER_API_KEY, CEREBRAS_API_KEY; environment or .env), pass --configs-dir DIR \
+     with *.yaml files, or --demo to try it with simulated agents";
 
 /// Applies the defaults to what clap read from flags and `MASSGEN_SERVER_*` variables (flags
 /// win). `env` is read for `MASSGEN_SERVER_API_KEYS` only, a list that has no flag: keys do
@@ -374,16 +382,28 @@ fn switch(text: &str) -> Option<bool> {
 
 /// Loads the panels of `plan` and, with `--demo`, adds the demo panel on `mock_base_url`:
 /// as the default when no `--config` was given, else as the named config `demo`.
+///
+/// Without `--config` and `--demo` the default panel is looked up as MassGen's CLI does
+/// ([`find_default_config`] from the working directory); failing that, and without
+/// `--configs-dir`, it is the automatic panel of the keys in `env` ([`auto_panel`]).
 pub fn build_catalog(
     plan: &ServePlan,
     mock_base_url: Option<&str>,
     env: &Env,
 ) -> Result<PanelCatalog, Fatal> {
-    let mut catalog = load_catalog(
-        plan.default_config.as_deref(),
-        plan.configs_dir.as_deref(),
-        env,
-    )?;
+    let lookup = plan.default_config.is_none() && !plan.demo;
+    let found = lookup
+        .then(|| find_default_config(Path::new(""), env))
+        .flatten();
+    let default_config = plan.default_config.as_deref().or(found.as_deref());
+    let mut catalog = load_catalog(default_config, plan.configs_dir.as_deref(), env)?;
+    if lookup
+        && catalog.default.is_none()
+        && plan.configs_dir.is_none()
+        && let Some(panel) = auto_panel(env)
+    {
+        catalog.default = Some(Arc::new(panel?));
+    }
     if let Some(url) = mock_base_url {
         let demo = Arc::new(demo_panel(url));
         if catalog.default.is_none() {
@@ -399,6 +419,22 @@ pub fn build_catalog(
         return Err(Fatal::usage(NO_CONFIG_HINT));
     }
     Ok(catalog)
+}
+
+/// What `--print-config` prints: the automatic panel's YAML, or the default config file as
+/// it is (both load back to the panel that would be served).
+pub fn printed_config(catalog: &PanelCatalog, env: &Env) -> Result<String, Fatal> {
+    let Some(panel) = &catalog.default else {
+        return Err(Fatal::usage(
+            "--print-config: there is no default panel (only --configs-dir panels)",
+        ));
+    };
+    if panel.source == Path::new(AUTO_SOURCE) {
+        return auto_panel_yaml(env)
+            .ok_or_else(|| Fatal::runtime("the API keys changed while reading them"));
+    }
+    std::fs::read_to_string(&panel.source)
+        .map_err(|e| Fatal::runtime(format!("cannot read {}: {e}", panel.source.display())))
 }
 
 /// `gpt(openai/gpt-4o-mini), …`: ids, types and models only, never keys or URLs.
@@ -457,6 +493,19 @@ fn load_dotenv() -> Result<(), dotenvy::Error> {
 
 async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     let plan = resolve_serve(&args, &process_env)?;
+    if args.print_config {
+        if plan.demo {
+            return Err(Fatal::usage(
+                "--print-config prints a config file or the automatic panel; --demo has neither",
+            ));
+        }
+        let catalog = build_catalog(&plan, None, &process_env)?;
+        let yaml = printed_config(&catalog, &process_env)?;
+        let mut out = std::io::stdout().lock();
+        return write!(out, "{yaml}")
+            .and_then(|()| out.flush())
+            .map_err(|e| Fatal::runtime(format!("cannot write the config: {e}")));
+    }
     let (stop_tx, stop_rx) = watch::channel(false);
     let mock_url = if plan.demo {
         let listener = bind("127.0.0.1", 0).await?;
@@ -480,9 +529,14 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
         None => ("none".to_string(), "[]".to_string()),
     };
     let named: Vec<&String> = catalog.named.keys().collect();
+    let automatic = if config == AUTO_SOURCE {
+        " (automatic panel: write a config to choose your own; --print-config prints this one)"
+    } else {
+        ""
+    };
     tracing::info!(
         unavailable = catalog.unavailable.len(),
-        "massgen listening on http://{addr} config={config} agents={agents} named={named:?}"
+        "massgen listening on http://{addr} config={config} agents={agents} named={named:?}{automatic}"
     );
     spawn_signal_watcher(stop_tx)?;
     announce(&format!("massgen listening on http://{addr}"));

@@ -527,17 +527,18 @@ impl Cx<'_> {
         };
         let base_url_key = join(path, "base_url");
         let from_env = || {
-            preset
-                .base_url_vars
-                .iter()
-                .find_map(|var| (self.env)(var).filter(|v| !v.trim().is_empty()))
+            preset.base_url_vars.iter().find_map(|(var, path)| {
+                let url = (self.env)(var).filter(|v| !v.trim().is_empty())?;
+                Some(format!("{}{path}", url.trim().trim_end_matches('/')))
+            })
         };
         let base_url = match self.string(map.get("base_url"), &base_url_key)? {
             Some(url) if !url.trim().is_empty() => url.trim().to_string(),
             _ => match from_env().or(preset.default_base_url.map(str::to_string)) {
                 Some(url) => url.trim().to_string(),
                 None => {
-                    let vars = preset.base_url_vars.join(" or ");
+                    let vars: Vec<&str> = preset.base_url_vars.iter().map(|(v, _)| *v).collect();
+                    let vars = vars.join(" or ");
                     let hint = if vars.is_empty() {
                         String::new()
                     } else {

@@ -3,8 +3,9 @@
 //!
 //! Loading: [`load_panel`] / [`parse_panel`] / [`load_catalog`] (see `load.rs` for the rules
 //! and the decisions taken), `${VAR}` expansion in `expand.rs`, the `--demo` panel in
-//! `demo.rs`.
+//! `demo.rs`, the config lookup and the automatic panel from the keys present in `auto.rs`.
 
+mod auto;
 mod demo;
 mod error;
 pub mod expand;
@@ -12,6 +13,9 @@ mod load;
 mod production;
 mod yaml;
 
+pub use auto::{
+    AUTO_MODELS, AUTO_SOURCE, auto_key_variables, auto_panel, auto_panel_yaml, find_default_config,
+};
 pub use demo::{DEMO_SOURCE, demo_panel};
 pub use error::ConfigError;
 pub use load::{load_catalog, load_panel, parse_panel, valid_panel_name};

@@ -7,6 +7,7 @@
 
 mod support;
 
+mod auto_config;
 mod bench_smoke;
 mod cli;
 mod config;

@@ -15,8 +15,9 @@ pub struct Preset {
     pub key_vars: &'static [&'static str],
     /// Whether a key is required (local servers need none).
     pub key_required: bool,
-    /// Environment variables tried in order for `base_url` before the default.
-    pub base_url_vars: &'static [&'static str],
+    /// Environment variables tried in order for `base_url` before the default, each with
+    /// the path its SDK appends to it (`ANTHROPIC_BASE_URL` is the host, `/v1` follows).
+    pub base_url_vars: &'static [(&'static str, &'static str)],
 }
 
 const fn p(
@@ -52,33 +53,45 @@ pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
 
 /// Every backend type, in README order.
 pub const PRESETS: &[Preset] = &[
-    native(
-        "openai",
-        Wire::Responses,
-        Some("https://api.openai.com/v1"),
-        &["OPENAI_API_KEY"],
-    ),
-    p("chatcompletion", None, &[], false),
-    native(
-        "claude",
-        Wire::Anthropic,
-        Some("https://api.anthropic.com/v1"),
-        &["ANTHROPIC_API_KEY"],
-    ),
-    native(
-        "anthropic",
-        Wire::Anthropic,
-        Some("https://api.anthropic.com/v1"),
-        &["ANTHROPIC_API_KEY"],
-    ),
-    native(
-        "gemini",
-        Wire::Gemini,
-        Some("https://generativelanguage.googleapis.com/v1beta"),
-        &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
-    ),
     Preset {
-        base_url_vars: &["AZURE_OPENAI_ENDPOINT"],
+        base_url_vars: &[("OPENAI_BASE_URL", "")],
+        ..native(
+            "openai",
+            Wire::Responses,
+            Some("https://api.openai.com/v1"),
+            &["OPENAI_API_KEY"],
+        )
+    },
+    p("chatcompletion", None, &[], false),
+    Preset {
+        base_url_vars: &[("ANTHROPIC_BASE_URL", "/v1")],
+        ..native(
+            "claude",
+            Wire::Anthropic,
+            Some("https://api.anthropic.com/v1"),
+            &["ANTHROPIC_API_KEY"],
+        )
+    },
+    Preset {
+        base_url_vars: &[("ANTHROPIC_BASE_URL", "/v1")],
+        ..native(
+            "anthropic",
+            Wire::Anthropic,
+            Some("https://api.anthropic.com/v1"),
+            &["ANTHROPIC_API_KEY"],
+        )
+    },
+    Preset {
+        base_url_vars: &[("GOOGLE_GEMINI_BASE_URL", "/v1beta")],
+        ..native(
+            "gemini",
+            Wire::Gemini,
+            Some("https://generativelanguage.googleapis.com/v1beta"),
+            &["GEMINI_API_KEY", "GOOGLE_API_KEY"],
+        )
+    },
+    Preset {
+        base_url_vars: &[("AZURE_OPENAI_ENDPOINT", "")],
         ..native(
             "azure_openai",
             Wire::AzureChatCompletions,

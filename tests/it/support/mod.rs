@@ -147,7 +147,7 @@ pub fn spawn(args: &[&str], prefix: &str, cwd: Option<&Path>) -> Proc {
 
 /// Runs `cmd` with quiet logs on stderr and waits (≤ 20 s) for the stdout line
 /// `<prefix> http://ADDR`.
-fn start(mut cmd: Command, prefix: &str) -> Proc {
+pub fn start(mut cmd: Command, prefix: &str) -> Proc {
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
