@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use crate::app::HttpProviders;
 use crate::config::{
     AUTO_SOURCE, ConfigError, Env, PanelCatalog, PanelConfig, ProductionSettings, Secret,
-    ServerSettings, auto_panel, auto_panel_yaml, demo_panel, find_default_config, load_catalog,
-    process_env,
+    ServerSettings, auto_panel, auto_panel_yaml, check_panel, demo_panel, find_default_config,
+    load_catalog, process_env,
 };
 use crate::server::AppState;
 
@@ -47,6 +47,16 @@ pub enum Command {
     MockUpstream(MockUpstreamArgs),
     /// Exit 0 when a server's /health answers 200 (container health checks; no curl needed).
     Healthcheck(HealthcheckArgs),
+    /// Check panel configs without serving: one line per problem, warnings listed; exit 1
+    /// when a config has an error.
+    CheckConfig(CheckConfigArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct CheckConfigArgs {
+    /// Panel config files (YAML)
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -469,6 +479,7 @@ pub fn main() -> ExitCode {
         Command::Serve(args) => runtime.block_on(serve(args)),
         Command::MockUpstream(args) => runtime.block_on(mock_upstream(args)),
         Command::Healthcheck(args) => runtime.block_on(healthcheck(args)),
+        Command::CheckConfig(args) => check_config(&args, &process_env),
     };
     // Outside the runtime: the OTLP exporter's client blocks.
     telemetry.shutdown();
@@ -556,6 +567,48 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     let result = crate::server::serve(listener, state, stopped(stop_rx)).await;
     tools.shutdown().await;
     result.map_err(|e| Fatal::runtime(format!("server failed: {e:#}")))
+}
+
+/// `massgen check-config FILE…`: every error and warning of each file on stdout, one a
+/// line (`error: FILE: KEY: problem`, `warning: FILE: KEY: why`).
+fn check_config(args: &CheckConfigArgs, env: &Env) -> Result<(), Fatal> {
+    let (report, failed) = check_report(&args.files, env);
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "{report}");
+    let _ = out.flush();
+    if failed == 0 {
+        Ok(())
+    } else {
+        Err(Fatal::runtime(format!(
+            "{failed} of {} config file(s) have errors",
+            args.files.len()
+        )))
+    }
+}
+
+/// The report of `check-config` and how many files failed.
+pub fn check_report(files: &[PathBuf], env: &Env) -> (String, usize) {
+    let mut report = String::new();
+    let mut failed = 0;
+    for file in files {
+        let check = check_panel(file, env);
+        for error in &check.errors {
+            report.push_str(&format!("error: {error}\n"));
+        }
+        for warning in &check.warnings {
+            report.push_str(&format!("warning: {}: {warning}\n", file.display()));
+        }
+        if check.errors.is_empty() {
+            report.push_str(&format!(
+                "ok: {} ({} warning(s))\n",
+                file.display(),
+                check.warnings.len()
+            ));
+        } else {
+            failed += 1;
+        }
+    }
+    (report, failed)
 }
 
 async fn healthcheck(args: HealthcheckArgs) -> Result<(), Fatal> {

@@ -5,12 +5,19 @@
 //! and the decisions taken), `${VAR}` expansion in `expand.rs`, the `--demo` panel in
 //! `demo.rs`, the config lookup and the automatic panel from the keys present in `auto.rs`.
 
+mod agents;
 mod auto;
+mod backend;
 mod demo;
 mod error;
 pub mod expand;
 mod load;
+pub mod massgen_keys;
+mod orchestrator;
 mod production;
+mod read;
+mod retry;
+mod tools;
 mod yaml;
 
 pub use auto::{
@@ -18,8 +25,9 @@ pub use auto::{
 };
 pub use demo::{DEMO_SOURCE, demo_panel};
 pub use error::ConfigError;
-pub use load::{load_catalog, load_panel, parse_panel, valid_panel_name};
+pub use load::{ConfigCheck, check_panel, load_catalog, load_panel, parse_panel, valid_panel_name};
 pub use production::ProductionSettings;
+pub use read::ConfigWarning;
 
 /// Environment lookup seam: the process environment in production ([`process_env`]), a map in
 /// tests.

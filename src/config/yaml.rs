@@ -1,26 +1,24 @@
-//! YAML text → `serde_json::Value`, through the `config` crate.
+//! YAML text → `serde_json::Value`.
 //!
-//! We read the file with `config`'s YAML source but skip its `Config` builder: the builder
-//! treats top-level keys as path expressions (`a.b`, `x[0]`) and merges sources, which a panel
-//! file does not want. Deserializing each `config::Value` into `serde_json::Value` keeps YAML
-//! integers as JSON integers, floats as floats, lists as arrays and key case as written
-//! (tested in tests/it/config.rs).
+//! Through libyaml's parser (`serde_norway`), the one PyYAML also builds on, so a file
+//! MassGen reads is read here alike: a multi-line flow list whose closing `]` sits at its
+//! key's indentation, common in MassGen's examples, is valid (yaml-rust2 rejects it). YAML
+//! integers stay JSON integers, floats floats, lists arrays, key case as written (tested in
+//! tests/it/config.rs).
 
-use config::{File, FileFormat, Source};
 use serde_json::{Map, Value};
 
-/// Parses one YAML document whose top level is a mapping. The error text is the parser's
-/// (position and reason, never the file's content).
+/// Parses one YAML document whose top level is a mapping (an empty document is an empty
+/// mapping). The error text is the parser's (position and reason, never the file's content).
 pub fn parse(yaml: &str) -> Result<Map<String, Value>, String> {
-    let table = File::from_str(yaml, FileFormat::Yaml)
-        .collect()
-        .map_err(|e| format!("invalid YAML: {e}"))?;
-    let mut out = Map::new();
-    for (key, value) in table {
-        let json: Value = value
-            .try_deserialize()
-            .map_err(|e| format!("invalid YAML value at {key}: {e}"))?;
-        out.insert(key, json);
+    let value: Value = if yaml.trim().is_empty() {
+        Value::Null
+    } else {
+        serde_norway::from_str(yaml).map_err(|e| format!("invalid YAML: {e}"))?
+    };
+    match value {
+        Value::Object(map) => Ok(map),
+        Value::Null => Ok(Map::new()),
+        _ => Err("invalid YAML: the top level must be a mapping of sections".to_string()),
     }
-    Ok(out)
 }

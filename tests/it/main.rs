@@ -21,6 +21,8 @@ mod http_native_providers;
 mod http_production;
 mod http_tools;
 mod http_ui;
+mod massgen_compat;
+mod massgen_corpus;
 mod mock_upstream;
 mod mock_upstream_native;
 mod openai_client;

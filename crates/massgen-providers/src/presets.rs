@@ -130,6 +130,8 @@ pub const PRESETS: &[Preset] = &[
         &["OPENROUTER_API_KEY"],
         true,
     ),
+    // MassGen 0.1.97 defaults to api.moonshot.cn, the China platform; its accounts and keys
+    // are separate from the international api.moonshot.ai kept here (set base_url for .cn).
     p(
         "moonshot",
         Some("https://api.moonshot.ai/v1"),
@@ -140,6 +142,12 @@ pub const PRESETS: &[Preset] = &[
         "kimi",
         Some("https://api.moonshot.ai/v1"),
         &["MOONSHOT_API_KEY", "KIMI_API_KEY"],
+        true,
+    ),
+    p(
+        "nvidia_nim",
+        Some("https://integrate.api.nvidia.com/v1"),
+        &["NGC_API_KEY", "NVIDIA_API_KEY"],
         true,
     ),
     p(

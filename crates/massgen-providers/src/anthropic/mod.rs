@@ -45,6 +45,9 @@ impl WireFormat for Anthropic {
         if let Some(key) = &config.api_key {
             headers.insert("x-api-key", transport::secret_header(key.expose())?);
         }
+        if let Some(betas) = betas(&config.params)? {
+            headers.insert("anthropic-beta", betas);
+        }
         Ok(EndpointParts { url, headers })
     }
 
@@ -55,4 +58,26 @@ impl WireFormat for Anthropic {
     fn http_error(provider: &str, status: u16, headers: &HeaderMap, body: &str) -> ProviderError {
         errors::http_error(provider, status, headers, body)
     }
+}
+
+/// A `betas` param (a list, or one comma-separated string) as the `anthropic-beta` header,
+/// which is where the SDKs put it; it never goes into the body.
+fn betas(params: &serde_json::Map<String, Value>) -> Result<Option<HeaderValue>, String> {
+    let names: Vec<&str> = match params.get("betas") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::String(list)) => list.split(',').collect(),
+        Some(Value::Array(items)) => items.iter().filter_map(Value::as_str).collect(),
+        Some(_) => return Err("betas must be a list of beta names".to_string()),
+    };
+    let names: Vec<&str> = names
+        .iter()
+        .map(|n| n.trim())
+        .filter(|n| !n.is_empty())
+        .collect();
+    if names.is_empty() {
+        return Ok(None);
+    }
+    HeaderValue::from_str(&names.join(","))
+        .map(Some)
+        .map_err(|_| "betas contains characters not allowed in a header".to_string())
 }

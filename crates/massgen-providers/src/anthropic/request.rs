@@ -41,6 +41,8 @@ pub(crate) fn build_body(
     body.insert("messages".into(), Value::Array(messages(&request.messages)));
     body.remove("tool_choice");
     body.remove("parallel_tool_calls");
+    // Sent as the `anthropic-beta` header (see the endpoint).
+    body.remove("betas");
     if request.tools.is_empty() {
         body.remove("tools");
     } else {
