@@ -12,17 +12,8 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::AppState;
 use super::error::ApiError;
+pub use crate::app::{Caller, KeyId};
 use crate::telemetry::metrics;
-
-/// Which configured key a request used (its position in the key list); never the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct KeyId(u32);
-
-/// Who is calling: the key it authenticated with, or none when the server has no keys.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Caller {
-    pub key: Option<KeyId>,
-}
 
 #[derive(Clone, Default)]
 pub struct ApiKeys {
@@ -56,7 +47,7 @@ impl ApiKeys {
             index = u32::conditional_select(&index, &u32::try_from(i).unwrap_or(u32::MAX), equal);
             found |= equal;
         }
-        bool::from(found).then_some(KeyId(index))
+        bool::from(found).then_some(KeyId::from_index(index))
     }
 }
 
@@ -124,8 +115,8 @@ mod tests {
     fn verify_finds_the_right_key_and_only_it() {
         let keys = ApiKeys::new(&[Secret::new("k-one"), Secret::new("k-two")]);
         assert!(keys.enabled());
-        assert_eq!(keys.verify("k-two"), Some(KeyId(1)));
-        assert_eq!(keys.verify("k-one"), Some(KeyId(0)));
+        assert_eq!(keys.verify("k-two"), Some(KeyId::from_index(1)));
+        assert_eq!(keys.verify("k-one"), Some(KeyId::from_index(0)));
         assert_eq!(keys.verify("k-on"), None);
         assert_eq!(keys.verify(""), None);
         assert!(!ApiKeys::new(&[]).enabled());

@@ -3,35 +3,30 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use massgen_core::coordination::{
-    EventKind, SessionAgent, SessionError, SessionErrorKind, SessionEvent, SessionSpec, run_session,
-};
+use massgen_core::coordination::{EventKind, SessionError, SessionErrorKind, SessionEvent};
 use massgen_core::provider::Usage;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_util::sync::DropGuard;
-use tracing::Instrument;
 
 use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
-use super::records;
 use super::render::{ChunkHeader, Narrator, metadata_json};
 use super::request::{self, ChatRequest};
 use super::routing;
-use crate::telemetry::{self, SessionTracker};
+use crate::app::records::SessionInfo;
+use crate::app::{SessionRequest, StartError, Started};
+use crate::telemetry;
 
 pub const SESSION_HEADER: &str = "x-massgen-session-id";
-
-/// Events buffered between the engine and a slow client before the engine waits.
-const EVENT_BUFFER: usize = 256;
 
 pub async fn chat_completions(
     State(state): State<AppState>,
@@ -52,84 +47,33 @@ pub async fn chat_completions(
 
     // Held by the session until it ends; over the cap the request is refused at once.
     let permit = state.production.limits.try_session()?;
-    let session_id: Arc<str> = format!("sess_{}", uuid::Uuid::now_v7().simple()).into();
-    let tracker = SessionTracker::new(
-        session_id.clone(),
-        state.production.limits.max_upstream_calls,
-    );
-    let mut agents = Vec::with_capacity(panel.agents.len());
-    for agent in &panel.agents {
-        let provider = state
-            .providers
-            .build(&agent.backend, &panel.call_policy)
-            .map_err(|reason| ApiError::ConfigUnavailable {
-                name: panel.name.clone(),
-                reason: format!("agent '{}': {reason}", agent.id),
-            })?;
-        agents.push(SessionAgent {
-            id: agent.id.clone(),
-            system_message: agent.system_message.clone(),
-            provider: telemetry::instrument(provider, &agent.id, &tracker),
-            tools: crate::app::agent_tools(&state.tools, agent),
-        });
-    }
-
-    let spec = SessionSpec {
-        session_id: session_id.clone(),
-        agents,
-        options: panel.orchestrator.clone(),
-        input: request.input.clone(),
-        stream_agent_text: request.deliberation == request::Deliberation::Full,
-    };
-    if state.settings.debug {
-        tracing::debug!(session_id = %session_id, question = %request.input.question, "session request");
-    }
-    tracing::info!(
-        session_id = %session_id,
-        config = %panel.name,
-        agents = panel.agents.len(),
-        stream = request.stream,
-        "session started"
-    );
-
-    let (tx, engine_rx) = mpsc::channel(EVENT_BUFFER);
-    // A child of the server's token: shutdown past the grace period cancels it too.
-    let cancel = state.sessions_cancel.child_token();
-    let session_span = tracing::info_span!(
-        "session",
-        session_id = %session_id,
-        config = %panel.name,
-        "otel.name" = "massgen.session",
-        "gen_ai.operation.name" = "invoke_agent",
-        "gen_ai.agent.name" = "massgen",
-        "massgen.session_id" = %session_id,
-    );
-    state
+    let started = state
         .sessions
-        .spawn(run_session(spec, tx, cancel.clone(), state.clock.clone()).instrument(session_span));
-    let records = &state.production.records;
-    let start = records::SessionStart {
-        record: records.insert_with(
-            session_id.clone(),
-            caller,
-            records::SessionInfo {
-                model: request.model.clone(),
-                panel: panel.name.clone(),
-                question: request.input.question.clone(),
-                created_ms: unix_millis(),
+        .start(
+            &panel,
+            SessionRequest {
+                caller,
+                info: SessionInfo {
+                    model: request.model.clone(),
+                    question: request.input.question.clone(),
+                    created_ms: state.sessions.now_ms(),
+                    ..SessionInfo::default()
+                },
+                input: request.input.clone(),
+                stream_agent_text: request.deliberation == request::Deliberation::Full,
+                permit,
             },
-        ),
-        tracker,
-        permit,
-        files_dir: records.dir.clone(),
-    };
-    let rx = records::tee(&state.sessions, start, engine_rx, EVENT_BUFFER);
-    // Dropping the guard (client gone, handler dropped) cancels every upstream call.
-    let guard = cancel.drop_guard();
+        )
+        .map_err(start_error)?;
+    let Started {
+        id: session_id,
+        events: rx,
+        cancel: guard,
+    } = started;
 
     let header = ChunkHeader {
         id: format!("chatcmpl-{}", &session_id[5..]),
-        created: unix_seconds(),
+        created: state.sessions.now_secs(),
         model: request.model.clone(),
     };
     let mut response = if request.stream {
@@ -174,18 +118,17 @@ async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Byte
     })
 }
 
-fn unix_millis() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or_default()
-}
-
-fn unix_seconds() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or_default()
+fn start_error(error: StartError) -> ApiError {
+    match error {
+        StartError::Provider {
+            panel,
+            agent,
+            reason,
+        } => ApiError::ConfigUnavailable {
+            name: panel,
+            reason: format!("agent '{agent}': {reason}"),
+        },
+    }
 }
 
 async fn collect_response(

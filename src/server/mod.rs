@@ -23,12 +23,11 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use massgen_core::coordination::{Clock, SystemClock};
+use massgen_core::coordination::SystemClock;
 use massgen_tools::ToolRegistry;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -38,7 +37,8 @@ use tower_http::trace::TraceLayer;
 pub use chat::SESSION_HEADER;
 use error::ApiError;
 
-use crate::app::ProviderFactory;
+use crate::app::records::RecordStore;
+use crate::app::{ProviderFactory, Sessions, SessionsConfig};
 use crate::config::{Env, PanelCatalog, ServerSettings};
 
 /// Shared by every request.
@@ -46,26 +46,19 @@ use crate::config::{Env, PanelCatalog, ServerSettings};
 pub struct AppState {
     pub catalog: Arc<PanelCatalog>,
     pub settings: Arc<ServerSettings>,
-    pub providers: Arc<dyn ProviderFactory>,
-    /// The process's MCP servers, shared by every session.
-    pub tools: Arc<ToolRegistry>,
-    pub clock: Arc<dyn Clock>,
     /// Environment lookup for `massgen/path:` configs.
     pub env: Arc<Env>,
-    /// Every running session, so shutdown can wait for them.
-    pub sessions: TaskTracker,
-    /// Cancels every session (shutdown past the grace period).
-    pub sessions_cancel: CancellationToken,
-    /// Access control, limits and session records.
+    /// The application service: starts sessions, keeps their records.
+    pub sessions: Arc<Sessions>,
+    /// Access control and limits.
     pub production: Arc<Production>,
 }
 
-/// What `settings.production` turns into at start-up.
+/// What `settings.production` turns into at start-up (the records go to [`Sessions`]).
 pub struct Production {
     pub keys: auth::ApiKeys,
     pub protect_metrics: bool,
     pub limits: limits::Limits,
-    pub records: records::RecordStore,
 }
 
 impl Production {
@@ -74,11 +67,6 @@ impl Production {
             keys: auth::ApiKeys::new(&settings.api_keys),
             protect_metrics: settings.protect_metrics,
             limits: limits::Limits::new(settings),
-            records: records::RecordStore::new(
-                settings.records_max_sessions,
-                settings.records_max_age,
-                settings.records_dir.clone(),
-            ),
         }
     }
 }
@@ -92,16 +80,25 @@ impl AppState {
         env: Arc<Env>,
     ) -> Self {
         let production = Arc::new(Production::new(&settings.production));
+        let records = &settings.production;
+        let sessions = Sessions::new(SessionsConfig {
+            providers,
+            tools,
+            clock: Arc::new(SystemClock),
+            records: RecordStore::new(
+                records.records_max_sessions,
+                records.records_max_age,
+                records.records_dir.clone(),
+            ),
+            max_upstream_calls: records.max_upstream_calls,
+            log_prompts: settings.debug,
+        });
         Self {
             production,
             catalog: Arc::new(catalog),
             settings: Arc::new(settings),
-            providers,
-            tools,
-            clock: Arc::new(SystemClock),
+            sessions: Arc::new(sessions),
             env,
-            sessions: TaskTracker::new(),
-            sessions_cancel: CancellationToken::new(),
         }
     }
 
@@ -126,12 +123,9 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(observe::metrics_text))
         .route("/v1/models", get(models))
         .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/sessions", get(records::routes::list_sessions))
-        .route("/v1/sessions/{id}", get(records::routes::get_session))
-        .route(
-            "/v1/sessions/{id}/events",
-            get(records::routes::session_events),
-        )
+        .route("/v1/sessions", get(records::list_sessions))
+        .route("/v1/sessions/{id}", get(records::get_session))
+        .route("/v1/sessions/{id}/events", get(records::session_events))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(
@@ -224,10 +218,12 @@ pub async fn serve(
     let grace = state.settings.shutdown_grace;
     let header_timeout = state.settings.production.header_read_timeout;
     let sessions = state.sessions.clone();
-    let sessions_cancel = state.sessions_cancel.clone();
     let stopping = CancellationToken::new();
     let stop_signal = stopping.clone();
-    let housekeeping = tokio::spawn(housekeeping(state.production.clone()));
+    let housekeeping = tokio::spawn(housekeeping(
+        state.production.clone(),
+        state.sessions.clone(),
+    ));
     let app = router(state);
     let server = listen::serve_connections(listener, app, header_timeout, async move {
         shutdown.await;
@@ -237,13 +233,14 @@ pub async fn serve(
     let server = std::pin::pin!(server);
     let deadline = async {
         stopping.cancelled().await;
-        sessions.close();
-        if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
+        let tasks = sessions.tasks();
+        tasks.close();
+        if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
             tracing::warn!(
                 grace_seconds = grace.as_secs(),
                 "grace period over: cancelling running sessions"
             );
-            sessions_cancel.cancel();
+            sessions.cancel_all();
         }
         // Streams end with an error chunk once cancelled; give them a moment to flush.
         tokio::time::sleep(std::time::Duration::from_secs(5)).await;
@@ -258,12 +255,12 @@ pub async fn serve(
 
 /// Keyed rate limiters only grow and records only age out when someone looks: trim both
 /// once a minute.
-async fn housekeeping(production: Arc<Production>) {
+async fn housekeeping(production: Arc<Production>, sessions: Arc<Sessions>) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
     loop {
         tick.tick().await;
         production.limits.retain_recent();
-        production.records.expire();
+        sessions.records().expire();
     }
 }
 

@@ -1,6 +1,8 @@
-//! `GET /v1/sessions`, `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`.
+//! `GET /v1/sessions`, `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`: the
+//! session records (`app::records`) over HTTP.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, Path, Query, State};
@@ -9,10 +11,10 @@ use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{EventKind, SessionEvent};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{list_entry_json, record_json};
-use crate::server::AppState;
-use crate::server::auth::Caller;
-use crate::server::error::ApiError;
+use super::AppState;
+use super::auth::Caller;
+use super::error::ApiError;
+use crate::app::records::{SessionRecord, list_entry_json, record_json};
 
 /// Whether the events response is live (`running`) or a replay (`finished`).
 pub const STATUS_HEADER: &str = "x-massgen-session-status";
@@ -41,8 +43,8 @@ pub async fn list_sessions(
             .ok_or_else(limit_error)?,
     };
     let data: Vec<_> = state
-        .production
-        .records
+        .sessions
+        .records()
         .list(&caller, limit)
         .iter()
         .map(|r| list_entry_json(r))
@@ -58,16 +60,25 @@ fn limit_error() -> ApiError {
     )
 }
 
+/// The caller's record `id`; someone else's looks like a missing one.
+fn record_of(
+    state: &AppState,
+    caller: &Caller,
+    id: String,
+) -> Result<Arc<SessionRecord>, ApiError> {
+    state
+        .sessions
+        .records()
+        .get(&id, caller)
+        .ok_or(ApiError::SessionNotFound { id })
+}
+
 pub async fn get_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = state
-        .production
-        .records
-        .get(&id, &caller)
-        .ok_or(ApiError::SessionNotFound { id })?;
+    let record = record_of(&state, &caller, id)?;
     Ok(axum::Json(record_json(&record)).into_response())
 }
 
@@ -78,11 +89,7 @@ pub async fn session_events(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = state
-        .production
-        .records
-        .get(&id, &caller)
-        .ok_or(ApiError::SessionNotFound { id })?;
+    let record = record_of(&state, &caller, id)?;
     let keepalive = state.settings.keepalive;
     let (past, live) = record.subscribe();
     let status = if live.is_some() {
