@@ -11,7 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
-use massgen::server::render::ChunkHeader;
+use massgen::server::doors::chat_completions::render::ChunkHeader;
 use massgen_core::coordination::{
     OrchestratorOptions, SessionAgent, SessionInput, SessionSpec, SystemClock, run_session,
 };
@@ -204,7 +204,7 @@ fn engine(c: &mut Criterion) {
 }
 
 fn sse_line(value: &impl serde::Serialize) -> Bytes {
-    // As src/server/chat.rs frames every chunk.
+    // As src/server/doors/chat_completions/mod.rs frames every chunk.
     let mut buf = Vec::with_capacity(256);
     buf.extend_from_slice(b"data: ");
     let _ = serde_json::to_writer(&mut buf, value);

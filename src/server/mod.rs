@@ -1,16 +1,15 @@
-//! The HTTP edge: routes, OpenAI wire types, SSE rendering, errors as OpenAI JSON. It only
-//! translates: a request becomes a [`SessionSpec`](massgen_core::coordination::SessionSpec), and
-//! the session's events become a response.
+//! The HTTP edge: routes, the front doors (one module per client API, [`doors`]), auth,
+//! limits, observability and the record routes. It only translates: a door parses a
+//! request into a session input, the application service ([`crate::app::Sessions`]) runs
+//! the session, and the door renders its events.
 
 pub mod auth;
-mod chat;
+pub mod doors;
 pub mod error;
 pub mod limits;
 mod listen;
 mod observe;
 pub mod records;
-pub mod render;
-pub mod request;
 pub mod routing;
 mod ui;
 
@@ -34,7 +33,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
-pub use chat::SESSION_HEADER;
+pub use doors::session::SESSION_HEADER;
 use error::ApiError;
 
 use crate::app::records::RecordStore;
@@ -122,7 +121,10 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(observe::metrics_text))
         .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(chat::chat_completions))
+        .route(
+            "/v1/chat/completions",
+            post(doors::chat_completions::handle),
+        )
         .route("/v1/sessions", get(records::list_sessions))
         .route("/v1/sessions/{id}", get(records::get_session))
         .route("/v1/sessions/{id}/events", get(records::session_events))

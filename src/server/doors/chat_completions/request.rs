@@ -6,18 +6,8 @@ use massgen_core::provider::{Message, Role, ToolCall, ToolChoice, ToolSpec};
 use massgen_core::tool_names::{self, MCP_PREFIX, WORKFLOW_TOOLS};
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
-
-/// How much of the deliberation the client sees (`massgen.deliberation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Deliberation {
-    /// One line per answer, vote, failure and consensus.
-    #[default]
-    Summary,
-    /// Summary plus the agents' streamed text.
-    Full,
-    Off,
-}
+use crate::server::doors::narrate::Deliberation;
+use crate::server::error::ApiError;
 
 /// The parts of a request the server uses.
 #[derive(Debug, Clone)]
