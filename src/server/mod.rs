@@ -11,6 +11,7 @@ mod listen;
 mod observe;
 pub mod records;
 pub mod routing;
+pub mod sse;
 mod ui;
 
 use std::future::Future;

@@ -4,9 +4,9 @@
 use std::convert::Infallible;
 use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{EventKind, SessionEvent};
 use tokio::sync::broadcast::error::RecvError;
@@ -14,6 +14,7 @@ use tokio::sync::broadcast::error::RecvError;
 use super::AppState;
 use super::auth::Caller;
 use super::error::ApiError;
+use super::sse;
 use crate::app::records::{SessionRecord, list_entry_json, record_json};
 
 /// Whether the events response is live (`running`) or a replay (`finished`).
@@ -108,7 +109,7 @@ pub async fn session_events(
             let next = tokio::select! {
                 next = live.recv() => next,
                 () = tokio::time::sleep(keepalive) => {
-                    yield Ok(Bytes::from_static(b": keep-alive\n\n"));
+                    yield Ok(Bytes::from_static(sse::KEEPALIVE_COMMENT));
                     continue;
                 }
             };
@@ -130,14 +131,11 @@ pub async fn session_events(
             }
         }
     };
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .header(STATUS_HEADER, status)
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| ApiError::Internal.into_response()))
+    let mut response = sse::response(body);
+    response
+        .headers_mut()
+        .insert(STATUS_HEADER, HeaderValue::from_static(status));
+    Ok(response)
 }
 
 fn is_terminal(event: &SessionEvent) -> bool {
@@ -149,9 +147,5 @@ fn is_terminal(event: &SessionEvent) -> bool {
 
 fn frame(event: &SessionEvent) -> Bytes {
     let value = serde_json::to_value(event).unwrap_or_default();
-    let kind = value["type"].as_str().unwrap_or("event").to_string();
-    let mut out = format!("event: {kind}\ndata: ").into_bytes();
-    let _ = serde_json::to_writer(&mut out, &value);
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
+    sse::named(value["type"].as_str().unwrap_or("event"), &value)
 }

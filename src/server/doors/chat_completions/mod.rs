@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::time::Instant;
@@ -19,6 +19,7 @@ use super::session::{self, Ask, Opened, Step, Steps};
 use crate::app::Caller;
 use crate::server::AppState;
 use crate::server::error::ApiError;
+use crate::server::sse::{self, data};
 use render::{ChunkHeader, metadata_json};
 use request::ChatRequest;
 
@@ -99,7 +100,7 @@ fn stream_response(
                 step = steps.next() => step,
                 () = tokio::time::sleep_until(quiet_until) => {
                     quiet_until = Instant::now() + keepalive;
-                    yield Ok(Bytes::from_static(b": keep-alive\n\n"));
+                    yield Ok(Bytes::from_static(sse::KEEPALIVE_COMMENT));
                     continue;
                 }
             };
@@ -134,22 +135,7 @@ fn stream_response(
             }
         }
     };
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| ApiError::Internal.into_response())
-}
-
-fn data(value: &impl serde::Serialize) -> Bytes {
-    let mut buf = Vec::with_capacity(256);
-    buf.extend_from_slice(b"data: ");
-    // Serializing a Value cannot fail.
-    let _ = serde_json::to_writer(&mut buf, value);
-    buf.extend_from_slice(b"\n\n");
-    Bytes::from(buf)
+    sse::response(body)
 }
 
 /// An error after the 200 went out: an object with `error` and no `choices`, as
