@@ -23,7 +23,7 @@ use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use massgen_core::coordination::SystemClock;
+use massgen_core::coordination::{Clock, SystemClock};
 use massgen_tools::ToolRegistry;
 use serde_json::json;
 use tokio::net::TcpListener;
@@ -40,6 +40,7 @@ use error::ApiError;
 use crate::app::records::RecordStore;
 use crate::app::{ProviderFactory, Sessions, SessionsConfig};
 use crate::config::{Env, PanelCatalog, ServerSettings};
+use doors::responses::store::ResponseStore;
 
 /// Shared by every request.
 #[derive(Clone)]
@@ -50,6 +51,8 @@ pub struct AppState {
     pub env: Arc<Env>,
     /// The application service: starts sessions, keeps their records.
     pub sessions: Arc<Sessions>,
+    /// Stored Responses API responses (`previous_response_id`, `GET /v1/responses/{id}`).
+    pub responses: Arc<ResponseStore>,
     /// Access control and limits.
     pub production: Arc<Production>,
 }
@@ -79,12 +82,31 @@ impl AppState {
         tools: Arc<ToolRegistry>,
         env: Arc<Env>,
     ) -> Self {
+        Self::with_clock(
+            catalog,
+            settings,
+            providers,
+            tools,
+            env,
+            Arc::new(SystemClock),
+        )
+    }
+
+    /// As [`AppState::new`], with the clock sessions and `created` fields read (tests).
+    pub fn with_clock(
+        catalog: PanelCatalog,
+        settings: ServerSettings,
+        providers: Arc<dyn ProviderFactory>,
+        tools: Arc<ToolRegistry>,
+        env: Arc<Env>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let production = Arc::new(Production::new(&settings.production));
         let records = &settings.production;
         let sessions = Sessions::new(SessionsConfig {
             providers,
             tools,
-            clock: Arc::new(SystemClock),
+            clock,
             records: RecordStore::new(
                 records.records_max_sessions,
                 records.records_max_age,
@@ -93,11 +115,17 @@ impl AppState {
             max_upstream_calls: records.max_upstream_calls,
             log_prompts: settings.debug,
         });
+        let responses = ResponseStore::new(
+            records.records_max_sessions,
+            records.records_max_age,
+            doors::responses::store::MAX_BYTES,
+        );
         Self {
             production,
             catalog: Arc::new(catalog),
             settings: Arc::new(settings),
             sessions: Arc::new(sessions),
+            responses: Arc::new(responses),
             env,
         }
     }
@@ -126,6 +154,8 @@ pub fn router(state: AppState) -> Router {
             "/v1/chat/completions",
             post(doors::chat_completions::handle),
         )
+        .route("/v1/responses", post(doors::responses::create))
+        .route("/v1/responses/{id}", get(doors::responses::get))
         .route("/v1/sessions", get(records::list_sessions))
         .route("/v1/sessions/{id}", get(records::get_session))
         .route("/v1/sessions/{id}/events", get(records::session_events))
@@ -174,6 +204,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
             HeaderName::from_static("x-request-id"),
             HeaderName::from_static(SESSION_HEADER),
             header::RETRY_AFTER,
+            HeaderName::from_static(error::SHOULD_RETRY),
         ]);
     if origins.iter().any(|o| o == "*") {
         return Some(layer.allow_origin(AllowOrigin::any()));
@@ -223,10 +254,7 @@ pub async fn serve(
     let sessions = state.sessions.clone();
     let stopping = CancellationToken::new();
     let stop_signal = stopping.clone();
-    let housekeeping = tokio::spawn(housekeeping(
-        state.production.clone(),
-        state.sessions.clone(),
-    ));
+    let housekeeping = tokio::spawn(housekeeping(state.clone()));
     let app = router(state);
     let server = listen::serve_connections(listener, app, header_timeout, async move {
         shutdown.await;
@@ -256,14 +284,15 @@ pub async fn serve(
     Ok(())
 }
 
-/// Keyed rate limiters only grow and records only age out when someone looks: trim both
-/// once a minute.
-async fn housekeeping(production: Arc<Production>, sessions: Arc<Sessions>) {
+/// Keyed rate limiters only grow and records and stored responses only age out when
+/// someone looks: trim them once a minute.
+async fn housekeeping(state: AppState) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
     loop {
         tick.tick().await;
-        production.limits.retain_recent();
-        sessions.records().expire();
+        state.production.limits.retain_recent();
+        state.sessions.records().expire();
+        state.responses.expire();
     }
 }
 

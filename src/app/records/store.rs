@@ -40,10 +40,15 @@ pub struct SessionRecord {
 pub struct SessionInfo {
     /// The `model` the client asked for (`massgen`, `massgen/<name>`).
     pub model: String,
+    /// The API the request came through (`chat_completions`, `responses`, `messages`).
+    pub door: &'static str,
     /// The panel that ran it.
     pub panel: String,
     /// The last user message.
     pub question: String,
+    /// What the request said about itself (Responses `metadata`, Anthropic
+    /// `metadata.user_id`), bounded by the doors.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Unix time in milliseconds when the request arrived.
     pub created_ms: u64,
 }

@@ -50,8 +50,14 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
 /// A parsed request, in door-neutral terms.
 pub struct Ask {
     pub caller: Caller,
-    /// The `model` as the client sent it (routing and the record).
+    /// Which door (the record says so).
+    pub door: &'static str,
+    /// The `model` as the client sent it (the record).
     pub model: String,
+    /// The model name to route by, when it is not `model` (the Messages door's mapping).
+    pub route_as: Option<String>,
+    /// Request metadata kept with the record.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
     pub input: SessionInput,
     pub deliberation: Deliberation,
 }
@@ -67,7 +73,7 @@ pub struct Opened {
 /// Resolves the panel for `ask.model`, takes a session slot and starts the session.
 pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
     let panel = routing::resolve(
-        &ask.model,
+        ask.route_as.as_deref().unwrap_or(&ask.model),
         &state.catalog,
         state.settings.allow_config_paths,
         state.default_model(),
@@ -83,6 +89,8 @@ pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
                 caller: ask.caller,
                 info: SessionInfo {
                     model: ask.model,
+                    door: ask.door,
+                    metadata: ask.metadata,
                     question: ask.input.question.clone(),
                     created_ms: sessions.now_ms(),
                     ..SessionInfo::default()

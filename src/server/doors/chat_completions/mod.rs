@@ -15,13 +15,17 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 use tokio::time::Instant;
 
+use super::metadata::metadata_json;
 use super::session::{self, Ask, Opened, Step, Steps};
 use crate::app::Caller;
 use crate::server::AppState;
 use crate::server::error::ApiError;
 use crate::server::sse::{self, data};
-use render::{ChunkHeader, metadata_json};
+use render::ChunkHeader;
 use request::ChatRequest;
+
+/// This door's name in session records.
+pub const DOOR: &str = "chat_completions";
 
 pub async fn handle(
     State(state): State<AppState>,
@@ -36,7 +40,10 @@ pub async fn handle(
         &state,
         Ask {
             caller,
+            door: DOOR,
             model: request.model.clone(),
+            route_as: None,
+            metadata: Default::default(),
             input: request.input.clone(),
             deliberation: request.deliberation,
         },

@@ -3,6 +3,8 @@
 
 use massgen_core::coordination::SessionSummary;
 use massgen_core::provider::{FinishReason, ToolCall, Usage};
+
+use crate::server::doors::limit::pieces;
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -25,27 +27,6 @@ pub fn usage_json(u: &Usage) -> Value {
         "total_tokens": u.total_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
         "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-    })
-}
-
-pub fn metadata_json(session_id: &str, s: &SessionSummary) -> Value {
-    let failed: Vec<Value> = s
-        .agents
-        .iter()
-        .filter_map(|a| a.error.as_ref())
-        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
-        .collect();
-    json!({
-        "session_id": session_id,
-        "winner": {"agent_id": s.winner.agent_id, "label": s.winner.label},
-        "consensus_reason": s.consensus_reason,
-        "presentation": s.presentation,
-        "tally": s.tally,
-        "votes": s.votes,
-        "answers": s.answers,
-        "agents": s.agents,
-        "failed_agents": failed,
-        "duration_ms": s.duration_ms,
     })
 }
 
@@ -227,25 +208,6 @@ pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
     )
 }
 
-/// `text` cut into pieces of at most `max` bytes, never inside a character.
-fn pieces(text: &str, max: usize) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < text.len() {
-        let mut end = (start + max).min(text.len());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        if end == start {
-            // A character wider than `max`: take it whole.
-            end = start + text[start..].chars().next().map_or(1, char::len_utf8);
-        }
-        out.push(&text[start..end]);
-        start = end;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -322,7 +284,5 @@ mod tests {
                 .filter(|e| e.get("id").is_none())
                 .all(|e| e["function"].get("name").is_none())
         );
-        assert_eq!(pieces("abc", 2), ["ab", "c"]);
-        assert_eq!(pieces("éé", 1), ["é", "é"]);
     }
 }
