@@ -92,6 +92,11 @@ pub struct ServeArgs {
     /// Replace every agent's model of the default config with NAME [env: MASSGEN_SERVER_DEFAULT_MODEL]
     #[arg(long, value_name = "NAME")]
     pub default_model: Option<String>,
+    /// Panel for /v1/messages requests whose model is not `massgen` or `massgen/<name>` (Claude
+    /// Code sends its own model names) [env: MASSGEN_SERVER_MESSAGES_DEFAULT_PANEL] [default: the
+    /// default config]
+    #[arg(long, value_name = "NAME")]
+    pub messages_default_panel: Option<String>,
     #[command(flatten)]
     pub production: ProductionArgs,
 }
@@ -226,6 +231,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
             .clone()
             .or_else(|| var("MASSGEN_SERVER_DEFAULT_MODEL"))
             .filter(|m| !m.trim().is_empty()),
+        messages_default_panel: messages_default_panel(args, &var)?,
         production: resolve_production(&args.production, env)?,
     };
     Ok(ServePlan {
@@ -244,6 +250,28 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
 
 /// The production part of [`resolve_serve`]: flags win over variables, which win over
 /// [`ProductionSettings::default`].
+/// `--messages-default-panel`: a panel name (as in `massgen/<name>`).
+fn messages_default_panel(
+    args: &ServeArgs,
+    var: &dyn Fn(&str) -> Option<String>,
+) -> Result<Option<String>, Fatal> {
+    let Some(name) = args
+        .messages_default_panel
+        .clone()
+        .or_else(|| var("MASSGEN_SERVER_MESSAGES_DEFAULT_PANEL"))
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+    else {
+        return Ok(None);
+    };
+    if !crate::config::valid_panel_name(&name) {
+        return Err(Fatal::usage(format!(
+            "--messages-default-panel: '{name}' is not a panel name (letters, digits, '-', '_', '.')"
+        )));
+    }
+    Ok(Some(name))
+}
+
 pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<ProductionSettings, Fatal> {
     let var = |name: &str| env(name).filter(|v| !v.trim().is_empty());
     fn number<T: std::str::FromStr>(
@@ -483,6 +511,14 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     };
     let catalog = build_catalog(&plan, mock_url.as_deref(), &process_env)?;
     let settings = plan.settings;
+    if let Some(name) = &settings.messages_default_panel
+        && !catalog.named.contains_key(name)
+    {
+        let known: Vec<&String> = catalog.named.keys().collect();
+        return Err(Fatal::usage(format!(
+            "--messages-default-panel: no panel '{name}' (named panels: {known:?})"
+        )));
+    }
     let listener = bind(&settings.host, settings.port).await?;
     let addr = local_addr(&listener)?;
     let (config, agents) = match &catalog.default {

@@ -1,6 +1,7 @@
 //! Every error a client can see, with its HTTP status, whether a retry can help, and
 //! OpenAI's error shape (`{"error":{"message","type","param","code"}}`), which the Chat
-//! Completions and Responses doors and the other routes use.
+//! Completions and Responses doors and the other routes use; the Messages door renders the
+//! same errors in Anthropic's shape.
 
 use std::time::Duration;
 
@@ -280,8 +281,8 @@ impl IntoResponse for ApiError {
         response
             .headers_mut()
             .insert(SHOULD_RETRY, HeaderValue::from_static(retry));
-        // A door with another error shape re-renders the error from this; the OpenAI
-        // shape above is the default.
+        // A door with another error shape re-renders the error from this (see
+        // `doors::messages::error`); the OpenAI shape above is the default.
         response.extensions_mut().insert(self);
         response
     }

@@ -156,6 +156,11 @@ pub fn router(state: AppState) -> Router {
         )
         .route("/v1/responses", post(doors::responses::create))
         .route("/v1/responses/{id}", get(doors::responses::get))
+        .route("/v1/messages", post(doors::messages::create))
+        .route(
+            "/v1/messages/count_tokens",
+            post(doors::messages::count_tokens),
+        )
         .route("/v1/sessions", get(records::list_sessions))
         .route("/v1/sessions/{id}", get(records::get_session))
         .route("/v1/sessions/{id}/events", get(records::session_events))
@@ -179,9 +184,13 @@ pub fn router(state: AppState) -> Router {
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal.into_response()
         }))
+        // Outside everything that can fail, so the Messages door's errors are all
+        // Anthropic-shaped, whichever layer produced them.
+        .layer(middleware::from_fn(doors::messages::error::reshape))
         .layer(TraceLayer::new_for_http().make_span_with(observe::request_span))
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
+            HeaderName::from_static(auth::X_API_KEY),
         ]))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
@@ -199,6 +208,9 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
             header::CONTENT_TYPE,
             HeaderName::from_static("x-request-id"),
             HeaderName::from_static("traceparent"),
+            HeaderName::from_static(auth::X_API_KEY),
+            HeaderName::from_static("anthropic-version"),
+            HeaderName::from_static("anthropic-beta"),
         ])
         .expose_headers([
             HeaderName::from_static("x-request-id"),

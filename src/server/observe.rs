@@ -48,6 +48,8 @@ fn route_template(path: &str) -> &'static str {
         "/v1/models" => "/v1/models",
         "/v1/chat/completions" => "/v1/chat/completions",
         "/v1/responses" => "/v1/responses",
+        "/v1/messages" => "/v1/messages",
+        "/v1/messages/count_tokens" => "/v1/messages/count_tokens",
         _ if path
             .strip_prefix("/v1/responses/")
             .is_some_and(|id| !id.is_empty() && !id.contains('/')) =>
@@ -136,6 +138,7 @@ mod tests {
         );
         assert_eq!(route_template("/v1/sessions/"), "unmatched");
         assert_eq!(route_template("/v1/responses/resp_1"), "/v1/responses/{id}");
+        assert_eq!(route_template("/v1/messages"), "/v1/messages");
         assert_eq!(route_template("/v1/sessions/a/b/events"), "unmatched");
         assert_eq!(route_template("/nope"), "unmatched");
     }

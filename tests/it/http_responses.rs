@@ -9,19 +9,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Named, Setup, client, get_json, keys, mock_stats, panel_yaml, parse_named_sse, post,
-    shared_fixture, write,
+    CLIENT_TOOL, FAST, Named, Setup, client, get_json, keys, mock_stats, panel_yaml,
+    parse_named_sse, post, shared_fixture, write,
 };
-
-const FAST: [&str; 3] = [
-    "alpha:ttft_ms=20,token_ms=1",
-    "beta:ttft_ms=40,token_ms=1",
-    "gamma:ttft_ms=60,token_ms=1",
-];
-const TOOLS: [&str; 2] = [
-    "a:policy=client_tool,ttft_ms=10,token_ms=1",
-    "b:policy=client_tool,ttft_ms=40,token_ms=1",
-];
 
 fn setup(models: &[&str], extra: &[&str]) -> Setup {
     Setup::start(|mock_url, dir| {
@@ -266,7 +256,7 @@ async fn a_non_streamed_response_has_the_recorded_shape_and_is_stored() {
 
 #[tokio::test]
 async fn the_panel_calls_a_function_and_the_conversation_continues_by_id() {
-    let s = setup(&TOOLS, &[]);
+    let s = setup(&CLIENT_TOOL, &[]);
     let events = stream(
         &s.server.url,
         &json!({"stream": true, "tools": [weather_tool()],

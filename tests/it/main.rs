@@ -17,6 +17,7 @@ mod engine_tools;
 mod http_blackbox;
 mod http_doors;
 mod http_inprocess;
+mod http_messages;
 mod http_native_providers;
 mod http_production;
 mod http_responses;

@@ -7,6 +7,7 @@
 //! frames.
 
 pub mod chat_completions;
+pub mod messages;
 pub mod responses;
 
 pub mod conversation;

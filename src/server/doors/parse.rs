@@ -104,6 +104,32 @@ pub fn deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError> 
     }
 }
 
+/// A required array with at least one entry (`messages`).
+pub fn required_list<'a>(
+    value: Option<&'a Value>,
+    param: &'static str,
+) -> Result<&'a Vec<Value>, ApiError> {
+    let list = match value {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid(
+                format!("'{param}' is required"),
+                Some(param),
+                "missing_required_parameter",
+            ));
+        }
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(type_error(param, "an array")),
+    };
+    if list.is_empty() {
+        return Err(ApiError::invalid(
+            format!("'{param}' must contain at least one message"),
+            Some(param),
+            "empty_array",
+        ));
+    }
+    Ok(list)
+}
+
 /// A problem with the `index`th entry of the list `param` (`messages`, `input`).
 pub fn entry_error(param: &'static str, index: usize, problem: &str) -> ApiError {
     ApiError::invalid(

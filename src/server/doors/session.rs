@@ -3,8 +3,10 @@
 //! [`Step`]s (deliberation lines, answer text, tool calls, the outcome) to render.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use massgen_core::coordination::{
@@ -45,6 +47,36 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             )
         }
     })
+}
+
+/// What every door's handler starts from: the state, the caller, when the request
+/// arrived, and its body (read up to `--max-body-bytes`).
+pub struct Incoming {
+    pub state: AppState,
+    pub caller: Caller,
+    pub received: std::time::Instant,
+    pub body: Bytes,
+}
+
+impl FromRequest<AppState> for Incoming {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let received = std::time::Instant::now();
+        let caller = request
+            .extensions()
+            .get::<Caller>()
+            .copied()
+            .unwrap_or_default();
+        let (parts, body) = request.into_parts();
+        let body = read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
+        Ok(Self {
+            state: state.clone(),
+            caller,
+            received,
+            body,
+        })
+    }
 }
 
 /// A parsed request, in door-neutral terms.
@@ -186,6 +218,39 @@ impl Steps {
                         return Step::Reasoning(line);
                     }
                 }
+            }
+        }
+    }
+}
+
+/// A step, or a quiet spell as long as the keep-alive period.
+#[derive(Debug)]
+pub enum Beat {
+    Step(Step),
+    Quiet,
+}
+
+impl Steps {
+    /// The next step, or [`Beat::Quiet`] when none came for `keepalive` (each door sends
+    /// its own keep-alive then).
+    pub async fn next_or_quiet(&mut self, keepalive: Duration) -> Beat {
+        match tokio::time::timeout(keepalive, self.next()).await {
+            Ok(step) => Beat::Step(step),
+            Err(_) => Beat::Quiet,
+        }
+    }
+
+    /// For a non-streamed response: the deliberation lines joined, and the outcome (the
+    /// answer is in the summary); a failure as the error to answer with.
+    pub async fn collect(mut self) -> Result<(String, Box<SessionSummary>), ApiError> {
+        let mut reasoning = String::new();
+        loop {
+            match self.next().await {
+                Step::Reasoning(line) => reasoning.push_str(&line),
+                Step::Text(_) | Step::ToolCalls(_) => {}
+                Step::Completed(summary) => return Ok((reasoning, summary)),
+                Step::Failed(error) => return Err(ApiError::Session(error)),
+                Step::Lost => return Err(ApiError::Internal),
             }
         }
     }

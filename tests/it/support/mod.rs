@@ -227,6 +227,23 @@ pub async fn simulator_in_process() -> (
 }
 
 // ---------------------------------------------------------------------------------------
+// Simulated panels
+
+/// Three fast simulated agents that answer, vote and present.
+pub const FAST: [&str; 3] = [
+    "alpha:ttft_ms=20,token_ms=1",
+    "beta:ttft_ms=40,token_ms=1",
+    "gamma:ttft_ms=60,token_ms=1",
+];
+
+/// Two simulated agents that call the first client tool offered, then answer with its
+/// result.
+pub const CLIENT_TOOL: [&str; 2] = [
+    "a:policy=client_tool,ttft_ms=10,token_ms=1",
+    "b:policy=client_tool,ttft_ms=40,token_ms=1",
+];
+
+// ---------------------------------------------------------------------------------------
 // HTTP
 
 /// A client whose requests give up after 30 s.

@@ -8,17 +8,13 @@ pub mod request;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
-use axum::extract::{Extension, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::body::Bytes;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use tokio::time::Instant;
 
 use super::metadata::metadata_json;
-use super::session::{self, Ask, Opened, Step, Steps};
-use crate::app::Caller;
-use crate::server::AppState;
+use super::session::{self, Ask, Beat, Incoming, Opened, Step, Steps};
 use crate::server::error::ApiError;
 use crate::server::sse::{self, data};
 use render::ChunkHeader;
@@ -27,15 +23,14 @@ use request::ChatRequest;
 /// This door's name in session records.
 pub const DOOR: &str = "chat_completions";
 
-pub async fn handle(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let received = std::time::Instant::now();
-    let bytes = session::read_body(&headers, body, state.settings.max_body_bytes).await?;
-    let request = request::parse(&bytes)?;
+pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming {
+        state,
+        caller,
+        received,
+        body,
+    } = incoming;
+    let request = request::parse(&body)?;
     let Opened { id, created, steps } = session::open(
         &state,
         Ask {
@@ -70,23 +65,13 @@ pub async fn handle(
 
 async fn collect_response(
     header: ChunkHeader,
-    mut steps: Steps,
+    steps: Steps,
     session_id: &str,
 ) -> Result<Response, ApiError> {
-    let mut reasoning = String::new();
-    loop {
-        match steps.next().await {
-            Step::Reasoning(line) => reasoning.push_str(&line),
-            Step::Text(_) | Step::ToolCalls(_) => {}
-            Step::Completed(summary) => {
-                let metadata = metadata_json(session_id, &summary);
-                let body = header.completion(&summary, &reasoning, metadata);
-                return Ok((StatusCode::OK, axum::Json(body)).into_response());
-            }
-            Step::Failed(error) => return Err(ApiError::Session(error)),
-            Step::Lost => return Err(ApiError::Internal),
-        }
-    }
+    let (reasoning, summary) = steps.collect().await?;
+    let metadata = metadata_json(session_id, &summary);
+    let body = header.completion(&summary, &reasoning, metadata);
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
 
 fn stream_response(
@@ -101,17 +86,14 @@ fn stream_response(
     let body = async_stream::stream! {
         session::observe_first_byte(received);
         yield Ok::<Bytes, Infallible>(data(&header.role()));
-        let mut quiet_until = Instant::now() + keepalive;
         loop {
-            let step = tokio::select! {
-                step = steps.next() => step,
-                () = tokio::time::sleep_until(quiet_until) => {
-                    quiet_until = Instant::now() + keepalive;
+            let step = match steps.next_or_quiet(keepalive).await {
+                Beat::Step(step) => step,
+                Beat::Quiet => {
                     yield Ok(Bytes::from_static(sse::KEEPALIVE_COMMENT));
                     continue;
                 }
             };
-            quiet_until = Instant::now() + keepalive;
             match step {
                 Step::Reasoning(line) => yield Ok(data(&header.reasoning(&line))),
                 Step::Text(text) => yield Ok(data(&header.content(&text))),

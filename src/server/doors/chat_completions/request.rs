@@ -49,16 +49,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
 
 /// `tools`, `tool_choice` and `parallel_tool_calls`. Only function tools exist here.
 fn parse_client_tools(obj: &Map<String, Value>) -> Result<ClientTools, ApiError> {
-    let list = match obj.get("tools") {
-        None | Some(Value::Null) => &Vec::new(),
-        Some(Value::Array(t)) => t,
-        Some(_) => return Err(type_error("tools", "an array")),
-    };
-    let mut tools: Vec<ToolSpec> = Vec::with_capacity(list.len());
-    for (i, tool) in list.iter().enumerate() {
-        let spec = client_tool(i, tool)?;
-        tools::push_unique(&mut tools, i, spec)?;
-    }
+    let tools = tools::parse_list(obj, |i, tool| client_tool(i, tool).map(Some))?;
     let choice = match obj.get("tool_choice") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(match s.as_str() {
@@ -111,24 +102,7 @@ fn client_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
 
 /// The system texts and the other messages, in order.
 fn parse_messages(value: Option<&Value>) -> Result<(Vec<String>, Vec<Message>), ApiError> {
-    let messages = match value {
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                "'messages' is required",
-                Some("messages"),
-                "missing_required_parameter",
-            ));
-        }
-        Some(Value::Array(m)) => m,
-        Some(_) => return Err(type_error("messages", "an array")),
-    };
-    if messages.is_empty() {
-        return Err(ApiError::invalid(
-            "'messages' must contain at least one message",
-            Some("messages"),
-            "empty_array",
-        ));
-    }
+    let messages = parse::required_list(value, "messages")?;
 
     let mut system = Vec::new();
     let mut rest = Vec::new();

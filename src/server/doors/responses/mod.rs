@@ -12,17 +12,16 @@ pub mod store;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Extension, Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use massgen_core::provider::{Message, ToolCall};
-use tokio::time::Instant;
 
 use super::conversation;
 use super::limit::AnswerLimit;
 use super::metadata::metadata_json;
-use super::session::{self, Ask, Opened, Step, Steps};
+use super::session::{self, Ask, Beat, Incoming, Opened, Step, Steps};
 use crate::app::{Caller, Sessions};
 use crate::server::AppState;
 use crate::server::error::ApiError;
@@ -34,15 +33,14 @@ use store::{ResponseStore, Stored};
 /// This door's name in session records.
 pub const DOOR: &str = "responses";
 
-pub async fn create(
-    State(state): State<AppState>,
-    Extension(caller): Extension<Caller>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
-    let received = std::time::Instant::now();
-    let bytes = session::read_body(&headers, body, state.settings.max_body_bytes).await?;
-    let request = request::parse(&bytes)?;
+pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming {
+        state,
+        caller,
+        received,
+        body,
+    } = incoming;
+    let request = request::parse(&body)?;
     let (system, messages) = conversation_so_far(&state.responses, &caller, &request)?;
     // `instructions` hold for this request only; they are not kept with the conversation.
     let session_system: Vec<String> = request
@@ -175,29 +173,19 @@ impl Finish {
     }
 }
 
-async fn collect_response(mut finish: Finish, mut steps: Steps) -> Result<Response, ApiError> {
-    let mut reasoning = String::new();
-    loop {
-        match steps.next().await {
-            Step::Reasoning(line) => reasoning.push_str(&line),
-            Step::Text(_) | Step::ToolCalls(_) => {}
-            Step::Completed(summary) => {
-                let output = render::output(&finish.env, &summary, &reasoning, &mut finish.limit);
-                let metadata = metadata_json(&finish.session_id, &summary);
-                let object = finish.env.finished(
-                    &summary,
-                    output,
-                    finish.limit.cut(),
-                    metadata,
-                    finish.sessions.now_secs(),
-                );
-                finish.store(&object, &summary.final_tool_calls);
-                return Ok((StatusCode::OK, axum::Json(object)).into_response());
-            }
-            Step::Failed(error) => return Err(ApiError::Session(error)),
-            Step::Lost => return Err(ApiError::Internal),
-        }
-    }
+async fn collect_response(mut finish: Finish, steps: Steps) -> Result<Response, ApiError> {
+    let (reasoning, summary) = steps.collect().await?;
+    let output = render::output(&finish.env, &summary, &reasoning, &mut finish.limit);
+    let metadata = metadata_json(&finish.session_id, &summary);
+    let object = finish.env.finished(
+        &summary,
+        output,
+        finish.limit.cut(),
+        metadata,
+        finish.sessions.now_secs(),
+    );
+    finish.store(&object, &summary.final_tool_calls);
+    Ok((StatusCode::OK, axum::Json(object)).into_response())
 }
 
 fn stream_response(
@@ -213,19 +201,16 @@ fn stream_response(
         for (kind, payload) in live.start() {
             yield Ok(sse::named(kind, &payload));
         }
-        let mut quiet_until = Instant::now() + keepalive;
         loop {
-            let step = tokio::select! {
-                step = steps.next() => step,
-                () = tokio::time::sleep_until(quiet_until) => {
-                    quiet_until = Instant::now() + keepalive;
+            let step = match steps.next_or_quiet(keepalive).await {
+                Beat::Step(step) => step,
+                Beat::Quiet => {
                     for (kind, payload) in live.keepalive() {
                         yield Ok(sse::named(kind, &payload));
                     }
                     continue;
                 }
             };
-            quiet_until = Instant::now() + keepalive;
             let (events, end) = match step {
                 Step::Reasoning(line) => (live.reasoning(&line), false),
                 Step::Text(text) => (live.text(&text), false),

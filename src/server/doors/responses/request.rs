@@ -4,7 +4,7 @@
 //! change the answer (structured output formats, background mode, stored prompts).
 
 use massgen_core::coordination::ClientTools;
-use massgen_core::provider::{Message, Role, ToolCall, ToolChoice, ToolSpec};
+use massgen_core::provider::{Message, Role, ToolCall, ToolChoice};
 use serde_json::{Map, Value};
 
 use crate::server::doors::narrate::Deliberation;
@@ -113,17 +113,11 @@ fn unsupported(param: &'static str, message: &str) -> ApiError {
 /// `tools`, `tool_choice` and `parallel_tool_calls`: function tools in the Responses shape
 /// (`{"type":"function","name",…}`).
 fn parse_tools(obj: &Map<String, Value>) -> Result<(ClientTools, Vec<Value>), ApiError> {
-    let list = match obj.get("tools") {
-        None | Some(Value::Null) => &Vec::new(),
-        Some(Value::Array(t)) => t,
-        Some(_) => return Err(type_error("tools", "an array")),
-    };
-    let mut specs: Vec<ToolSpec> = Vec::with_capacity(list.len());
-    let mut echoed = Vec::with_capacity(list.len());
-    for (i, tool) in list.iter().enumerate() {
+    let mut echoed = Vec::new();
+    let specs = tools::parse_list(obj, |i, tool| {
         let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
         if IGNORED_TOOL_TYPES.contains(&kind) {
-            continue;
+            return Ok(None);
         }
         if kind != "function" {
             return Err(tools_error(
@@ -142,9 +136,9 @@ fn parse_tools(obj: &Map<String, Value>) -> Result<(ClientTools, Vec<Value>), Ap
                 schema_field: "parameters",
             },
         )?;
-        tools::push_unique(&mut specs, i, spec)?;
         echoed.push(tool.clone());
-    }
+        Ok(Some(spec))
+    })?;
     let choice = match obj.get("tool_choice") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(match s.as_str() {
