@@ -8,10 +8,14 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::body::Body;
+use axum::response::IntoResponse;
+use axum::response::sse::{Event, Sse};
 use bytes::Bytes;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures::StreamExt;
-use massgen::server::render::ChunkHeader;
+use http_body_util::BodyExt;
+use massgen::server::doors::chat_completions::render::ChunkHeader;
 use massgen_core::coordination::{
     OrchestratorOptions, SessionAgent, SessionInput, SessionSpec, SystemClock, run_session,
 };
@@ -206,7 +210,7 @@ fn engine(c: &mut Criterion) {
 }
 
 fn sse_line(value: &impl serde::Serialize) -> Bytes {
-    // As src/server/chat.rs frames every chunk.
+    // As src/server/doors/chat_completions/mod.rs frames every chunk.
     let mut buf = Vec::with_capacity(256);
     buf.extend_from_slice(b"data: ");
     let _ = serde_json::to_writer(&mut buf, value);
@@ -232,7 +236,53 @@ fn encode(c: &mut Criterion) {
             )))
         })
     });
+    // The same chunk as an axum SSE `Event` (what `Sse` would send): serialized through
+    // its data writer, which scans every write for line breaks.
+    g.bench_function("content_chunk_axum_event", |b| {
+        b.iter(|| Event::default().json_data(header.content(black_box("word17 "))))
+    });
     g.finish();
+
+    // A whole answer through the response body, hand-rolled frames vs axum's `Sse`: what a
+    // client's stream costs per token either way.
+    let words: Vec<String> = (0..WORDS).map(|i| format!("word{i} ")).collect();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let mut g = c.benchmark_group("sse_body");
+    g.throughput(Throughput::Elements(WORDS as u64));
+    g.bench_function("hand_rolled_40_chunks", |b| {
+        b.to_async(&rt).iter(|| {
+            let frames = words
+                .iter()
+                .map(|w| Ok::<_, std::convert::Infallible>(sse_line(&header.content(w))))
+                .collect::<Vec<_>>();
+            drain_body(Body::from_stream(futures::stream::iter(frames)))
+        })
+    });
+    g.bench_function("axum_sse_40_chunks", |b| {
+        b.to_async(&rt).iter(|| {
+            let events = words
+                .iter()
+                .map(|w| Event::default().json_data(header.content(w)))
+                .collect::<Vec<_>>();
+            drain_body(
+                Sse::new(futures::stream::iter(events))
+                    .into_response()
+                    .into_body(),
+            )
+        })
+    });
+    g.finish();
+}
+
+async fn drain_body(body: Body) -> usize {
+    let mut body = body;
+    let mut n = 0;
+    while let Some(frame) = body.frame().await {
+        n += black_box(frame.unwrap().into_data().map_or(0, |d| d.len()));
+    }
+    n
 }
 
 criterion_group!(benches, decode, engine, encode);

@@ -107,6 +107,10 @@ pub struct ServeArgs {
     /// Replace every agent's model of the default config with NAME
     #[arg(long, value_name = "NAME", env = "MASSGEN_SERVER_DEFAULT_MODEL")]
     pub default_model: Option<String>,
+    /// Panel for /v1/messages requests whose model is not `massgen` or `massgen/<name>` (Claude
+    /// Code sends its own model names) [default: the default config]
+    #[arg(long, value_name = "NAME", env = "MASSGEN_SERVER_MESSAGES_DEFAULT_PANEL")]
+    pub messages_default_panel: Option<String>,
     #[command(flatten)]
     pub production: ProductionArgs,
 }
@@ -224,6 +228,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
             .map_or(defaults.shutdown_grace, Duration::from_secs),
         debug: args.debug,
         default_model: given(&args.default_model),
+        messages_default_panel: messages_default_panel(args)?,
         production: resolve_production(&args.production, env)?,
     };
     Ok(ServePlan {
@@ -232,6 +237,19 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         configs_dir: given_path(&args.configs_dir),
         demo: args.demo,
     })
+}
+
+/// `--messages-default-panel`: a panel name (as in `massgen/<name>`).
+fn messages_default_panel(args: &ServeArgs) -> Result<Option<String>, Fatal> {
+    let Some(name) = given(&args.messages_default_panel).map(|n| n.trim().to_string()) else {
+        return Ok(None);
+    };
+    if !crate::config::valid_panel_name(&name) {
+        return Err(Fatal::usage(format!(
+            "--messages-default-panel: '{name}' is not a panel name (letters, digits, '-', '_', '.')"
+        )));
+    }
+    Ok(Some(name))
 }
 
 /// The production part of [`resolve_serve`], over [`ProductionSettings::default`].
@@ -533,6 +551,14 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     };
     let catalog = build_catalog(&plan, mock_url.as_deref(), &process_env)?;
     let settings = plan.settings;
+    if let Some(name) = &settings.messages_default_panel
+        && !catalog.named.contains_key(name)
+    {
+        let known: Vec<&String> = catalog.named.keys().collect();
+        return Err(Fatal::usage(format!(
+            "--messages-default-panel: no panel '{name}' (named panels: {known:?})"
+        )));
+    }
     let listener = bind(&settings.host, settings.port).await?;
     let addr = local_addr(&listener)?;
     let (config, agents) = match &catalog.default {

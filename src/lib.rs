@@ -1,5 +1,5 @@
 //! massgen: several LLMs answer one question together, behind the OpenAI Chat Completions
-//! API.
+//! and Responses APIs and Anthropic's Messages API (the doors of [`server`]).
 //!
 //! A request flows one way: [`server`] (HTTP edge) → the coordination engine
 //! (`massgen_core::coordination`) → the upstream wire formats (`massgen_providers`).

@@ -1,9 +1,16 @@
-//! The assembly layer: turns a loaded config into what a session runs on (a provider and
-//! the MCP toolbox of each agent) and hands the application's hooks (the retry metric)
-//! down to the crates that need them, so no lower layer reaches up.
+//! The assembly layer: what a session runs on. [`Sessions`] owns the provider factory, the
+//! MCP tool registry, the clock, instrumentation and the session records, behind one
+//! [`Sessions::start`]; the doors of the HTTP edge only translate. The application's hooks
+//! (the retry metric) are handed down to the crates that need them, so no lower layer
+//! reaches up.
 
+mod caller;
 mod providers;
+pub mod records;
+mod sessions;
 mod tools;
 
+pub use caller::{Caller, KeyId};
 pub use providers::{HttpProviders, ProviderFactory};
+pub use sessions::{SessionRequest, Sessions, SessionsConfig, StartError, Started};
 pub use tools::{agent_tools, servers_of};

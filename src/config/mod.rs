@@ -102,6 +102,9 @@ pub struct ServerSettings {
     /// Replaces every agent's model of the default config for requests that use it
     /// (`MASSGEN_SERVER_DEFAULT_MODEL`, MassGen's "default model override").
     pub default_model: Option<String>,
+    /// The named panel for `/v1/messages` requests whose model is not `massgen` or
+    /// `massgen/<name>` (`--messages-default-panel`); `None`: the default config.
+    pub messages_default_panel: Option<String>,
     /// Auth, limits, records and timeouts (`production.rs`).
     pub production: ProductionSettings,
 }
@@ -117,6 +120,7 @@ impl Default for ServerSettings {
             shutdown_grace: Duration::from_secs(30),
             debug: false,
             default_model: None,
+            messages_default_panel: None,
             production: ProductionSettings::default(),
         }
     }

@@ -1,4 +1,4 @@
-//! Bearer API keys. Keys are kept only as SHA-256 hashes and a presented key is hashed and
+//! API keys, sent as `Authorization: Bearer <key>` or `x-api-key: <key>`. Keys are kept only as SHA-256 hashes and a presented key is hashed and
 //! compared with every stored hash in constant time, so neither timing nor memory dumps
 //! give a key away. Nothing here logs a key.
 
@@ -12,17 +12,8 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::AppState;
 use super::error::ApiError;
+pub use crate::app::{Caller, KeyId};
 use crate::telemetry::metrics;
-
-/// Which configured key a request used (its position in the key list); never the key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct KeyId(u32);
-
-/// Who is calling: the key it authenticated with, or none when the server has no keys.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Caller {
-    pub key: Option<KeyId>,
-}
 
 #[derive(Clone, Default)]
 pub struct ApiKeys {
@@ -56,13 +47,16 @@ impl ApiKeys {
             index = u32::conditional_select(&index, &u32::try_from(i).unwrap_or(u32::MAX), equal);
             found |= equal;
         }
-        bool::from(found).then_some(KeyId(index))
+        bool::from(found).then_some(KeyId::from_index(index))
     }
 }
 
 fn hash(key: &str) -> [u8; 32] {
     Sha256::digest(key.as_bytes()).into()
 }
+
+/// Anthropic's key header, accepted on every route like a bearer token.
+pub const X_API_KEY: &str = "x-api-key";
 
 /// `Authorization: Bearer <key>` (scheme case-insensitive).
 fn bearer(headers: &HeaderMap) -> Option<&str> {
@@ -72,6 +66,19 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .eq_ignore_ascii_case("bearer")
         .then(|| token.trim())
         .filter(|t| !t.is_empty())
+}
+
+/// The key a request presents: a bearer token, else `x-api-key` (Claude Code and the
+/// Anthropic SDKs; the Python SDK 2.x sends a bearer token).
+fn presented(headers: &HeaderMap) -> Option<&str> {
+    bearer(headers).or_else(|| {
+        headers
+            .get(X_API_KEY)?
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|k| !k.is_empty())
+    })
 }
 
 /// Paths that never need a key: liveness, and `/metrics` unless protected. CORS preflights
@@ -94,9 +101,9 @@ pub async fn authenticate(
         request.extensions_mut().insert(Caller::default());
         return next.run(request).await;
     }
-    let error = match bearer(request.headers()) {
+    let error = match presented(request.headers()) {
         None => ApiError::Unauthorized {
-            message: "You didn't provide an API key. Send it as 'Authorization: Bearer <key>'."
+            message: "You didn't provide an API key. Send it as 'Authorization: Bearer <key>' or 'x-api-key: <key>'."
                 .to_string(),
         },
         Some(token) => match keys.verify(token) {
@@ -124,8 +131,8 @@ mod tests {
     fn verify_finds_the_right_key_and_only_it() {
         let keys = ApiKeys::new(&[Secret::new("k-one"), Secret::new("k-two")]);
         assert!(keys.enabled());
-        assert_eq!(keys.verify("k-two"), Some(KeyId(1)));
-        assert_eq!(keys.verify("k-one"), Some(KeyId(0)));
+        assert_eq!(keys.verify("k-two"), Some(KeyId::from_index(1)));
+        assert_eq!(keys.verify("k-one"), Some(KeyId::from_index(0)));
         assert_eq!(keys.verify("k-on"), None);
         assert_eq!(keys.verify(""), None);
         assert!(!ApiKeys::new(&[]).enabled());
@@ -142,5 +149,9 @@ mod tests {
         assert_eq!(bearer(&h), None);
         h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
         assert_eq!(bearer(&h), None);
+        h.insert(X_API_KEY, " k-x ".parse().unwrap());
+        assert_eq!(presented(&h), Some("k-x"));
+        h.insert(header::AUTHORIZATION, "Bearer k-b".parse().unwrap());
+        assert_eq!(presented(&h), Some("k-b"));
     }
 }

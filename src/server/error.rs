@@ -1,5 +1,7 @@
-//! Every error a client can see, with its HTTP status and OpenAI's error shape
-//! (`{"error":{"message","type","param","code"}}`).
+//! Every error a client can see, with its HTTP status, whether a retry can help, and
+//! OpenAI's error shape (`{"error":{"message","type","param","code"}}`), which the Chat
+//! Completions and Responses doors and the other routes use; the Messages door renders the
+//! same errors in Anthropic's shape.
 
 use std::time::Duration;
 
@@ -8,6 +10,9 @@ use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{SessionError, SessionErrorKind};
 use massgen_core::provider::ProviderErrorKind;
 use serde_json::json;
+
+/// Tells clients (the OpenAI and Anthropic SDKs, Claude Code) whether retrying can help.
+pub const SHOULD_RETRY: &str = "x-should-retry";
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
@@ -44,6 +49,8 @@ pub enum ApiError {
     TooManySessions { max: usize },
     /// 404: no session record with this id (or not the caller's).
     SessionNotFound { id: String },
+    /// 404: no stored response with this id (or not the caller's).
+    ResponseNotFound { id: String },
 }
 
 impl ApiError {
@@ -74,7 +81,7 @@ impl ApiError {
             Self::RateLimited { .. } | Self::TooManySessions { .. } => {
                 StatusCode::TOO_MANY_REQUESTS
             }
-            Self::SessionNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::SessionNotFound { .. } | Self::ResponseNotFound { .. } => StatusCode::NOT_FOUND,
         }
     }
 
@@ -95,7 +102,9 @@ impl ApiError {
                 SessionErrorKind::Cancelled => "server_error",
             },
             Self::Internal => "server_error",
-            Self::Unauthorized { .. } | Self::SessionNotFound { .. } => "invalid_request_error",
+            Self::Unauthorized { .. }
+            | Self::SessionNotFound { .. }
+            | Self::ResponseNotFound { .. } => "invalid_request_error",
             Self::RateLimited { .. } | Self::TooManySessions { .. } => "rate_limit_error",
         }
     }
@@ -121,6 +130,7 @@ impl ApiError {
             Self::RateLimited { .. } => "rate_limit_exceeded",
             Self::TooManySessions { .. } => "too_many_sessions",
             Self::SessionNotFound { .. } => "session_not_found",
+            Self::ResponseNotFound { .. } => "response_not_found",
         }
     }
 
@@ -162,6 +172,9 @@ impl ApiError {
                 "The server is running its maximum of {max} concurrent sessions; retry shortly"
             ),
             Self::SessionNotFound { id } => format!("No session record '{id}'"),
+            Self::ResponseNotFound { id } => format!(
+                "No response '{id}' (responses are kept unless 'store' was false, for a limited time)"
+            ),
         }
     }
 
@@ -173,6 +186,24 @@ impl ApiError {
             "param": self.param(),
             "code": self.code(),
         })
+    }
+
+    /// Whether the same request may succeed if sent again (`x-should-retry`): limits, and
+    /// upstream failures that were transient. A bad request, a bug, a broken config, agents
+    /// that cannot follow the protocol or a session that ran out of time would fail the
+    /// same way, after another full deliberation.
+    pub fn retryable(&self) -> bool {
+        match self {
+            Self::RateLimited { .. } | Self::TooManySessions { .. } => true,
+            Self::Session(e) => {
+                e.kind == SessionErrorKind::UpstreamFailed
+                    && e.agent_errors.iter().any(|a| {
+                        a.upstream_kind
+                            .is_some_and(|k| k.is_retryable() || k == ProviderErrorKind::Timeout)
+                    })
+            }
+            _ => false,
+        }
     }
 
     /// How long a client should wait before retrying, when we know.
@@ -246,6 +277,13 @@ impl IntoResponse for ApiError {
                 .headers_mut()
                 .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
+        let retry = if self.retryable() { "true" } else { "false" };
+        response
+            .headers_mut()
+            .insert(SHOULD_RETRY, HeaderValue::from_static(retry));
+        // A door with another error shape re-renders the error from this (see
+        // `doors::messages::error`); the OpenAI shape above is the default.
+        response.extensions_mut().insert(self);
         response
     }
 }

@@ -1,17 +1,17 @@
-//! The HTTP edge: routes, OpenAI wire types, SSE rendering, errors as OpenAI JSON. It only
-//! translates: a request becomes a [`SessionSpec`](massgen_core::coordination::SessionSpec), and
-//! the session's events become a response.
+//! The HTTP edge: routes, the front doors (one module per client API, [`doors`]), auth,
+//! limits, observability and the record routes. It only translates: a door parses a
+//! request into a session input, the application service ([`crate::app::Sessions`]) runs
+//! the session, and the door renders its events.
 
 pub mod auth;
-mod chat;
+pub mod doors;
 pub mod error;
 pub mod limits;
 mod listen;
 mod observe;
 pub mod records;
-pub mod render;
-pub mod request;
 pub mod routing;
+pub mod sse;
 mod ui;
 
 use std::future::Future;
@@ -28,44 +28,40 @@ use massgen_tools::ToolRegistry;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
-pub use chat::SESSION_HEADER;
+pub use doors::session::SESSION_HEADER;
 use error::ApiError;
 
-use crate::app::ProviderFactory;
+use crate::app::records::RecordStore;
+use crate::app::{ProviderFactory, Sessions, SessionsConfig};
 use crate::config::{Env, PanelCatalog, ServerSettings};
+use doors::responses::store::ResponseStore;
 
 /// Shared by every request.
 #[derive(Clone)]
 pub struct AppState {
     pub catalog: Arc<PanelCatalog>,
     pub settings: Arc<ServerSettings>,
-    pub providers: Arc<dyn ProviderFactory>,
-    /// The process's MCP servers, shared by every session.
-    pub tools: Arc<ToolRegistry>,
-    pub clock: Arc<dyn Clock>,
     /// Environment lookup for `massgen/path:` configs.
     pub env: Arc<Env>,
-    /// Every running session, so shutdown can wait for them.
-    pub sessions: TaskTracker,
-    /// Cancels every session (shutdown past the grace period).
-    pub sessions_cancel: CancellationToken,
-    /// Access control, limits and session records.
+    /// The application service: starts sessions, keeps their records.
+    pub sessions: Arc<Sessions>,
+    /// Stored Responses API responses (`previous_response_id`, `GET /v1/responses/{id}`).
+    pub responses: Arc<ResponseStore>,
+    /// Access control and limits.
     pub production: Arc<Production>,
 }
 
-/// What `settings.production` turns into at start-up.
+/// What `settings.production` turns into at start-up (the records go to [`Sessions`]).
 pub struct Production {
     pub keys: auth::ApiKeys,
     pub protect_metrics: bool,
     pub limits: limits::Limits,
-    pub records: records::RecordStore,
 }
 
 impl Production {
@@ -74,11 +70,6 @@ impl Production {
             keys: auth::ApiKeys::new(&settings.api_keys),
             protect_metrics: settings.protect_metrics,
             limits: limits::Limits::new(settings),
-            records: records::RecordStore::new(
-                settings.records_max_sessions,
-                settings.records_max_age,
-                settings.records_dir.clone(),
-            ),
         }
     }
 }
@@ -91,17 +82,51 @@ impl AppState {
         tools: Arc<ToolRegistry>,
         env: Arc<Env>,
     ) -> Self {
+        Self::with_clock(
+            catalog,
+            settings,
+            providers,
+            tools,
+            env,
+            Arc::new(SystemClock),
+        )
+    }
+
+    /// As [`AppState::new`], with the clock sessions and `created` fields read (tests).
+    pub fn with_clock(
+        catalog: PanelCatalog,
+        settings: ServerSettings,
+        providers: Arc<dyn ProviderFactory>,
+        tools: Arc<ToolRegistry>,
+        env: Arc<Env>,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let production = Arc::new(Production::new(&settings.production));
+        let records = &settings.production;
+        let sessions = Sessions::new(SessionsConfig {
+            providers,
+            tools,
+            clock,
+            records: RecordStore::new(
+                records.records_max_sessions,
+                records.records_max_age,
+                records.records_dir.clone(),
+            ),
+            max_upstream_calls: records.max_upstream_calls,
+            log_prompts: settings.debug,
+        });
+        let responses = ResponseStore::new(
+            records.records_max_sessions,
+            records.records_max_age,
+            doors::responses::store::MAX_BYTES,
+        );
         Self {
             production,
             catalog: Arc::new(catalog),
             settings: Arc::new(settings),
-            providers,
-            tools,
-            clock: Arc::new(SystemClock),
+            sessions: Arc::new(sessions),
+            responses: Arc::new(responses),
             env,
-            sessions: TaskTracker::new(),
-            sessions_cancel: CancellationToken::new(),
         }
     }
 
@@ -125,13 +150,20 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(observe::metrics_text))
         .route("/v1/models", get(models))
-        .route("/v1/chat/completions", post(chat::chat_completions))
-        .route("/v1/sessions", get(records::routes::list_sessions))
-        .route("/v1/sessions/{id}", get(records::routes::get_session))
         .route(
-            "/v1/sessions/{id}/events",
-            get(records::routes::session_events),
+            "/v1/chat/completions",
+            post(doors::chat_completions::handle),
         )
+        .route("/v1/responses", post(doors::responses::create))
+        .route("/v1/responses/{id}", get(doors::responses::get))
+        .route("/v1/messages", post(doors::messages::create))
+        .route(
+            "/v1/messages/count_tokens",
+            post(doors::messages::count_tokens),
+        )
+        .route("/v1/sessions", get(records::list_sessions))
+        .route("/v1/sessions/{id}", get(records::get_session))
+        .route("/v1/sessions/{id}/events", get(records::session_events))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         .layer(middleware::from_fn_with_state(
@@ -152,9 +184,13 @@ pub fn router(state: AppState) -> Router {
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal.into_response()
         }))
+        // Outside everything that can fail, so the Messages door's errors are all
+        // Anthropic-shaped, whichever layer produced them.
+        .layer(middleware::from_fn(doors::messages::error::reshape))
         .layer(TraceLayer::new_for_http().make_span_with(observe::request_span))
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
+            HeaderName::from_static(auth::X_API_KEY),
         ]))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
@@ -172,11 +208,15 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
             header::CONTENT_TYPE,
             HeaderName::from_static("x-request-id"),
             HeaderName::from_static("traceparent"),
+            HeaderName::from_static(auth::X_API_KEY),
+            HeaderName::from_static("anthropic-version"),
+            HeaderName::from_static("anthropic-beta"),
         ])
         .expose_headers([
             HeaderName::from_static("x-request-id"),
             HeaderName::from_static(SESSION_HEADER),
             header::RETRY_AFTER,
+            HeaderName::from_static(error::SHOULD_RETRY),
         ]);
     if origins.iter().any(|o| o == "*") {
         return Some(layer.allow_origin(AllowOrigin::any()));
@@ -224,10 +264,9 @@ pub async fn serve(
     let grace = state.settings.shutdown_grace;
     let header_timeout = state.settings.production.header_read_timeout;
     let sessions = state.sessions.clone();
-    let sessions_cancel = state.sessions_cancel.clone();
     let stopping = CancellationToken::new();
     let stop_signal = stopping.clone();
-    let housekeeping = tokio::spawn(housekeeping(state.production.clone()));
+    let housekeeping = tokio::spawn(housekeeping(state.clone()));
     let app = router(state);
     let server = listen::serve_connections(listener, app, header_timeout, async move {
         shutdown.await;
@@ -237,13 +276,14 @@ pub async fn serve(
     let server = std::pin::pin!(server);
     let deadline = async {
         stopping.cancelled().await;
-        sessions.close();
-        if tokio::time::timeout(grace, sessions.wait()).await.is_err() {
+        let tasks = sessions.tasks();
+        tasks.close();
+        if tokio::time::timeout(grace, tasks.wait()).await.is_err() {
             tracing::warn!(
                 grace_seconds = grace.as_secs(),
                 "grace period over: cancelling running sessions"
             );
-            sessions_cancel.cancel();
+            sessions.cancel_all();
         }
         // Streams end with an error chunk once cancelled; give them a moment to flush.
         tokio::time::sleep(std::time::Duration::from_secs(5)).await;
@@ -256,14 +296,15 @@ pub async fn serve(
     Ok(())
 }
 
-/// Keyed rate limiters only grow and records only age out when someone looks: trim both
-/// once a minute.
-async fn housekeeping(production: Arc<Production>) {
+/// Keyed rate limiters only grow and records and stored responses only age out when
+/// someone looks: trim them once a minute.
+async fn housekeeping(state: AppState) {
     let mut tick = tokio::time::interval(std::time::Duration::from_secs(60));
     loop {
         tick.tick().await;
-        production.limits.retain_recent();
-        production.records.expire();
+        state.production.limits.retain_recent();
+        state.sessions.records().expire();
+        state.responses.expire();
     }
 }
 

@@ -47,6 +47,15 @@ fn route_template(path: &str) -> &'static str {
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
         "/v1/chat/completions" => "/v1/chat/completions",
+        "/v1/responses" => "/v1/responses",
+        "/v1/messages" => "/v1/messages",
+        "/v1/messages/count_tokens" => "/v1/messages/count_tokens",
+        _ if path
+            .strip_prefix("/v1/responses/")
+            .is_some_and(|id| !id.is_empty() && !id.contains('/')) =>
+        {
+            "/v1/responses/{id}"
+        }
         _ => match path.strip_prefix("/v1/sessions/") {
             Some(rest) if !rest.is_empty() && !rest.contains('/') => "/v1/sessions/{id}",
             Some(rest) if rest.ends_with("/events") && rest.matches('/').count() == 1 => {
@@ -128,6 +137,8 @@ mod tests {
             "/v1/sessions/{id}/events"
         );
         assert_eq!(route_template("/v1/sessions/"), "unmatched");
+        assert_eq!(route_template("/v1/responses/resp_1"), "/v1/responses/{id}");
+        assert_eq!(route_template("/v1/messages"), "/v1/messages");
         assert_eq!(route_template("/v1/sessions/a/b/events"), "unmatched");
         assert_eq!(route_template("/nope"), "unmatched");
     }

@@ -269,6 +269,23 @@ pub async fn simulator_in_process() -> (
 }
 
 // ---------------------------------------------------------------------------------------
+// Simulated panels
+
+/// Three fast simulated agents that answer, vote and present.
+pub const FAST: [&str; 3] = [
+    "alpha:ttft_ms=20,token_ms=1",
+    "beta:ttft_ms=40,token_ms=1",
+    "gamma:ttft_ms=60,token_ms=1",
+];
+
+/// Two simulated agents that call the first client tool offered, then answer with its
+/// result.
+pub const CLIENT_TOOL: [&str; 2] = [
+    "a:policy=client_tool,ttft_ms=10,token_ms=1",
+    "b:policy=client_tool,ttft_ms=40,token_ms=1",
+];
+
+// ---------------------------------------------------------------------------------------
 // HTTP
 
 /// A client whose requests give up after 30 s.
@@ -311,6 +328,11 @@ pub async fn get(url: &str, key: Option<&str>) -> reqwest::Response {
         request = request.bearer_auth(key);
     }
     request.send().await.expect("request")
+}
+
+/// `GET url` (no key) as JSON.
+pub async fn get_json(url: &str) -> Value {
+    get(url, None).await.json().await.expect("json body")
 }
 
 /// The simulator's request and token counters (`GET /mock/stats`).
@@ -385,4 +407,61 @@ impl Sse {
             .filter_map(|c| c["delta"][key].as_str())
             .collect()
     }
+}
+
+/// `POST {url}{path}` with a JSON body, with `key` as the bearer token when given.
+pub async fn post(url: &str, path: &str, key: Option<&str>, body: &Value) -> reqwest::Response {
+    let mut request = client().post(format!("{url}{path}")).json(body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    request.send().await.expect("request")
+}
+
+/// One named SSE event: the `event:` line (empty when absent) and the `data:` payload.
+#[derive(Debug, Clone)]
+pub struct Named {
+    pub event: String,
+    pub data: Value,
+}
+
+/// A stream of `event:` + `data:` frames (Responses, Anthropic); comments are counted.
+pub fn parse_named_sse(raw: &str) -> (Vec<Named>, usize) {
+    let mut events = Vec::new();
+    let mut comments = 0;
+    for block in raw.split("\n\n").filter(|b| !b.trim().is_empty()) {
+        let mut event = String::new();
+        let mut data = None;
+        for line in block.lines() {
+            if let Some(name) = line.strip_prefix("event: ") {
+                event = name.to_string();
+            } else if let Some(payload) = line.strip_prefix("data: ") {
+                data = Some(
+                    serde_json::from_str(payload)
+                        .unwrap_or_else(|e| panic!("bad event data {payload}: {e}")),
+                );
+            } else if line.starts_with(':') {
+                comments += 1;
+            }
+        }
+        if let Some(data) = data {
+            events.push(Named { event, data });
+        }
+    }
+    (events, comments)
+}
+
+/// The keys of a JSON object (empty for anything else).
+pub fn keys(value: &Value) -> std::collections::BTreeSet<String> {
+    value
+        .as_object()
+        .map(|o| o.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// A recorded fixture from the shared folder (`fixtures/upstream/<path>`), when the
+/// folder is there.
+pub fn shared_fixture(path: &str) -> Option<String> {
+    let dir = native::upstream_dir()?;
+    Some(std::fs::read_to_string(dir.join(path)).unwrap_or_else(|e| panic!("{path}: {e}")))
 }

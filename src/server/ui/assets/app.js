@@ -210,7 +210,7 @@ async function refreshList() {
       { "data-id": s.id, "data-status": s.status, onclick: () => (location.hash = `#/s/${encodeURIComponent(s.id)}`) },
       el("td", { text: clock(s.created_at_ms) }),
       el("td", { class: "q" }, el("a", { href: `#/s/${encodeURIComponent(s.id)}`, text: s.question || s.id })),
-      el("td", { text: s.panel && s.panel !== s.model ? `${s.model} (${s.panel})` : s.model }),
+      el("td", { text: panelCell(s) }),
       el("td", {}, el("span", { class: "badge", "data-status": s.status, text: s.status })),
       el("td", { text: s.winner ? `${s.winner.label} (${s.winner.agent_id})` : "–" }),
       el("td", { class: "num", text: seconds(s.duration_ms) }),
@@ -219,6 +219,13 @@ async function refreshList() {
   );
   $("sessions-body").replaceChildren(...rows);
   $("sessions-empty").hidden = rows.length > 0;
+}
+
+/** "model (panel) · door": the API the session came through (chat completions, responses, messages). */
+function panelCell(s) {
+  const model = s.panel && s.panel !== s.model ? `${s.model} (${s.panel})` : s.model;
+  const door = { chat_completions: "chat", responses: "responses", messages: "messages" }[s.door];
+  return door ? `${model} · ${door}` : model;
 }
 
 function pollList(on) {

@@ -2,22 +2,14 @@
 //! string or content-part messages), strict where a mistake would change the answer.
 
 use massgen_core::coordination::{ClientTools, SessionInput};
-use massgen_core::provider::{Message, Role, ToolCall, ToolChoice, ToolSpec};
-use massgen_core::tool_names::{self, MCP_PREFIX, WORKFLOW_TOOLS};
+use massgen_core::provider::{Message, ToolCall, ToolChoice, ToolSpec};
 use serde_json::{Map, Value};
 
-use super::error::ApiError;
-
-/// How much of the deliberation the client sees (`massgen.deliberation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Deliberation {
-    /// One line per answer, vote, failure and consensus.
-    #[default]
-    Summary,
-    /// Summary plus the agents' streamed text.
-    Full,
-    Off,
-}
+use crate::server::doors::conversation;
+use crate::server::doors::narrate::Deliberation;
+use crate::server::doors::parse::{self, optional_bool, type_error};
+use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
+use crate::server::error::ApiError;
 
 /// The parts of a request the server uses.
 #[derive(Debug, Clone)]
@@ -31,26 +23,8 @@ pub struct ChatRequest {
 }
 
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid(
-            format!("The request body is not valid JSON: {e}"),
-            None,
-            "invalid_json",
-        )
-    })?;
-    let Value::Object(obj) = value else {
-        return Err(ApiError::invalid(
-            "The request body must be a JSON object",
-            None,
-            "invalid_json",
-        ));
-    };
-
-    let model = match obj.get("model") {
-        None | Some(Value::Null) => "massgen".to_string(),
-        Some(Value::String(s)) => s.trim().to_string(),
-        Some(_) => return Err(type_error("model", "a string")),
-    };
+    let obj = parse::object(body)?;
+    let model = parse::model(&obj)?;
     let stream = optional_bool(&obj, "stream")?.unwrap_or(false);
     let include_usage = match obj.get("stream_options") {
         None | Some(Value::Null) => false,
@@ -59,10 +33,10 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
             .unwrap_or(false),
         Some(_) => return Err(type_error("stream_options", "an object")),
     };
-    let deliberation = parse_deliberation(&obj)?;
+    let deliberation = parse::deliberation(&obj)?;
     let tools = parse_client_tools(&obj)?;
-    let mut input = parse_messages(obj.get("messages"))?;
-    input.tools = tools;
+    let (system, messages) = parse_messages(obj.get("messages"))?;
+    let input = conversation::session_input(system, messages, tools, "messages")?;
 
     Ok(ChatRequest {
         model,
@@ -73,64 +47,9 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     })
 }
 
-fn type_error(param: &'static str, expected: &str) -> ApiError {
-    ApiError::invalid(
-        format!("'{param}' must be {expected}"),
-        Some(param),
-        "invalid_type",
-    )
-}
-
-fn optional_bool(obj: &Map<String, Value>, key: &'static str) -> Result<Option<bool>, ApiError> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(type_error(key, "a boolean")),
-    }
-}
-
-fn parse_deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError> {
-    let Some(massgen) = obj.get("massgen") else {
-        return Ok(Deliberation::default());
-    };
-    let value = match massgen {
-        Value::Null => return Ok(Deliberation::default()),
-        Value::Object(m) => m.get("deliberation"),
-        _ => return Err(type_error("massgen", "an object")),
-    };
-    match value.and_then(Value::as_str) {
-        None if value.is_none_or(Value::is_null) => Ok(Deliberation::default()),
-        Some("summary") => Ok(Deliberation::Summary),
-        Some("full") => Ok(Deliberation::Full),
-        Some("off") => Ok(Deliberation::Off),
-        _ => Err(ApiError::invalid(
-            "'massgen.deliberation' must be one of \"summary\", \"full\", \"off\"",
-            Some("massgen.deliberation"),
-            "invalid_value",
-        )),
-    }
-}
-
-/// `tools`, `tool_choice` and `parallel_tool_calls`. Only function tools exist here; a
-/// name that collides with a coordination tool (or takes the MCP prefix) would make the
-/// agents' turns ambiguous.
+/// `tools`, `tool_choice` and `parallel_tool_calls`. Only function tools exist here.
 fn parse_client_tools(obj: &Map<String, Value>) -> Result<ClientTools, ApiError> {
-    let list = match obj.get("tools") {
-        None | Some(Value::Null) => &Vec::new(),
-        Some(Value::Array(t)) => t,
-        Some(_) => return Err(type_error("tools", "an array")),
-    };
-    let mut tools: Vec<ToolSpec> = Vec::with_capacity(list.len());
-    for (i, tool) in list.iter().enumerate() {
-        let spec = client_tool(i, tool)?;
-        if tools.iter().any(|t| t.name == spec.name) {
-            return Err(tools_error(
-                format!("tools[{i}]: the name '{}' is used twice", spec.name),
-                "invalid_value",
-            ));
-        }
-        tools.push(spec);
-    }
+    let tools = tools::parse_list(obj, |i, tool| client_tool(i, tool).map(Some))?;
     let choice = match obj.get("tool_choice") {
         None | Some(Value::Null) => None,
         Some(Value::String(s)) => Some(match s.as_str() {
@@ -149,26 +68,12 @@ fn parse_client_tools(obj: &Map<String, Value>) -> Result<ClientTools, ApiError>
                 .and_then(|f| f.get("name"))
                 .and_then(Value::as_str)
                 .ok_or_else(|| choice_error("'tool_choice' needs function.name".into()))?;
-            if !tools.iter().any(|t| t.name == name) {
-                return Err(choice_error(format!(
-                    "'tool_choice' names the function '{name}', which is not in 'tools'"
-                )));
-            }
             Some(ToolChoice::Function(name.to_string()))
         }
         Some(_) => return Err(type_error("tool_choice", "a string or an object")),
     };
-    if tools.is_empty() && matches!(choice, Some(ToolChoice::Required)) {
-        return Err(choice_error(
-            "'tool_choice' \"required\" needs at least one tool in 'tools'".into(),
-        ));
-    }
     let parallel = optional_bool(obj, "parallel_tool_calls")?;
-    Ok(ClientTools {
-        tools,
-        choice,
-        parallel,
-    })
+    tools::client_tools(tools, choice, parallel, "required")
 }
 
 fn client_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
@@ -183,79 +88,21 @@ fn client_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
         ));
     }
     let function = tool.get("function").and_then(Value::as_object);
-    let name = function
-        .and_then(|f| f.get("name"))
-        .and_then(Value::as_str)
-        .unwrap_or_default();
-    if tool_names::is_reserved(name) {
-        return Err(tools_error(
-            format!(
-                "The client tool '{name}' collides with a massgen coordination tool ({}) or the reserved prefix '{MCP_PREFIX}'; rename it",
-                WORKFLOW_TOOLS.join(", ")
-            ),
-            "tool_name_collision",
-        ));
-    }
-    let valid_name = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-    if !valid_name {
-        return Err(tools_error(
-            format!("tools[{i}].function.name must match ^[a-zA-Z0-9_-]{{1,64}}$"),
-            "invalid_value",
-        ));
-    }
-    let description = function
-        .and_then(|f| f.get("description"))
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string();
-    let parameters = match function.and_then(|f| f.get("parameters")) {
-        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
-        Some(p @ Value::Object(_)) => p.clone(),
-        Some(_) => {
-            return Err(tools_error(
-                format!("tools[{i}].function.parameters must be a JSON Schema object"),
-                "invalid_type",
-            ));
-        }
-    };
-    Ok(ToolSpec {
-        name: name.to_string(),
-        description,
-        parameters,
-    })
+    let field = |key: &str| function.and_then(|f| f.get(key));
+    tools::tool_spec(
+        field("name").and_then(Value::as_str).unwrap_or_default(),
+        field("description").and_then(Value::as_str),
+        field("parameters"),
+        &ToolAt {
+            at: &format!("tools[{i}].function"),
+            schema_field: "parameters",
+        },
+    )
 }
 
-fn tools_error(message: String, code: &'static str) -> ApiError {
-    ApiError::invalid(message, Some("tools"), code)
-}
-
-fn choice_error(message: String) -> ApiError {
-    ApiError::invalid(message, Some("tool_choice"), "invalid_value")
-}
-
-fn parse_messages(value: Option<&Value>) -> Result<SessionInput, ApiError> {
-    let messages = match value {
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                "'messages' is required",
-                Some("messages"),
-                "missing_required_parameter",
-            ));
-        }
-        Some(Value::Array(m)) => m,
-        Some(_) => return Err(type_error("messages", "an array")),
-    };
-    if messages.is_empty() {
-        return Err(ApiError::invalid(
-            "'messages' must contain at least one message",
-            Some("messages"),
-            "empty_array",
-        ));
-    }
+/// The system texts and the other messages, in order.
+fn parse_messages(value: Option<&Value>) -> Result<(Vec<String>, Vec<Message>), ApiError> {
+    let messages = parse::required_list(value, "messages")?;
 
     let mut system = Vec::new();
     let mut rest = Vec::new();
@@ -294,82 +141,20 @@ fn parse_messages(value: Option<&Value>) -> Result<SessionInput, ApiError> {
         }
     }
 
-    let Some(last_user) = rest.iter().rposition(|m| m.role == Role::User) else {
-        return Err(ApiError::invalid(
-            "'messages' must contain a user message",
-            Some("messages"),
-            "missing_user_message",
-        ));
-    };
-    // What follows the question (an assistant's tool calls and the client's results) is
-    // shown apart from the earlier conversation; anything else stays in the history.
-    let after: Vec<Message> = rest.split_off(last_user + 1);
-    let followup = if after
-        .iter()
-        .any(|m| m.role == Role::Tool || !m.tool_calls.is_empty())
-    {
-        after
-    } else {
-        rest.extend(after);
-        Vec::new()
-    };
-    let question = rest.remove(last_user).content;
-    if question.trim().is_empty() {
-        return Err(ApiError::invalid(
-            "The last user message is empty",
-            Some("messages"),
-            "empty_message",
-        ));
-    }
-    let extra_system = (!system.is_empty()).then(|| system.join("\n\n"));
-    Ok(SessionInput {
-        history: rest,
-        question,
-        extra_system,
-        followup,
-        tools: ClientTools::default(),
-    })
+    Ok((system, rest))
 }
 
 fn message_error(index: usize, problem: &str) -> ApiError {
-    ApiError::invalid(
-        format!("messages[{index}] {problem}"),
-        Some("messages"),
-        "invalid_message",
-    )
+    parse::entry_error("messages", index, problem)
 }
 
 /// A string, null, or an array of content parts whose text parts are joined.
 fn content_text(index: usize, content: Option<&Value>) -> Result<String, ApiError> {
-    match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Array(parts)) => {
-            let mut texts = Vec::with_capacity(parts.len());
-            for part in parts {
-                match part.get("type").and_then(Value::as_str) {
-                    Some("text") | Some("input_text") => texts.push(
-                        part.get("text")
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                            .to_string(),
-                    ),
-                    Some(other) => {
-                        return Err(message_error(
-                            index,
-                            &format!("has a '{other}' content part; only text parts are supported"),
-                        ));
-                    }
-                    None => return Err(message_error(index, "has a content part without 'type'")),
-                }
-            }
-            Ok(texts.join("\n"))
-        }
-        Some(_) => Err(message_error(
-            index,
-            "'content' must be a string or an array of parts",
-        )),
-    }
+    parse::joined_text(
+        content,
+        |kind| matches!(kind, "text" | "input_text").then_some("text"),
+        |problem| message_error(index, problem),
+    )
 }
 
 fn tool_calls(index: usize, value: Option<&Value>) -> Result<Vec<ToolCall>, ApiError> {

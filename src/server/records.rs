@@ -1,18 +1,21 @@
-//! `GET /v1/sessions`, `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`.
+//! `GET /v1/sessions`, `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`: the
+//! session records (`app::records`) over HTTP.
 
 use std::convert::Infallible;
+use std::sync::Arc;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Extension, Path, Query, State};
-use axum::http::{StatusCode, header};
+use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{EventKind, SessionEvent};
 use tokio::sync::broadcast::error::RecvError;
 
-use super::{list_entry_json, record_json};
-use crate::server::AppState;
-use crate::server::auth::Caller;
-use crate::server::error::ApiError;
+use super::AppState;
+use super::auth::Caller;
+use super::error::ApiError;
+use super::sse;
+use crate::app::records::{SessionRecord, list_entry_json, record_json};
 
 /// Whether the events response is live (`running`) or a replay (`finished`).
 pub const STATUS_HEADER: &str = "x-massgen-session-status";
@@ -41,8 +44,8 @@ pub async fn list_sessions(
             .ok_or_else(limit_error)?,
     };
     let data: Vec<_> = state
-        .production
-        .records
+        .sessions
+        .records()
         .list(&caller, limit)
         .iter()
         .map(|r| list_entry_json(r))
@@ -58,16 +61,25 @@ fn limit_error() -> ApiError {
     )
 }
 
+/// The caller's record `id`; someone else's looks like a missing one.
+fn record_of(
+    state: &AppState,
+    caller: &Caller,
+    id: String,
+) -> Result<Arc<SessionRecord>, ApiError> {
+    state
+        .sessions
+        .records()
+        .get(&id, caller)
+        .ok_or(ApiError::SessionNotFound { id })
+}
+
 pub async fn get_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = state
-        .production
-        .records
-        .get(&id, &caller)
-        .ok_or(ApiError::SessionNotFound { id })?;
+    let record = record_of(&state, &caller, id)?;
     Ok(axum::Json(record_json(&record)).into_response())
 }
 
@@ -78,11 +90,7 @@ pub async fn session_events(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let record = state
-        .production
-        .records
-        .get(&id, &caller)
-        .ok_or(ApiError::SessionNotFound { id })?;
+    let record = record_of(&state, &caller, id)?;
     let keepalive = state.settings.keepalive;
     let (past, live) = record.subscribe();
     let status = if live.is_some() {
@@ -101,7 +109,7 @@ pub async fn session_events(
             let next = tokio::select! {
                 next = live.recv() => next,
                 () = tokio::time::sleep(keepalive) => {
-                    yield Ok(Bytes::from_static(b": keep-alive\n\n"));
+                    yield Ok(Bytes::from_static(sse::KEEPALIVE_COMMENT));
                     continue;
                 }
             };
@@ -123,14 +131,11 @@ pub async fn session_events(
             }
         }
     };
-    Ok(Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")
-        .header(header::CACHE_CONTROL, "no-cache")
-        .header("x-accel-buffering", "no")
-        .header(STATUS_HEADER, status)
-        .body(Body::from_stream(body))
-        .unwrap_or_else(|_| ApiError::Internal.into_response()))
+    let mut response = sse::response(body);
+    response
+        .headers_mut()
+        .insert(STATUS_HEADER, HeaderValue::from_static(status));
+    Ok(response)
 }
 
 fn is_terminal(event: &SessionEvent) -> bool {
@@ -142,9 +147,5 @@ fn is_terminal(event: &SessionEvent) -> bool {
 
 fn frame(event: &SessionEvent) -> Bytes {
     let value = serde_json::to_value(event).unwrap_or_default();
-    let kind = value["type"].as_str().unwrap_or("event").to_string();
-    let mut out = format!("event: {kind}\ndata: ").into_bytes();
-    let _ = serde_json::to_writer(&mut out, &value);
-    out.extend_from_slice(b"\n\n");
-    Bytes::from(out)
+    sse::named(value["type"].as_str().unwrap_or("event"), &value)
 }

@@ -143,9 +143,11 @@ pub fn record_json(record: &SessionRecord) -> Value {
     json!({
         "id": &*record.id,
         "object": "massgen.session",
+        "door": record.info.door,
         "model": record.info.model,
         "panel": record.info.panel,
         "question": record.info.question,
+        "metadata": record.info.metadata,
         "created_at_ms": record.info.created_ms,
         "status": status,
         "winner": winner,
@@ -182,6 +184,7 @@ pub fn list_entry_json(record: &SessionRecord) -> Value {
     json!({
         "id": &*record.id,
         "object": "massgen.session.summary",
+        "door": info.door,
         "model": info.model,
         "panel": info.panel,
         "question": question,

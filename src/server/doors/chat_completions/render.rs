@@ -1,163 +1,15 @@
-//! How session events look to a Chat Completions client: deliberation lines, chunks,
-//! usage and `massgen_metadata`. Only this file knows OpenAI's response shapes.
+//! How session events look to a Chat Completions client: chunks, usage and
+//! `massgen_metadata`. Only this door knows Chat Completions' response shapes.
 
-use massgen_core::coordination::client_tools::describe_calls;
-use massgen_core::coordination::{AnswerContent, EventKind, SessionSummary};
+use massgen_core::coordination::SessionSummary;
 use massgen_core::provider::{FinishReason, ToolCall, Usage};
+
+use crate::server::doors::limit::pieces;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use super::request::Deliberation;
-
 /// Tool-call arguments go out in pieces of at most this many bytes, as OpenAI streams them.
 const ARGUMENT_PIECE_BYTES: usize = 64;
-
-/// Turns events into reasoning text, remembering whose streamed text came last so that
-/// `full` deliberation gets one header per speaker change instead of one per token.
-#[derive(Debug)]
-pub struct Narrator {
-    mode: Deliberation,
-    last_speaker: Option<String>,
-}
-
-impl Narrator {
-    pub fn new(mode: Deliberation) -> Self {
-        Self {
-            mode,
-            last_speaker: None,
-        }
-    }
-
-    /// The reasoning text for one event, if it has any.
-    pub fn line(&mut self, event: &EventKind) -> Option<String> {
-        if self.mode == Deliberation::Off {
-            return None;
-        }
-        if let EventKind::AgentDelta { agent, text } = event {
-            if self.mode != Deliberation::Full || text.is_empty() {
-                return None;
-            }
-            if self.last_speaker.as_deref() == Some(agent.label.as_str()) {
-                return Some(text.clone());
-            }
-            self.last_speaker = Some(agent.label.clone());
-            return Some(format!("\n[{}] {}", agent.label, text));
-        }
-        let line = summary_line(event)?;
-        // A summary line after streamed agent text starts on its own line.
-        let prefix = if self.last_speaker.take().is_some() {
-            "\n"
-        } else {
-            ""
-        };
-        Some(format!("{prefix}{line}\n"))
-    }
-}
-
-fn summary_line(event: &EventKind) -> Option<String> {
-    Some(match event {
-        EventKind::SessionStarted { agents } => format!(
-            "[massgen] {} agents deliberating: {}",
-            agents.len(),
-            agents
-                .iter()
-                .map(|a| a.label.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-        EventKind::Answer { answer } => match &answer.content {
-            AnswerContent::ToolCalls { calls } => format!(
-                "[{}] proposes calling {} ({})",
-                answer.agent.label,
-                one_line(&describe_calls(calls).replace('\n', ", ")),
-                answer.answer_label
-            ),
-            AnswerContent::Text { .. } => format!(
-                "[{}] answered ({})",
-                answer.agent.label, answer.answer_label
-            ),
-        },
-        EventKind::Vote { vote } => format!(
-            "[{}] voted for {}: {}",
-            vote.voter.label,
-            vote.target_label,
-            one_line(&vote.reason)
-        ),
-        EventKind::VoteIgnored { vote, why } => format!(
-            "[{}] vote for {} ignored: {}",
-            vote.voter.label,
-            vote.target_label,
-            one_line(why)
-        ),
-        EventKind::TurnInvalid {
-            agent,
-            attempt,
-            message,
-            ..
-        } => format!(
-            "[{}] invalid turn (attempt {attempt}): {}",
-            agent.label,
-            one_line(message)
-        ),
-        EventKind::AgentFailed { error } => {
-            format!(
-                "[{}] failed: {}",
-                error.agent.label,
-                one_line(&error.message)
-            )
-        }
-        EventKind::Consensus { winner, tally, .. } => {
-            let votes: Vec<String> = tally
-                .iter()
-                .filter(|t| t.votes > 0)
-                .map(|t| format!("{}={}", t.label, t.votes))
-                .collect();
-            if votes.is_empty() {
-                format!("[massgen] {} selected (no votes)", winner.label)
-            } else {
-                format!(
-                    "[massgen] consensus: {} wins ({})",
-                    winner.label,
-                    votes.join(", ")
-                )
-            }
-        }
-        EventKind::ToolCalled {
-            agent,
-            tool,
-            duration_ms,
-            error,
-            ..
-        } => match error {
-            None => format!("[{}] used {tool} ({duration_ms} ms)", agent.label),
-            Some(e) => format!(
-                "[{}] used {tool}: failed after {duration_ms} ms: {}",
-                agent.label,
-                one_line(e)
-            ),
-        },
-        EventKind::PresentationStarted { agent } => {
-            format!("[{}] presenting the final answer", agent.label)
-        }
-        EventKind::PresentationFailed { agent, message } => format!(
-            "[{}] presentation failed ({}); using its stored answer",
-            agent.label,
-            one_line(message)
-        ),
-        _ => return None,
-    })
-}
-
-/// Keeps a reason or error on one line so each event stays one line.
-fn one_line(text: &str) -> String {
-    let flat: String = text.split_whitespace().collect::<Vec<_>>().join(" ");
-    if flat.chars().count() > 300 {
-        let cut: String = flat.chars().take(300).collect();
-        format!("{cut}…")
-    } else {
-        flat
-    }
-}
 
 pub fn finish_reason(reason: FinishReason) -> &'static str {
     match reason {
@@ -175,27 +27,6 @@ pub fn usage_json(u: &Usage) -> Value {
         "total_tokens": u.total_tokens,
         "prompt_tokens_details": {"cached_tokens": u.cached_input_tokens},
         "completion_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
-    })
-}
-
-pub fn metadata_json(session_id: &str, s: &SessionSummary) -> Value {
-    let failed: Vec<Value> = s
-        .agents
-        .iter()
-        .filter_map(|a| a.error.as_ref())
-        .map(|e| serde_json::to_value(e).unwrap_or(Value::Null))
-        .collect();
-    json!({
-        "session_id": session_id,
-        "winner": {"agent_id": s.winner.agent_id, "label": s.winner.label},
-        "consensus_reason": s.consensus_reason,
-        "presentation": s.presentation,
-        "tally": s.tally,
-        "votes": s.votes,
-        "answers": s.answers,
-        "agents": s.agents,
-        "failed_agents": failed,
-        "duration_ms": s.duration_ms,
     })
 }
 
@@ -377,59 +208,9 @@ pub fn tool_calls_json(calls: &[ToolCall]) -> Value {
     )
 }
 
-/// `text` cut into pieces of at most `max` bytes, never inside a character.
-fn pieces(text: &str, max: usize) -> Vec<&str> {
-    let mut out = Vec::new();
-    let mut start = 0;
-    while start < text.len() {
-        let mut end = (start + max).min(text.len());
-        while !text.is_char_boundary(end) {
-            end -= 1;
-        }
-        if end == start {
-            // A character wider than `max`: take it whole.
-            end = start + text[start..].chars().next().map_or(1, char::len_utf8);
-        }
-        out.push(&text[start..end]);
-        start = end;
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use massgen_core::coordination::{AgentRef, VoteRecord};
-
-    fn agent(label: &str) -> AgentRef {
-        AgentRef {
-            agent_id: format!("id-{label}"),
-            label: label.to_string(),
-        }
-    }
-
-    #[test]
-    fn summary_lines_read_as_the_protocol_shows() {
-        let mut n = Narrator::new(Deliberation::Summary);
-        let vote = EventKind::Vote {
-            vote: VoteRecord {
-                voter: agent("agent3"),
-                target_label: "agent2".into(),
-                target_agent_id: "id-agent2".into(),
-                reason: "clearer\nderivation".into(),
-            },
-        };
-        assert_eq!(
-            n.line(&vote).as_deref(),
-            Some("[agent3] voted for agent2: clearer derivation\n")
-        );
-        let delta = EventKind::AgentDelta {
-            agent: agent("agent1"),
-            text: "tok".into(),
-        };
-        assert_eq!(n.line(&delta), None);
-        assert_eq!(Narrator::new(Deliberation::Off).line(&vote), None);
-    }
 
     #[test]
     fn typed_chunks_match_the_value_shape() {
@@ -454,18 +235,6 @@ mod tests {
         // Keys come in OpenAI's order.
         let text = serde_json::to_string(&h.content("x")).unwrap();
         assert!(text.starts_with(r#"{"id":"chatcmpl-1","object":"chat.completion.chunk","#));
-    }
-
-    #[test]
-    fn full_mode_heads_each_speaker_change_once() {
-        let mut n = Narrator::new(Deliberation::Full);
-        let d = |l: &str, t: &str| EventKind::AgentDelta {
-            agent: agent(l),
-            text: t.into(),
-        };
-        assert_eq!(n.line(&d("agent1", "a")).as_deref(), Some("\n[agent1] a"));
-        assert_eq!(n.line(&d("agent1", "b")).as_deref(), Some("b"));
-        assert_eq!(n.line(&d("agent2", "c")).as_deref(), Some("\n[agent2] c"));
     }
 
     #[test]
@@ -515,7 +284,5 @@ mod tests {
                 .filter(|e| e.get("id").is_none())
                 .all(|e| e["function"].get("name").is_none())
         );
-        assert_eq!(pieces("abc", 2), ["ab", "c"]);
-        assert_eq!(pieces("éé", 1), ["é", "é"]);
     }
 }

@@ -7,7 +7,7 @@ use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
 use massgen_core::provider::Usage;
 use tokio::sync::broadcast;
 
-use crate::server::auth::Caller;
+use crate::app::Caller;
 
 /// Events kept per session; the rest (token deltas of a very long answer) are counted only.
 const MAX_EVENTS: usize = 20_000;
@@ -40,10 +40,15 @@ pub struct SessionRecord {
 pub struct SessionInfo {
     /// The `model` the client asked for (`massgen`, `massgen/<name>`).
     pub model: String,
+    /// The API the request came through (`chat_completions`, `responses`, `messages`).
+    pub door: &'static str,
     /// The panel that ran it.
     pub panel: String,
     /// The last user message.
     pub question: String,
+    /// What the request said about itself (Responses `metadata`, Anthropic
+    /// `metadata.user_id`), bounded by the doors.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
     /// Unix time in milliseconds when the request arrived.
     pub created_ms: u64,
 }
@@ -286,9 +291,8 @@ mod tests {
         assert_eq!(store.len(), 2);
         assert!(store.get("a", &Caller::default()).is_none());
         assert!(store.get("c", &Caller::default()).is_some());
-        let keys = crate::server::auth::ApiKeys::new(&[massgen_core::Secret::new("k")]);
         let owner = Caller {
-            key: keys.verify("k"),
+            key: Some(crate::app::KeyId::from_index(0)),
         };
         store.insert("d".into(), owner);
         assert!(store.get("d", &owner).is_some());
@@ -309,9 +313,8 @@ mod tests {
     #[test]
     fn list_is_newest_first_bounded_and_only_the_callers() {
         let store = RecordStore::new(10, Duration::from_secs(60), None);
-        let keys = crate::server::auth::ApiKeys::new(&[massgen_core::Secret::new("k")]);
         let owner = Caller {
-            key: keys.verify("k"),
+            key: Some(crate::app::KeyId::from_index(0)),
         };
         for id in ["a", "b", "c"] {
             store.insert(id.into(), Caller::default());

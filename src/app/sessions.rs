@@ -1,0 +1,203 @@
+//! The application service: everything a coordination session runs on (the provider
+//! factory, the MCP tool registry, the clock, instrumentation and the records), behind one
+//! [`Sessions::start`]. A door parses its request, resolves the panel, calls `start` and
+//! renders the events it gets back; it never builds a session itself.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use massgen_core::coordination::{Clock, SessionAgent, SessionEvent, SessionInput, SessionSpec};
+use massgen_tools::ToolRegistry;
+use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_util::sync::{CancellationToken, DropGuard};
+use tokio_util::task::TaskTracker;
+use tracing::Instrument;
+
+use super::records::{self, RecordStore, SessionInfo};
+use super::{Caller, ProviderFactory};
+use crate::config::PanelConfig;
+use crate::telemetry::{self, SessionTracker};
+
+/// Events buffered between the engine and a slow client before the engine waits.
+const EVENT_BUFFER: usize = 256;
+
+/// What the service is built from; everything else it makes itself.
+pub struct SessionsConfig {
+    pub providers: Arc<dyn ProviderFactory>,
+    pub tools: Arc<ToolRegistry>,
+    pub clock: Arc<dyn Clock>,
+    pub records: RecordStore,
+    /// Upstream calls one session may make (`--max-upstream-calls`).
+    pub max_upstream_calls: Option<u32>,
+    /// Log the question at debug level (`--debug`).
+    pub log_prompts: bool,
+}
+
+/// Starts sessions and keeps track of them until they end.
+pub struct Sessions {
+    providers: Arc<dyn ProviderFactory>,
+    tools: Arc<ToolRegistry>,
+    clock: Arc<dyn Clock>,
+    records: RecordStore,
+    max_upstream_calls: Option<u32>,
+    log_prompts: bool,
+    /// Every running session (engine and records tee), so shutdown can wait for them.
+    tasks: TaskTracker,
+    /// Cancels every session (shutdown past the grace period).
+    cancel_all: CancellationToken,
+}
+
+/// One session to start.
+pub struct SessionRequest {
+    pub caller: Caller,
+    /// What the record says about the request (model, door, question); `panel` is filled
+    /// in by [`Sessions::start`].
+    pub info: SessionInfo,
+    pub input: SessionInput,
+    /// Emit the agents' streamed text as events (`deliberation: full`).
+    pub stream_agent_text: bool,
+    /// The session's concurrency slot, held until the session ends.
+    pub permit: Option<OwnedSemaphorePermit>,
+}
+
+/// A running session as its door sees it.
+pub struct Started {
+    pub id: Arc<str>,
+    /// Every event, the last one `session_completed` or `session_failed`.
+    pub events: mpsc::Receiver<SessionEvent>,
+    /// Dropping it (client gone, handler dropped) cancels every upstream call at once.
+    pub cancel: DropGuard,
+}
+
+/// Why a session could not start.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StartError {
+    /// An agent's backend has no provider (unknown type, bad settings).
+    Provider {
+        panel: String,
+        agent: String,
+        reason: String,
+    },
+}
+
+impl Sessions {
+    pub fn new(config: SessionsConfig) -> Self {
+        Self {
+            providers: config.providers,
+            tools: config.tools,
+            clock: config.clock,
+            records: config.records,
+            max_upstream_calls: config.max_upstream_calls,
+            log_prompts: config.log_prompts,
+            tasks: TaskTracker::new(),
+            cancel_all: CancellationToken::new(),
+        }
+    }
+
+    /// Builds the panel's agents (instrumented providers, toolboxes), spawns the engine and
+    /// the records tee, and returns the events.
+    pub fn start(
+        &self,
+        panel: &PanelConfig,
+        request: SessionRequest,
+    ) -> Result<Started, StartError> {
+        let id: Arc<str> = format!("sess_{}", uuid::Uuid::now_v7().simple()).into();
+        let tracker = SessionTracker::new(id.clone(), self.max_upstream_calls);
+        let mut agents = Vec::with_capacity(panel.agents.len());
+        for agent in &panel.agents {
+            let provider = self
+                .providers
+                .build(&agent.backend, &panel.call_policy)
+                .map_err(|reason| StartError::Provider {
+                    panel: panel.name.clone(),
+                    agent: agent.id.clone(),
+                    reason,
+                })?;
+            agents.push(SessionAgent {
+                id: agent.id.clone(),
+                system_message: agent.system_message.clone(),
+                provider: telemetry::instrument(provider, &agent.id, &tracker),
+                tools: super::agent_tools(&self.tools, agent),
+            });
+        }
+        if self.log_prompts {
+            tracing::debug!(session_id = %id, question = %request.input.question, "session request");
+        }
+        tracing::info!(
+            session_id = %id,
+            config = %panel.name,
+            agents = panel.agents.len(),
+            "session started"
+        );
+        let spec = SessionSpec {
+            session_id: id.clone(),
+            agents,
+            options: panel.orchestrator.clone(),
+            input: request.input,
+            stream_agent_text: request.stream_agent_text,
+        };
+
+        let (tx, engine_rx) = mpsc::channel(EVENT_BUFFER);
+        // A child of the service's token: shutdown past the grace period cancels it too.
+        let cancel = self.cancel_all.child_token();
+        let span = tracing::info_span!(
+            "session",
+            session_id = %id,
+            config = %panel.name,
+            "otel.name" = "massgen.session",
+            "gen_ai.operation.name" = "invoke_agent",
+            "gen_ai.agent.name" = "massgen",
+            "massgen.session_id" = %id,
+        );
+        self.tasks.spawn(
+            massgen_core::coordination::run_session(spec, tx, cancel.clone(), self.clock.clone())
+                .instrument(span),
+        );
+        let info = SessionInfo {
+            panel: panel.name.clone(),
+            ..request.info
+        };
+        let start = records::SessionStart {
+            record: self.records.insert_with(id.clone(), request.caller, info),
+            tracker,
+            permit: request.permit,
+            files_dir: self.records.dir.clone(),
+        };
+        let events = records::tee(&self.tasks, start, engine_rx, EVENT_BUFFER);
+        Ok(Started {
+            id,
+            events,
+            cancel: cancel.drop_guard(),
+        })
+    }
+
+    pub fn records(&self) -> &RecordStore {
+        &self.records
+    }
+
+    /// The running sessions (shutdown closes and waits for it).
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.tasks
+    }
+
+    /// Cancels every running session.
+    pub fn cancel_all(&self) {
+        self.cancel_all.cancel();
+    }
+
+    /// Unix time in milliseconds, from the clock seam.
+    pub fn now_ms(&self) -> u64 {
+        unix_millis(self.clock.now())
+    }
+
+    /// Unix time in whole seconds, from the clock seam (`created` fields).
+    pub fn now_secs(&self) -> u64 {
+        self.now_ms() / 1000
+    }
+}
+
+fn unix_millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or_default()
+}

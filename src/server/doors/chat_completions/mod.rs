@@ -1,0 +1,139 @@
+//! `POST /v1/chat/completions`: one request, one coordination session, rendered as a
+//! `chat.completion` or as Chat Completions SSE. Errors are OpenAI-shaped ([`ApiError`]'s
+//! own rendering).
+
+pub mod render;
+pub mod request;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+use super::metadata::metadata_json;
+use super::session::{self, Ask, Beat, Incoming, Opened, Step, Steps};
+use crate::server::error::ApiError;
+use crate::server::sse::{self, data};
+use render::ChunkHeader;
+use request::ChatRequest;
+
+/// This door's name in session records.
+pub const DOOR: &str = "chat_completions";
+
+pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming {
+        state,
+        caller,
+        received,
+        body,
+    } = incoming;
+    let request = request::parse(&body)?;
+    let Opened { id, created, steps } = session::open(
+        &state,
+        Ask {
+            caller,
+            door: DOOR,
+            model: request.model.clone(),
+            route_as: None,
+            metadata: Default::default(),
+            input: request.input.clone(),
+            deliberation: request.deliberation,
+        },
+    )?;
+    let header = ChunkHeader {
+        id: format!("chatcmpl-{}", &id[5..]),
+        created,
+        model: request.model.clone(),
+    };
+    let response = if request.stream {
+        stream_response(
+            request,
+            header,
+            steps,
+            state.settings.keepalive,
+            &id,
+            received,
+        )
+    } else {
+        collect_response(header, steps, &id).await?
+    };
+    Ok(session::with_session_header(response, &id))
+}
+
+async fn collect_response(
+    header: ChunkHeader,
+    steps: Steps,
+    session_id: &str,
+) -> Result<Response, ApiError> {
+    let (reasoning, summary) = steps.collect().await?;
+    let metadata = metadata_json(session_id, &summary);
+    let body = header.completion(&summary, &reasoning, metadata);
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
+
+fn stream_response(
+    request: ChatRequest,
+    header: ChunkHeader,
+    mut steps: Steps,
+    keepalive: Duration,
+    session_id: &str,
+    received: std::time::Instant,
+) -> Response {
+    let session_id = session_id.to_string();
+    let body = async_stream::stream! {
+        session::observe_first_byte(received);
+        yield Ok::<Bytes, Infallible>(data(&header.role()));
+        loop {
+            let step = match steps.next_or_quiet(keepalive).await {
+                Beat::Step(step) => step,
+                Beat::Quiet => {
+                    yield Ok(Bytes::from_static(sse::KEEPALIVE_COMMENT));
+                    continue;
+                }
+            };
+            match step {
+                Step::Reasoning(line) => yield Ok(data(&header.reasoning(&line))),
+                Step::Text(text) => yield Ok(data(&header.content(&text))),
+                Step::ToolCalls(calls) => {
+                    for chunk in header.tool_call_deltas(&calls) {
+                        yield Ok(data(&chunk));
+                    }
+                }
+                Step::Completed(summary) => {
+                    let metadata = metadata_json(&session_id, &summary);
+                    yield Ok(data(&header.finish(summary.finish_reason, metadata)));
+                    if request.include_usage {
+                        yield Ok(data(&header.usage(&summary.usage)));
+                    }
+                    yield Ok(done());
+                    break;
+                }
+                Step::Failed(error) => {
+                    yield Ok(error_data(&ApiError::Session(error)));
+                    yield Ok(done());
+                    break;
+                }
+                Step::Lost => {
+                    yield Ok(error_data(&ApiError::Internal));
+                    yield Ok(done());
+                    break;
+                }
+            }
+        }
+    };
+    sse::response(body)
+}
+
+/// An error after the 200 went out: an object with `error` and no `choices`, as
+/// OpenAI-compatible clients expect.
+fn error_data(error: &ApiError) -> Bytes {
+    let body: Value = json!({ "error": error.body() });
+    data(&body)
+}
+
+fn done() -> Bytes {
+    Bytes::from_static(b"data: [DONE]\n\n")
+}

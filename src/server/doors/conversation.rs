@@ -1,0 +1,53 @@
+//! A conversation in neutral messages becomes the session input every door hands to the
+//! engine: the system texts joined, the history, the last user message as the question,
+//! and what followed it (the assistant's tool calls and the client's results) apart.
+
+use massgen_core::coordination::{ClientTools, SessionInput};
+use massgen_core::provider::{Message, Role};
+
+use crate::server::error::ApiError;
+
+/// `param` names the request field the messages came from (`messages`, `input`), for
+/// errors in the client's own terms.
+pub fn session_input(
+    system: Vec<String>,
+    mut messages: Vec<Message>,
+    tools: ClientTools,
+    param: &'static str,
+) -> Result<SessionInput, ApiError> {
+    let Some(last_user) = messages.iter().rposition(|m| m.role == Role::User) else {
+        return Err(ApiError::invalid(
+            format!("'{param}' must contain a user message"),
+            Some(param),
+            "missing_user_message",
+        ));
+    };
+    // What follows the question (an assistant's tool calls and the client's results) is
+    // shown apart from the earlier conversation; anything else stays in the history.
+    let after: Vec<Message> = messages.split_off(last_user + 1);
+    let followup = if after
+        .iter()
+        .any(|m| m.role == Role::Tool || !m.tool_calls.is_empty())
+    {
+        after
+    } else {
+        messages.extend(after);
+        Vec::new()
+    };
+    let question = messages.remove(last_user).content;
+    if question.trim().is_empty() {
+        return Err(ApiError::invalid(
+            "The last user message is empty",
+            Some(param),
+            "empty_message",
+        ));
+    }
+    let extra_system = (!system.is_empty()).then(|| system.join("\n\n"));
+    Ok(SessionInput {
+        history: messages,
+        question,
+        extra_system,
+        followup,
+        tools,
+    })
+}

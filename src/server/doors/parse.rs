@@ -1,0 +1,175 @@
+//! JSON reading shared by every door's request parser: the body as an object, typed
+//! optional fields, and the `massgen` extension (`{"massgen": {"deliberation": …}}`), which
+//! every door accepts in the same form.
+
+use serde_json::{Map, Value};
+
+use super::narrate::Deliberation;
+use crate::server::error::ApiError;
+
+/// The body as a JSON object.
+pub fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
+    let value: Value = serde_json::from_slice(body).map_err(|e| {
+        ApiError::invalid(
+            format!("The request body is not valid JSON: {e}"),
+            None,
+            "invalid_json",
+        )
+    })?;
+    match value {
+        Value::Object(obj) => Ok(obj),
+        _ => Err(ApiError::invalid(
+            "The request body must be a JSON object",
+            None,
+            "invalid_json",
+        )),
+    }
+}
+
+pub fn type_error(param: &'static str, expected: &str) -> ApiError {
+    ApiError::invalid(
+        format!("'{param}' must be {expected}"),
+        Some(param),
+        "invalid_type",
+    )
+}
+
+pub fn optional_bool(
+    obj: &Map<String, Value>,
+    key: &'static str,
+) -> Result<Option<bool>, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Bool(b)) => Ok(Some(*b)),
+        Some(_) => Err(type_error(key, "a boolean")),
+    }
+}
+
+pub fn optional_str<'a>(
+    obj: &'a Map<String, Value>,
+    key: &'static str,
+) -> Result<Option<&'a str>, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s)),
+        Some(_) => Err(type_error(key, "a string")),
+    }
+}
+
+/// A whole number of at least 1, when present.
+pub fn optional_count(
+    obj: &Map<String, Value>,
+    key: &'static str,
+) -> Result<Option<u64>, ApiError> {
+    match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_u64().filter(|n| *n >= 1) {
+            Some(n) => Ok(Some(n)),
+            None => Err(ApiError::invalid(
+                format!("'{key}' must be a whole number of at least 1"),
+                Some(key),
+                "invalid_value",
+            )),
+        },
+    }
+}
+
+/// `model` as sent (trimmed); `massgen` when absent.
+pub fn model(obj: &Map<String, Value>) -> Result<String, ApiError> {
+    Ok(optional_str(obj, "model")?
+        .map_or("massgen", str::trim)
+        .to_string())
+}
+
+/// `massgen.deliberation`: how much of the deliberation the client sees.
+pub fn deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError> {
+    let Some(massgen) = obj.get("massgen") else {
+        return Ok(Deliberation::default());
+    };
+    let value = match massgen {
+        Value::Null => return Ok(Deliberation::default()),
+        Value::Object(m) => m.get("deliberation"),
+        _ => return Err(type_error("massgen", "an object")),
+    };
+    match value.and_then(Value::as_str) {
+        None if value.is_none_or(Value::is_null) => Ok(Deliberation::default()),
+        Some("summary") => Ok(Deliberation::Summary),
+        Some("full") => Ok(Deliberation::Full),
+        Some("off") => Ok(Deliberation::Off),
+        _ => Err(ApiError::invalid(
+            "'massgen.deliberation' must be one of \"summary\", \"full\", \"off\"",
+            Some("massgen.deliberation"),
+            "invalid_value",
+        )),
+    }
+}
+
+/// A required array with at least one entry (`messages`).
+pub fn required_list<'a>(
+    value: Option<&'a Value>,
+    param: &'static str,
+) -> Result<&'a Vec<Value>, ApiError> {
+    let list = match value {
+        None | Some(Value::Null) => {
+            return Err(ApiError::invalid(
+                format!("'{param}' is required"),
+                Some(param),
+                "missing_required_parameter",
+            ));
+        }
+        Some(Value::Array(list)) => list,
+        Some(_) => return Err(type_error(param, "an array")),
+    };
+    if list.is_empty() {
+        return Err(ApiError::invalid(
+            format!("'{param}' must contain at least one message"),
+            Some(param),
+            "empty_array",
+        ));
+    }
+    Ok(list)
+}
+
+/// A problem with the `index`th entry of the list `param` (`messages`, `input`).
+pub fn entry_error(param: &'static str, index: usize, problem: &str) -> ApiError {
+    ApiError::invalid(
+        format!("{param}[{index}] {problem}"),
+        Some(param),
+        "invalid_message",
+    )
+}
+
+/// A message's text: a string, null, or an array of parts joined by line breaks. `field`
+/// names the key holding a part's text for each supported part type (`None`: refused);
+/// `error` words a problem for the door.
+pub fn joined_text(
+    content: Option<&Value>,
+    field: impl Fn(&str) -> Option<&'static str>,
+    error: impl Fn(&str) -> ApiError,
+) -> Result<String, ApiError> {
+    match content {
+        None | Some(Value::Null) => Ok(String::new()),
+        Some(Value::String(s)) => Ok(s.clone()),
+        Some(Value::Array(parts)) => {
+            let mut texts = Vec::with_capacity(parts.len());
+            for part in parts {
+                let Some(kind) = part.get("type").and_then(Value::as_str) else {
+                    return Err(error("has a content part without 'type'"));
+                };
+                let Some(key) = field(kind) else {
+                    return Err(error(&format!(
+                        "has a '{kind}' content part; only text parts are supported"
+                    )));
+                };
+                texts.push(
+                    part.get(key)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string(),
+                );
+            }
+            Ok(texts.join("\n"))
+        }
+        Some(_) => Err(error("'content' must be a string or an array of parts")),
+    }
+}

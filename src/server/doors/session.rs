@@ -1,0 +1,273 @@
+//! What every door does the same way: read the body, resolve the panel and start the
+//! session (parse → resolve → start), then walk the session's events as door-neutral
+//! [`Step`]s (deliberation lines, answer text, tool calls, the outcome) to render.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::{FromRequest, Request};
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
+use massgen_core::coordination::{
+    EventKind, SessionError, SessionErrorKind, SessionEvent, SessionInput, SessionSummary,
+};
+use massgen_core::provider::ToolCall;
+use tokio::sync::mpsc;
+use tokio_util::sync::DropGuard;
+
+use super::narrate::{Deliberation, Narrator};
+use crate::app::records::SessionInfo;
+use crate::app::{Caller, SessionRequest, StartError};
+use crate::server::error::ApiError;
+use crate::server::{AppState, routing};
+use crate::telemetry;
+
+pub const SESSION_HEADER: &str = "x-massgen-session-id";
+
+/// Reads the whole body, refusing more than `limit` bytes.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|n| n > limit) {
+        return Err(ApiError::PayloadTooLarge { limit });
+    }
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let too_large = std::error::Error::source(&e)
+            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
+        if too_large {
+            ApiError::PayloadTooLarge { limit }
+        } else {
+            ApiError::invalid(
+                format!("Could not read the request body: {e}"),
+                None,
+                "invalid_body",
+            )
+        }
+    })
+}
+
+/// What every door's handler starts from: the state, the caller, when the request
+/// arrived, and its body (read up to `--max-body-bytes`).
+pub struct Incoming {
+    pub state: AppState,
+    pub caller: Caller,
+    pub received: std::time::Instant,
+    pub body: Bytes,
+}
+
+impl FromRequest<AppState> for Incoming {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, ApiError> {
+        let received = std::time::Instant::now();
+        let caller = request
+            .extensions()
+            .get::<Caller>()
+            .copied()
+            .unwrap_or_default();
+        let (parts, body) = request.into_parts();
+        let body = read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
+        Ok(Self {
+            state: state.clone(),
+            caller,
+            received,
+            body,
+        })
+    }
+}
+
+/// A parsed request, in door-neutral terms.
+pub struct Ask {
+    pub caller: Caller,
+    /// Which door (the record says so).
+    pub door: &'static str,
+    /// The `model` as the client sent it (the record).
+    pub model: String,
+    /// The model name to route by, when it is not `model` (the Messages door's mapping).
+    pub route_as: Option<String>,
+    /// Request metadata kept with the record.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    pub input: SessionInput,
+    pub deliberation: Deliberation,
+}
+
+/// A started session, ready to render.
+pub struct Opened {
+    pub id: Arc<str>,
+    /// Unix seconds, from the clock seam.
+    pub created: u64,
+    pub steps: Steps,
+}
+
+/// Resolves the panel for `ask.model`, takes a session slot and starts the session.
+pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
+    let panel = routing::resolve(
+        ask.route_as.as_deref().unwrap_or(&ask.model),
+        &state.catalog,
+        state.settings.allow_config_paths,
+        state.default_model(),
+        state.env.as_ref(),
+    )?;
+    // Held by the session until it ends; over the cap the request is refused at once.
+    let permit = state.production.limits.try_session()?;
+    let sessions = &state.sessions;
+    let started = sessions
+        .start(
+            &panel,
+            SessionRequest {
+                caller: ask.caller,
+                info: SessionInfo {
+                    model: ask.model,
+                    door: ask.door,
+                    metadata: ask.metadata,
+                    question: ask.input.question.clone(),
+                    created_ms: sessions.now_ms(),
+                    ..SessionInfo::default()
+                },
+                input: ask.input,
+                stream_agent_text: ask.deliberation == Deliberation::Full,
+                permit,
+            },
+        )
+        .map_err(start_error)?;
+    Ok(Opened {
+        created: sessions.now_secs(),
+        steps: Steps {
+            events: started.events,
+            narrator: Narrator::new(ask.deliberation),
+            session_id: started.id.clone(),
+            _cancel: started.cancel,
+        },
+        id: started.id,
+    })
+}
+
+fn start_error(error: StartError) -> ApiError {
+    match error {
+        StartError::Provider {
+            panel,
+            agent,
+            reason,
+        } => ApiError::ConfigUnavailable {
+            name: panel,
+            reason: format!("agent '{agent}': {reason}"),
+        },
+    }
+}
+
+/// Puts the session id on a response.
+pub fn with_session_header(mut response: Response, id: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(id) {
+        response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    response
+}
+
+/// What a door renders, in the order the session produces it.
+#[derive(Debug)]
+pub enum Step {
+    /// A deliberation line (or, in `full` mode, a piece of an agent's text).
+    Reasoning(String),
+    /// A piece of the final answer.
+    Text(String),
+    /// The final answer is this set of client tool calls.
+    ToolCalls(Vec<ToolCall>),
+    Completed(Box<SessionSummary>),
+    Failed(SessionError),
+    /// The engine stopped without an outcome (a bug; logged).
+    Lost,
+}
+
+/// The session's events as [`Step`]s. Dropping it cancels the session's upstream calls.
+pub struct Steps {
+    events: mpsc::Receiver<SessionEvent>,
+    narrator: Narrator,
+    session_id: Arc<str>,
+    _cancel: DropGuard,
+}
+
+impl Steps {
+    /// The next step. Cancel-safe: an event is only taken when it yields a step (or none).
+    pub async fn next(&mut self) -> Step {
+        loop {
+            let Some(event) = self.events.recv().await else {
+                tracing::error!(session_id = %self.session_id, "session ended without an outcome");
+                return Step::Lost;
+            };
+            match event.kind {
+                EventKind::FinalDelta { text } if !text.is_empty() => return Step::Text(text),
+                EventKind::FinalToolCalls { calls } => return Step::ToolCalls(calls),
+                EventKind::SessionCompleted { summary } => {
+                    tracing::info!(
+                        session_id = %self.session_id,
+                        duration_ms = summary.duration_ms,
+                        total_tokens = summary.usage.total_tokens,
+                        "session completed"
+                    );
+                    return Step::Completed(summary);
+                }
+                EventKind::SessionFailed { error } => {
+                    log_failed(&self.session_id, &error);
+                    return Step::Failed(error);
+                }
+                other => {
+                    if let Some(line) = self.narrator.line(&other) {
+                        return Step::Reasoning(line);
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A step, or a quiet spell as long as the keep-alive period.
+#[derive(Debug)]
+pub enum Beat {
+    Step(Step),
+    Quiet,
+}
+
+impl Steps {
+    /// The next step, or [`Beat::Quiet`] when none came for `keepalive` (each door sends
+    /// its own keep-alive then).
+    pub async fn next_or_quiet(&mut self, keepalive: Duration) -> Beat {
+        match tokio::time::timeout(keepalive, self.next()).await {
+            Ok(step) => Beat::Step(step),
+            Err(_) => Beat::Quiet,
+        }
+    }
+
+    /// For a non-streamed response: the deliberation lines joined, and the outcome (the
+    /// answer is in the summary); a failure as the error to answer with.
+    pub async fn collect(mut self) -> Result<(String, Box<SessionSummary>), ApiError> {
+        let mut reasoning = String::new();
+        loop {
+            match self.next().await {
+                Step::Reasoning(line) => reasoning.push_str(&line),
+                Step::Text(_) | Step::ToolCalls(_) => {}
+                Step::Completed(summary) => return Ok((reasoning, summary)),
+                Step::Failed(error) => return Err(ApiError::Session(error)),
+                Step::Lost => return Err(ApiError::Internal),
+            }
+        }
+    }
+}
+
+fn log_failed(session_id: &str, error: &SessionError) {
+    if error.kind == SessionErrorKind::Cancelled {
+        tracing::info!(session_id = %session_id, "session cancelled");
+    } else {
+        tracing::warn!(session_id = %session_id, kind = ?error.kind, error = %error.message, "session failed");
+    }
+}
+
+/// Time from the request's arrival to the first byte of a streamed response.
+pub fn observe_first_byte(received: std::time::Instant) {
+    if let Some(m) = telemetry::metrics() {
+        m.time_to_first_byte
+            .observe(received.elapsed().as_secs_f64());
+    }
+}

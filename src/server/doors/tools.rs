@@ -1,0 +1,131 @@
+//! The checks every door applies to the client's function tools, whatever their wire
+//! shape: a usable name that does not collide with the coordination tools, a JSON Schema
+//! object for the arguments, no name twice, and a `tool_choice` that fits the tools.
+
+use massgen_core::coordination::ClientTools;
+use massgen_core::provider::{ToolChoice, ToolSpec};
+use massgen_core::tool_names::{self, MCP_PREFIX, WORKFLOW_TOOLS};
+use serde_json::{Map, Value};
+
+use super::parse::type_error;
+use crate::server::error::ApiError;
+
+/// Where a tool sits in the request, for messages in the client's own terms: `at` is the
+/// object holding the name (`tools[0].function`), `schema_field` the key of its schema
+/// (`parameters`, `input_schema`).
+pub struct ToolAt<'a> {
+    pub at: &'a str,
+    pub schema_field: &'a str,
+}
+
+/// One function tool; a name that collides with a coordination tool (or takes the MCP
+/// prefix) would make the agents' turns ambiguous.
+pub fn tool_spec(
+    name: &str,
+    description: Option<&str>,
+    schema: Option<&Value>,
+    at: &ToolAt<'_>,
+) -> Result<ToolSpec, ApiError> {
+    if tool_names::is_reserved(name) {
+        return Err(tools_error(
+            format!(
+                "The client tool '{name}' collides with a massgen coordination tool ({}) or the reserved prefix '{MCP_PREFIX}'; rename it",
+                WORKFLOW_TOOLS.join(", ")
+            ),
+            "tool_name_collision",
+        ));
+    }
+    let valid_name = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid_name {
+        return Err(tools_error(
+            format!("{}.name must match ^[a-zA-Z0-9_-]{{1,64}}$", at.at),
+            "invalid_value",
+        ));
+    }
+    let parameters = match schema {
+        None | Some(Value::Null) => serde_json::json!({"type": "object", "properties": {}}),
+        Some(p @ Value::Object(_)) => p.clone(),
+        Some(_) => {
+            return Err(tools_error(
+                format!("{}.{} must be a JSON Schema object", at.at, at.schema_field),
+                "invalid_type",
+            ));
+        }
+    };
+    Ok(ToolSpec {
+        name: name.to_string(),
+        description: description.unwrap_or_default().to_string(),
+        parameters,
+    })
+}
+
+/// The request's `tools` array, each entry read by `spec` (`None`: left out), no name
+/// twice.
+pub fn parse_list(
+    obj: &Map<String, Value>,
+    mut spec: impl FnMut(usize, &Value) -> Result<Option<ToolSpec>, ApiError>,
+) -> Result<Vec<ToolSpec>, ApiError> {
+    let list = match obj.get("tools") {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(t)) => t,
+        Some(_) => return Err(type_error("tools", "an array")),
+    };
+    let mut tools: Vec<ToolSpec> = Vec::with_capacity(list.len());
+    for (i, tool) in list.iter().enumerate() {
+        if let Some(s) = spec(i, tool)? {
+            push_unique(&mut tools, i, s)?;
+        }
+    }
+    Ok(tools)
+}
+
+/// Adds `spec` (the `index`th tool) unless its name is already taken.
+fn push_unique(tools: &mut Vec<ToolSpec>, index: usize, spec: ToolSpec) -> Result<(), ApiError> {
+    if tools.iter().any(|t| t.name == spec.name) {
+        return Err(tools_error(
+            format!("tools[{index}]: the name '{}' is used twice", spec.name),
+            "invalid_value",
+        ));
+    }
+    tools.push(spec);
+    Ok(())
+}
+
+/// The tools with the choice, checked against each other. `required` is the door's word
+/// for "must call a tool" (`"required"`, `"any"`).
+pub fn client_tools(
+    tools: Vec<ToolSpec>,
+    choice: Option<ToolChoice>,
+    parallel: Option<bool>,
+    required: &str,
+) -> Result<ClientTools, ApiError> {
+    if let Some(ToolChoice::Function(name)) = &choice
+        && !tools.iter().any(|t| &t.name == name)
+    {
+        return Err(choice_error(format!(
+            "'tool_choice' names the function '{name}', which is not in 'tools'"
+        )));
+    }
+    if tools.is_empty() && matches!(choice, Some(ToolChoice::Required)) {
+        return Err(choice_error(format!(
+            "'tool_choice' \"{required}\" needs at least one tool in 'tools'"
+        )));
+    }
+    Ok(ClientTools {
+        tools,
+        choice,
+        parallel,
+    })
+}
+
+pub fn tools_error(message: String, code: &'static str) -> ApiError {
+    ApiError::invalid(message, Some("tools"), code)
+}
+
+pub fn choice_error(message: String) -> ApiError {
+    ApiError::invalid(message, Some("tool_choice"), "invalid_value")
+}

@@ -1,0 +1,197 @@
+//! The doors in-process (no sockets) over scripted providers, where the test can read what
+//! the engine sent upstream and set the clock: a continued Responses conversation reaches
+//! the agents, `created` comes from the clock seam, and dropping a stream cancels the
+//! session's upstream calls.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{Request, header};
+use http_body_util::BodyExt;
+use massgen::app::ProviderFactory;
+use massgen::config::{AgentConfig, BackendConfig, PanelCatalog, PanelConfig, ServerSettings};
+use massgen::server::{AppState, router};
+use massgen_core::coordination::OrchestratorOptions;
+use massgen_core::provider::{Provider, ProviderRequest, Role};
+use massgen_providers::retry::CallPolicy;
+use massgen_tools::ToolRegistry;
+use massgen_tools::rmcp_client::RmcpConnector;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+use crate::support::engine::{FIXED_MS, FixedClock, Scripted, Step, member};
+
+/// Hands each agent the scripted provider of its id.
+struct ByAgent(HashMap<String, Scripted>);
+
+impl ProviderFactory for ByAgent {
+    fn build(&self, backend: &BackendConfig, _: &CallPolicy) -> Result<Arc<dyn Provider>, String> {
+        self.0
+            .get(&backend.model)
+            .map(|p| Arc::new(p.clone()) as Arc<dyn Provider>)
+            .ok_or_else(|| format!("no script for {}", backend.model))
+    }
+}
+
+fn app(agents: &[(&str, Scripted)]) -> axum::Router {
+    let panel = PanelConfig {
+        name: "scripted".into(),
+        source: PathBuf::from("scripted.yaml"),
+        agents: agents
+            .iter()
+            .map(|(id, _)| AgentConfig {
+                id: id.to_string(),
+                system_message: None,
+                backend: BackendConfig {
+                    backend_type: "scripted".into(),
+                    model: id.to_string(),
+                    api_key: None,
+                    base_url: String::new(),
+                    params: Default::default(),
+                    api_version: None,
+                },
+                tools: None,
+            })
+            .collect(),
+        orchestrator: OrchestratorOptions::default(),
+        call_policy: CallPolicy::default(),
+    };
+    let catalog = PanelCatalog {
+        default: Some(Arc::new(panel)),
+        ..PanelCatalog::default()
+    };
+    let providers = ByAgent(
+        agents
+            .iter()
+            .map(|(id, p)| (id.to_string(), p.clone()))
+            .collect(),
+    );
+    router(AppState::with_clock(
+        catalog,
+        ServerSettings::default(),
+        Arc::new(providers),
+        Arc::new(ToolRegistry::new(Arc::new(RmcpConnector))),
+        Arc::new(|_: &str| None),
+        Arc::new(FixedClock),
+    ))
+}
+
+async fn post(app: &axum::Router, path: &str, body: Value) -> (u16, Value) {
+    let request = Request::post(path)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(body.to_string()))
+        .unwrap();
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    (status, serde_json::from_slice(&bytes).unwrap())
+}
+
+/// Every message text the provider was sent in its `n`th request.
+fn prompt(p: &Scripted, n: usize) -> String {
+    let requests: Vec<ProviderRequest> = p.requests();
+    requests[n]
+        .messages
+        .iter()
+        .filter(|m| m.role != Role::System)
+        .map(|m| m.content.as_str())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[tokio::test]
+async fn previous_response_id_brings_the_conversation_to_the_agents() {
+    let a = member("a", "Four.", 0, "agent1");
+    let b = member("b", "Four!", 0, "agent1");
+    let app = app(&[("a", a.clone()), ("b", b.clone())]);
+    let (status, first) = post(
+        &app,
+        "/v1/responses",
+        json!({"input": "What is 2+2?",
+        "instructions": "Be terse."}),
+    )
+    .await;
+    assert_eq!(status, 200, "{first}");
+    let answer = first["output"][1]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(answer, "Final answer");
+    let before = a.requests().len();
+    let (status, second) = post(
+        &app,
+        "/v1/responses",
+        json!({"input": "And 3+3?",
+        "previous_response_id": first["id"]}),
+    )
+    .await;
+    assert_eq!(status, 200, "{second}");
+    // The agents of the second session see the first question and the answer given.
+    let seen = prompt(&a, before);
+    assert!(
+        seen.contains("What is 2+2?") && seen.contains("Final answer") && seen.contains("And 3+3?"),
+        "{seen}"
+    );
+    // `instructions` held for the first request only.
+    let system: String = a.requests()[before]
+        .messages
+        .iter()
+        .filter(|m| m.role == Role::System)
+        .map(|m| m.content.clone())
+        .collect();
+    assert!(!system.contains("Be terse."), "{system}");
+    assert!(
+        a.requests()[0]
+            .messages
+            .iter()
+            .any(|m| m.content.contains("Be terse."))
+    );
+}
+
+#[tokio::test]
+async fn created_timestamps_come_from_the_clock() {
+    let app = app(&[("a", member("a", "Four.", 0, "agent1"))]);
+    let (_, chat) = post(
+        &app,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "Hi"}]}),
+    )
+    .await;
+    assert_eq!(chat["created"], FIXED_MS / 1000);
+    let (_, response) = post(&app, "/v1/responses", json!({"input": "Hi"})).await;
+    assert_eq!(response["created_at"], FIXED_MS / 1000);
+    assert_eq!(response["completed_at"], FIXED_MS / 1000);
+}
+
+#[tokio::test]
+async fn dropping_a_responses_stream_cancels_the_upstream_calls() {
+    let hang = Scripted::new("h", |_, _| vec![Step::Hang]);
+    let app = app(&[("h", hang.clone())]);
+    let request = Request::post("/v1/responses")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(
+            json!({"input": "Hi", "stream": true}).to_string(),
+        ))
+        .unwrap();
+    let mut body = app.oneshot(request).await.unwrap().into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("response.created"));
+    for _ in 0..100 {
+        if hang.live_streams() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(hang.live_streams(), 1);
+    drop(body);
+    for _ in 0..100 {
+        if hang.live_streams() == 0 {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the upstream call outlived the stream");
+}
