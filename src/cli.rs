@@ -109,7 +109,11 @@ pub struct ServeArgs {
     pub default_model: Option<String>,
     /// Panel for /v1/messages requests whose model is not `massgen` or `massgen/<name>` (Claude
     /// Code sends its own model names) [default: the default config]
-    #[arg(long, value_name = "NAME", env = "MASSGEN_SERVER_MESSAGES_DEFAULT_PANEL")]
+    #[arg(
+        long,
+        value_name = "NAME",
+        env = "MASSGEN_SERVER_MESSAGES_DEFAULT_PANEL"
+    )]
     pub messages_default_panel: Option<String>,
     #[command(flatten)]
     pub production: ProductionArgs,

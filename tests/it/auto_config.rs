@@ -317,3 +317,41 @@ fn the_start_up_line_says_the_panel_is_automatic() {
     );
     assert!(!log.contains("gsk-test"), "{log}");
 }
+
+/// Several providers, one key from `.env` and two from the environment, each SDK's
+/// base-URL variable pointing at the simulator (which speaks all three formats): one agent
+/// per provider, and every one of them is called.
+#[tokio::test]
+async fn a_session_through_each_sdk_base_url_reaches_the_simulator() {
+    let mock = support::mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), ".env", "GEMINI_API_KEY=g-from-dotenv\n");
+    let mut cmd = Command::new(support::bin());
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .env_clear()
+        .env("OPENAI_API_KEY", "sk-test")
+        .env("OPENAI_BASE_URL", format!("{}/v1", mock.url))
+        .env("ANTHROPIC_API_KEY", "sk-ant-test")
+        // The Anthropic and Gemini SDKs take the origin and add their version path.
+        .env("ANTHROPIC_BASE_URL", &mock.url)
+        .env("GOOGLE_GEMINI_BASE_URL", &mock.url)
+        .current_dir(dir.path());
+    let server = support::start(cmd, "massgen listening on");
+    let response = support::chat(&server.url, None, &support::question(false)).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    assert!(
+        body["choices"][0]["message"]["content"]
+            .as_str()
+            .is_some_and(|a| !a.is_empty()),
+        "{body}"
+    );
+    let stats = support::mock_stats(&mock).await;
+    for provider in ["openai", "claude", "gemini"] {
+        let model = AUTO_MODELS.iter().find(|(t, _)| *t == provider).unwrap().1;
+        assert!(
+            stats["by_model"][model]["completed"].as_u64() >= Some(1),
+            "{provider} ({model}) reached the simulator: {stats}"
+        );
+    }
+}
