@@ -12,7 +12,7 @@ use massgen::config::{
 };
 use serde_json::Value;
 
-use crate::support::{self, env_of, write};
+use crate::support::{self, env_of, startup_log, write};
 
 const PANEL: &str = "agent: {id: solo, backend: {type: ollama, model: m}}\n";
 
@@ -104,35 +104,6 @@ fn the_binary_uses_the_file_it_finds_and_names_it() {
     let log = startup_log(root.path(), &vars);
     assert!(log.contains("config=.massgen/config.yaml"), "{log}");
     assert!(log.contains("solo(ollama/m)"), "{log}");
-}
-
-/// The log of `massgen serve --port 0` in `dir` with exactly `vars`, up to its address
-/// line; the server is then stopped.
-fn startup_log(dir: &Path, vars: &[(&str, &str)]) -> String {
-    let log_path = dir.join("serve.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut cmd = Command::new(support::bin());
-    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
-        .env_clear()
-        .envs(vars.iter().copied())
-        .current_dir(dir);
-    let mut child = cmd.stdout(Stdio::piped()).stderr(log).spawn().unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let _ = std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line);
-        let _ = tx.send(line);
-    });
-    let line = rx.recv_timeout(Duration::from_secs(20));
-    let _ = child.kill();
-    let _ = child.wait();
-    assert!(
-        line.as_deref()
-            .is_ok_and(|l| l.starts_with("massgen listening on")),
-        "{line:?}"
-    );
-    std::fs::read_to_string(log_path).unwrap()
 }
 
 #[test]

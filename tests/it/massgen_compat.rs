@@ -18,7 +18,7 @@ use massgen_providers::http_client;
 use serde_json::{Value, json};
 
 use crate::support::native::{Reply, coordination_turn, serve};
-use crate::support::{TestEnv, env_of, write};
+use crate::support::{TestEnv, env_of, startup_log, write};
 
 fn keys() -> TestEnv {
     env_of(&[
@@ -273,6 +273,28 @@ fn massgen_orchestrator_keys_warn_and_unknown_ones_fail() {
         e.contains("orchestrator.max_new_answer_per_agent: unknown key"),
         "{e}"
     );
+}
+
+/// The engine's protocol options of MassGen 0.1.46+ load, and `massgen serve` says at
+/// start-up, one line per key, that each is not implemented yet: never silently accepted.
+#[test]
+fn protocol_options_not_implemented_are_named_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join(".massgen")).unwrap();
+    write(
+        &dir.path().join(".massgen"),
+        "config.yaml",
+        "agent: {backend: {type: openai, model: m}}\norchestrator: {final_answer_strategy: synthesize, fairness_enabled: true, skip_voting: false}\n",
+    );
+    let log = startup_log(dir.path(), &[("OPENAI_API_KEY", "sk-test")]);
+    for key in ["final_answer_strategy", "fairness_enabled", "skip_voting"] {
+        let lines: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(&format!("orchestrator.{key}")))
+            .collect();
+        assert_eq!(lines.len(), 1, "{key}: {log}");
+        assert!(lines[0].contains("not implemented yet"), "{}", lines[0]);
+    }
 }
 
 #[test]

@@ -1,7 +1,9 @@
 //! MassGen 0.1.97's example configs (276 files, `tests/corpus/fetch-massgen.sh`; CI fetches
 //! them): every config loads, or is refused for a reason a server cannot help (a local agent
 //! program, per-deployment variables that are not set, a file that is not a panel). Prints
-//! the tally and the warned keys.
+//! the tally and the warned keys. Then every loading config's agents call a loopback
+//! recorder: no key MassGen itself never forwards (read from its own `_excluded_params.py`)
+//! reaches an upstream body, `betas` arrive as `anthropic-beta`, `extra_body` is merged.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -9,7 +11,13 @@ use std::path::{Path, PathBuf};
 use massgen::config::check_panel;
 use massgen_providers::presets::PRESETS;
 
-use crate::support::env_of;
+use massgen::app::{HttpProviders, ProviderFactory};
+use massgen::config::load_panel;
+use massgen_providers::http_client;
+use serde_json::Value;
+
+use crate::support::native::{Reply, coordination_turn, serve};
+use crate::support::{TestEnv, env_of};
 
 /// What the pinned corpus gives: files, and those that load.
 const FILES: usize = 276;
@@ -42,32 +50,47 @@ fn refusal(problem: &str) -> Option<&'static str> {
     }
 }
 
-#[test]
-fn massgen_example_configs_load_or_are_rightly_refused() {
+/// The corpus's configs folder and its YAML files, sorted; `None` (the test skips) when
+/// MASSGEN_CORPUS_DIR is unset, which fails under MASSGEN_REQUIRE_CORPUS (CI).
+fn corpus() -> Option<(PathBuf, Vec<PathBuf>)> {
     let Some(dir) = std::env::var_os("MASSGEN_CORPUS_DIR") else {
         assert!(
             std::env::var_os("MASSGEN_REQUIRE_CORPUS").is_none(),
             "MASSGEN_REQUIRE_CORPUS is set but MASSGEN_CORPUS_DIR is not"
         );
         println!("skipped: MASSGEN_CORPUS_DIR is not set (tests/corpus/fetch-massgen.sh)");
-        return;
+        return None;
     };
     let root = PathBuf::from(dir);
     let mut files = Vec::new();
     yaml_files(&root, &mut files);
     files.sort();
-    // Every key variable set to a dummy, as a user with all keys would have them.
+    assert_eq!(files.len(), FILES, "{}", root.display());
+    Some((root, files))
+}
+
+/// Every key variable set to a dummy, as a user with all keys would have them.
+fn dummy_keys() -> TestEnv {
     let mut vars: Vec<(&str, &str)> = PRESETS
         .iter()
         .flat_map(|p| p.key_vars.iter().map(|v| (*v, "x")))
         .collect();
     vars.push(("AZURE_OPENAI_ENDPOINT", "http://127.0.0.1:9"));
-    let env = env_of(&vars);
+    env_of(&vars)
+}
+
+#[test]
+fn massgen_example_configs_load_or_are_rightly_refused() {
+    let Some((root, files)) = corpus() else {
+        return;
+    };
+    let env = dummy_keys();
 
     let mut loading = 0;
     let mut refused: BTreeMap<&str, usize> = BTreeMap::new();
     let mut unexpected = Vec::new();
     let mut warned: BTreeMap<String, usize> = BTreeMap::new();
+    let mut programs: BTreeMap<String, usize> = BTreeMap::new();
     for file in &files {
         let check = check_panel(file, env.as_ref());
         let name = file
@@ -87,7 +110,19 @@ fn massgen_example_configs_load_or_are_rightly_refused() {
                 }
             }
             Some(error) => match refusal(&error.problem) {
-                Some(reason) => *refused.entry(reason).or_default() += 1,
+                Some(reason) => {
+                    *refused.entry(reason).or_default() += 1;
+                    let mut local: Vec<&str> = check
+                        .errors
+                        .iter()
+                        .filter_map(|e| local_program(&e.problem))
+                        .collect();
+                    local.sort();
+                    local.dedup();
+                    for program in local {
+                        *programs.entry(program.to_string()).or_default() += 1;
+                    }
+                }
                 None => unexpected.push(format!("{name}: {error}")),
             },
         }
@@ -100,6 +135,9 @@ fn massgen_example_configs_load_or_are_rightly_refused() {
     for (reason, count) in &refused {
         println!("  refused, {reason}: {count}");
     }
+    for (program, count) in &programs {
+        println!("    of which with a `{program}` agent: {count}");
+    }
     println!("warned keys (configs that load with them):");
     for (key, count) in &warned {
         println!("  {count:4}  {key}");
@@ -110,6 +148,12 @@ fn massgen_example_configs_load_or_are_rightly_refused() {
         unexpected.join("\n")
     );
     assert_eq!((files.len(), loading), (FILES, LOADING));
+}
+
+/// The program a "local agent program" error names (`'claude_code' is a local …`).
+fn local_program(problem: &str) -> Option<&str> {
+    let (head, _) = problem.split_once("' is a local agent program")?;
+    head.rsplit_once('\'').map(|(_, name)| name)
 }
 
 /// `agents[3].backend.cwd` → `agent.backend.cwd`, to count keys across configs.
@@ -124,4 +168,122 @@ fn generic_key(key: &str) -> String {
         ),
         None => key,
     }
+}
+
+/// MassGen's BASE_EXCLUDED_CONFIG_PARAMS: the backend keys it never sends to any provider,
+/// read from `massgen/backend/_excluded_params.py` next to the configs folder.
+fn massgen_excluded_params(configs: &Path) -> Vec<String> {
+    let file = configs.join("../backend/_excluded_params.py");
+    let source = std::fs::read_to_string(&file)
+        .unwrap_or_else(|e| panic!("{}: {e} (tests/corpus/fetch-massgen.sh)", file.display()));
+    let start = source
+        .find("BASE_EXCLUDED_CONFIG_PARAMS")
+        .expect("BASE_EXCLUDED_CONFIG_PARAMS");
+    let end = start + source[start..].find("\n)").expect("end of the set");
+    let keys: Vec<String> = source[start..end]
+        .lines()
+        .map(|line| line.split('#').next().unwrap_or(""))
+        .flat_map(|line| line.split('"').skip(1).step_by(2).map(String::from))
+        .collect();
+    assert!(keys.len() > 100, "{keys:?}");
+    keys
+}
+
+/// `base_url` with its scheme, host and port replaced by the recorder's; the path stays.
+fn to_loopback(base_url: &str, recorder: &str) -> String {
+    let rest = base_url
+        .split_once("://")
+        .map_or(base_url, |(_, rest)| rest);
+    let path = rest.find('/').map_or("", |i| &rest[i..]);
+    format!("{recorder}{path}")
+}
+
+/// The raw `backend` mappings of a config file, in agent order.
+fn raw_backends(file: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(file).unwrap();
+    let doc: Value = serde_norway::from_str(&text).unwrap();
+    match (doc.get("agents"), doc.get("agent")) {
+        (Some(Value::Array(agents)), _) => agents.iter().map(|a| a["backend"].clone()).collect(),
+        (_, Some(agent)) => vec![agent["backend"].clone()],
+        _ => Vec::new(),
+    }
+}
+
+#[tokio::test]
+async fn corpus_capture_sends_no_massgen_only_key_upstream() {
+    let Some((root, files)) = corpus() else {
+        return;
+    };
+    let excluded = massgen_excluded_params(&root);
+    let env = dummy_keys();
+    let (url, upstream) = serve(vec![Reply::Status(400, vec![], "{}".into())]).await;
+    let factory = HttpProviders::new(http_client().unwrap());
+    let (mut configs, mut calls, mut betas, mut extra) = (0, 0, 0, 0);
+    let mut leaks = Vec::new();
+    for file in &files {
+        let Ok(mut panel) = load_panel(file, env.as_ref()) else {
+            continue;
+        };
+        configs += 1;
+        panel.call_policy.max_attempts = 1;
+        let raw = raw_backends(file);
+        assert_eq!(raw.len(), panel.agents.len(), "{}", file.display());
+        for (agent, raw) in panel.agents.iter_mut().zip(raw) {
+            agent.backend.base_url = to_loopback(&agent.backend.base_url, &url);
+            let provider = factory
+                .build(&agent.backend, &panel.call_policy)
+                .unwrap_or_else(|e| panic!("{}: {}: {e}", file.display(), agent.id));
+            let before = upstream.requests().len();
+            let mut stream = provider.stream(coordination_turn());
+            while futures::StreamExt::next(&mut stream).await.is_some() {}
+            let seen = upstream.requests();
+            assert_eq!(seen.len(), before + 1, "{}: {}", file.display(), agent.id);
+            let request = &seen[before];
+            calls += 1;
+            let where_ = format!("{}: {} ({})", file.display(), agent.id, request.uri);
+            let body = request.body.as_object().expect("a JSON body");
+            // Gemini carries the sampling parameters one level down.
+            let nested = body
+                .get("generationConfig")
+                .and_then(Value::as_object)
+                .into_iter()
+                .flat_map(|c| c.keys());
+            for key in body.keys().chain(nested) {
+                if excluded.contains(key) || key == "betas" || key == "extra_body" {
+                    leaks.push(format!("{where_}: {key}"));
+                }
+            }
+            if let Some(list) = raw.get("betas").and_then(Value::as_array) {
+                betas += 1;
+                let names: Vec<&str> = list.iter().filter_map(Value::as_str).collect();
+                assert_eq!(
+                    request
+                        .headers
+                        .get("anthropic-beta")
+                        .map(|v| v.to_str().unwrap()),
+                    Some(names.join(",").as_str()),
+                    "{where_}"
+                );
+            }
+            if let Some(merged) = raw.get("extra_body").and_then(Value::as_object) {
+                extra += 1;
+                for (key, value) in merged {
+                    assert_eq!(body.get(key), Some(value), "{where_}: extra_body.{key}");
+                }
+            }
+        }
+    }
+    println!(
+        "{configs} loading configs, {calls} upstream calls recorded; {betas} with betas, {extra} with extra_body"
+    );
+    assert!(
+        leaks.is_empty(),
+        "MassGen-only keys sent:\n{}",
+        leaks.join("\n")
+    );
+    assert_eq!(configs, LOADING);
+    assert!(
+        betas > 0 && extra > 0,
+        "the corpus exercises betas and extra_body"
+    );
 }

@@ -465,3 +465,32 @@ pub fn shared_fixture(path: &str) -> Option<String> {
     let dir = native::upstream_dir()?;
     Some(std::fs::read_to_string(dir.join(path)).unwrap_or_else(|e| panic!("{path}: {e}")))
 }
+
+/// The log of `massgen serve --port 0` in `dir` with exactly `vars`, up to its address
+/// line; the server is then stopped.
+pub fn startup_log(dir: &Path, vars: &[(&str, &str)]) -> String {
+    let log_path = dir.join("serve.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .env_clear()
+        .envs(vars.iter().copied())
+        .current_dir(dir);
+    let mut child = cmd.stdout(Stdio::piped()).stderr(log).spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let _ = BufReader::new(stdout).read_line(&mut line);
+        let _ = tx.send(line);
+    });
+    let line = rx.recv_timeout(Duration::from_secs(20));
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.as_deref()
+            .is_ok_and(|l| l.starts_with("massgen listening on")),
+        "{line:?}"
+    );
+    std::fs::read_to_string(log_path).unwrap()
+}
