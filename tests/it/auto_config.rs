@@ -104,6 +104,17 @@ fn the_binary_uses_the_file_it_finds_and_names_it() {
     let log = startup_log(root.path(), &vars);
     assert!(log.contains("config=.massgen/config.yaml"), "{log}");
     assert!(log.contains("solo(ollama/m)"), "{log}");
+
+    // The first step, MASSGEN_SERVER_DEFAULT_CONFIG (the variable of --config), wins.
+    let chosen = "agent: {id: chosen, backend: {type: ollama, model: m}}\n";
+    write(root.path(), "chosen.yaml", chosen);
+    let vars = [
+        ("HOME", home_s.as_str()),
+        ("MASSGEN_SERVER_DEFAULT_CONFIG", "chosen.yaml"),
+    ];
+    assert_eq!(print_config(root.path(), &vars), chosen);
+    let log = startup_log(root.path(), &vars);
+    assert!(log.contains("config=chosen.yaml"), "{log}");
 }
 
 #[test]
