@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The MassGen compatibility corpus: MassGen 0.1.97's wheel from PyPI (pinned by version and
-# sha256), with its example configs (massgen/configs/**.yaml) and its list of backend keys
-# never sent upstream (massgen/backend/_excluded_params.py) unpacked under DIR (default
-# target/massgen-corpus). Prints the configs folder. Then:
+# sha256), with its example configs (massgen/configs/**.yaml) and its lists of backend keys
+# never sent upstream (massgen/backend/_excluded_params.py, massgen/api_params_handler/)
+# unpacked under DIR (default target/massgen-corpus). Prints the configs folder. Then:
 #   MASSGEN_CORPUS_DIR=$(bash tests/corpus/fetch-massgen.sh) \
 #     cargo test --test it massgen_corpus -- --nocapture
 # loads every config, prints the tally and records what each loading config sends upstream
@@ -22,7 +22,7 @@ python3 - "$wheel" "$dir" <<'PY'
 import sys, zipfile
 with zipfile.ZipFile(sys.argv[1]) as wheel:
     for name in wheel.namelist():
-        if name.startswith("massgen/configs/") or name == "massgen/backend/_excluded_params.py":
+        if name.startswith(("massgen/configs/", "massgen/api_params_handler/")) or name == "massgen/backend/_excluded_params.py":
             wheel.extract(name, sys.argv[2])
 PY
 echo "$dir/massgen/configs"

@@ -2,8 +2,8 @@
 //! them): every config loads, or is refused for a reason a server cannot help (a local agent
 //! program, per-deployment variables that are not set, a file that is not a panel). Prints
 //! the tally and the warned keys. Then every loading config's agents call a loopback
-//! recorder: no key MassGen itself never forwards (read from its own `_excluded_params.py`)
-//! reaches an upstream body, `betas` arrive as `anthropic-beta`, `extra_body` is merged.
+//! recorder: no key MassGen itself never forwards to that API (read from its own
+//! `_excluded_params.py` and params handlers) reaches an upstream body, `betas` arrive as `anthropic-beta`, `extra_body` is merged.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -170,23 +170,69 @@ fn generic_key(key: &str) -> String {
     }
 }
 
-/// MassGen's BASE_EXCLUDED_CONFIG_PARAMS: the backend keys it never sends to any provider,
-/// read from `massgen/backend/_excluded_params.py` next to the configs folder.
-fn massgen_excluded_params(configs: &Path) -> Vec<String> {
-    let file = configs.join("../backend/_excluded_params.py");
-    let source = std::fs::read_to_string(&file)
-        .unwrap_or_else(|e| panic!("{}: {e} (tests/corpus/fetch-massgen.sh)", file.display()));
-    let start = source
-        .find("BASE_EXCLUDED_CONFIG_PARAMS")
-        .expect("BASE_EXCLUDED_CONFIG_PARAMS");
-    let end = start + source[start..].find("\n)").expect("end of the set");
-    let keys: Vec<String> = source[start..end]
+/// The identifiers quoted in `block` (Python source), comments left out.
+fn quoted_keys(block: &str) -> Vec<String> {
+    block
         .lines()
         .map(|line| line.split('#').next().unwrap_or(""))
-        .flat_map(|line| line.split('"').skip(1).step_by(2).map(String::from))
-        .collect();
-    assert!(keys.len() > 100, "{keys:?}");
+        .flat_map(|line| line.split('"').skip(1).step_by(2))
+        .filter(|k| !k.is_empty() && k.chars().all(|c| c == '_' || c.is_ascii_alphanumeric()))
+        .map(String::from)
+        .collect()
+}
+
+/// The keys quoted in `file` (below the wheel's `massgen/`) from `marker` to the next method
+/// or the closing parenthesis at the file's margin.
+fn massgen_set(configs: &Path, file: &str, marker: &str) -> Vec<String> {
+    let path = configs.join("..").join(file);
+    let source = std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (tests/corpus/fetch-massgen.sh)", path.display()));
+    let start = source
+        .find(marker)
+        .unwrap_or_else(|| panic!("{file}: {marker}"));
+    let rest = &source[start + marker.len()..];
+    let end = ["\n    def ", "\n)"]
+        .iter()
+        .filter_map(|m| rest.find(m))
+        .min()
+        .unwrap_or(rest.len());
+    let keys = quoted_keys(&rest[..end]);
+    assert!(!keys.is_empty(), "{file}: {marker}");
     keys
+}
+
+/// What MassGen never sends to the API a request went to: its BASE_EXCLUDED_CONFIG_PARAMS
+/// (`backend/_excluded_params.py`), `upload_files`, and the exclusions of the wire's own
+/// params handler (`api_params_handler/`), keyed by a part of the request path.
+fn massgen_excluded(configs: &Path) -> (Vec<String>, Vec<(&'static str, Vec<String>)>) {
+    let mut base = massgen_set(
+        configs,
+        "backend/_excluded_params.py",
+        "BASE_EXCLUDED_CONFIG_PARAMS",
+    );
+    assert!(base.len() > 100, "{base:?}");
+    base.extend(massgen_set(
+        configs,
+        "api_params_handler/_api_params_handler_base.py",
+        "def get_base_excluded_params",
+    ));
+    let handler = |file: &str| {
+        massgen_set(
+            configs,
+            &format!("api_params_handler/{file}"),
+            "def get_excluded_params",
+        )
+    };
+    let per_wire = vec![
+        (
+            "/chat/completions",
+            handler("_chat_completions_api_params_handler.py"),
+        ),
+        ("/responses", handler("_response_api_params_handler.py")),
+        ("/messages", handler("_claude_api_params_handler.py")),
+        ("/v1beta/models/", handler("_gemini_api_params_handler.py")),
+    ];
+    (base, per_wire)
 }
 
 /// `base_url` with its scheme, host and port replaced by the recorder's; the path stays.
@@ -214,7 +260,7 @@ async fn corpus_capture_sends_no_massgen_only_key_upstream() {
     let Some((root, files)) = corpus() else {
         return;
     };
-    let excluded = massgen_excluded_params(&root);
+    let (base, per_wire) = massgen_excluded(&root);
     let env = dummy_keys();
     let (url, upstream) = serve(vec![Reply::Status(400, vec![], "{}".into())]).await;
     let factory = HttpProviders::new(http_client().unwrap());
@@ -229,6 +275,8 @@ async fn corpus_capture_sends_no_massgen_only_key_upstream() {
         let raw = raw_backends(file);
         assert_eq!(raw.len(), panel.agents.len(), "{}", file.display());
         for (agent, raw) in panel.agents.iter_mut().zip(raw) {
+            // MassGen sends OpenRouter's `reasoning` through extra_body, which the SDK merges.
+            let openrouter = agent.backend.base_url.contains("openrouter.ai");
             agent.backend.base_url = to_loopback(&agent.backend.base_url, &url);
             let provider = factory
                 .build(&agent.backend, &panel.call_policy)
@@ -248,8 +296,15 @@ async fn corpus_capture_sends_no_massgen_only_key_upstream() {
                 .and_then(Value::as_object)
                 .into_iter()
                 .flat_map(|c| c.keys());
+            let wire = per_wire
+                .iter()
+                .find(|(part, _)| request.uri.contains(part))
+                .map(|(_, keys)| keys)
+                .unwrap_or_else(|| panic!("{where_}: which API?"));
             for key in body.keys().chain(nested) {
-                if excluded.contains(key) || key == "betas" || key == "extra_body" {
+                let allowed = openrouter && key == "reasoning";
+                let excluded = base.contains(key) || wire.contains(key);
+                if (excluded && !allowed) || key == "betas" || key == "extra_body" {
                     leaks.push(format!("{where_}: {key}"));
                 }
             }
