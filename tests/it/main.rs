@@ -10,6 +10,7 @@ mod support;
 mod auto_config;
 mod bench_smoke;
 mod cli;
+mod cli_clients;
 mod config;
 mod deploy;
 mod engine;

@@ -1,36 +1,56 @@
-//! Runs the official `openai` Python SDK (tests/python/test_openai_sdk.py, with pytest)
-//! against the real binary. `.ci/run` installs the packages and sets
-//! MASSGEN_REQUIRE_PYTHON=1 so that a missing package fails instead of skipping.
+//! Runs the official Python clients (tests/python, with pytest) against the real binary:
+//! the `openai` SDK over Chat Completions and the Responses API, the OpenAI Agents SDK, and
+//! the `anthropic` SDK over the Messages API, at the versions tests/python/requirements.txt
+//! pins. `.ci/run` installs the packages and sets MASSGEN_REQUIRE_PYTHON=1 so that a missing
+//! package fails instead of skipping.
 
 use std::process::Command;
+use std::time::Duration;
 
 use crate::support;
+
+/// A file of demo sessions takes under a minute on 2 busy cores; the clients time out
+/// each request at 60 s.
+const PYTEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The python interpreter, or `None` (skip) when the packages are missing.
 fn python() -> Option<String> {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
     let probe = Command::new(&python)
-        .args(["-c", "import openai, pytest, jsonschema, yaml, httpx"])
+        .args([
+            "-c",
+            "import openai, anthropic, agents, pytest, jsonschema, yaml, httpx",
+        ])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
         assert!(
             std::env::var("MASSGEN_REQUIRE_PYTHON").is_err(),
             "python packages missing: pip install -r tests/python/requirements.txt"
         );
-        println!("skipped: python packages openai/pytest/jsonschema/pyyaml/httpx not installed");
+        println!("skipped: the packages of tests/python/requirements.txt are not installed");
         return None;
     }
     Some(python)
 }
 
 fn pytest(python: &str, file: &str, base_url: &str) {
-    let status = Command::new(python)
-        .args(["-m", "pytest", "-q", "-p", "no:cacheprovider", file])
+    pytest_with(python, file, base_url, &[]);
+}
+
+fn pytest_with(python: &str, file: &str, base_url: &str, env: &[(&str, &str)]) {
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider", file])
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .env("MASSGEN_BASE_URL", base_url)
-        .status()
-        .expect("run pytest");
-    assert!(status.success(), "pytest {file} failed");
+        .envs(env.iter().copied());
+    support::offline(&mut cmd);
+    let output = support::run_bounded(cmd, PYTEST_TIMEOUT);
+    assert!(
+        output.status.success(),
+        "pytest {file} failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 #[test]
@@ -40,9 +60,9 @@ fn openai_python_sdk_and_openapi_conformance() {
     pytest(&python, "tests/python/test_openai_sdk.py", &server.url);
 }
 
-#[test]
-fn openai_python_sdk_client_tool_calls() {
-    let Some(python) = python() else { return };
+/// A server whose two agents call the first client tool they are offered (the simulator's
+/// `policy=client_tool`), then answer with its result.
+fn client_tool_server() -> (support::Proc, support::Proc, tempfile::TempDir) {
     let mock = support::mock_upstream();
     let dir = tempfile::tempdir().expect("tempdir");
     let models = [
@@ -55,5 +75,46 @@ fn openai_python_sdk_client_tool_calls() {
         &support::panel_yaml(&mock.url, &models, ""),
     );
     let server = support::serve(&["--config", config.to_str().expect("utf-8 path")]);
+    (mock, server, dir)
+}
+
+#[test]
+fn openai_python_sdk_client_tool_calls() {
+    let Some(python) = python() else { return };
+    let (_mock, server, _dir) = client_tool_server();
     pytest(&python, "tests/python/test_openai_tools.py", &server.url);
+}
+
+#[test]
+fn openai_python_sdk_responses_api() {
+    let Some(python) = python() else { return };
+    let server = support::serve(&["--demo"]);
+    pytest(&python, "tests/python/test_responses_sdk.py", &server.url);
+}
+
+#[test]
+fn openai_python_sdk_and_agents_sdk_function_tools_over_responses() {
+    let Some(python) = python() else { return };
+    let (_mock, server, _dir) = client_tool_server();
+    pytest(&python, "tests/python/test_responses_tools.py", &server.url);
+}
+
+#[test]
+fn anthropic_python_sdk_messages_api() {
+    let Some(python) = python() else { return };
+    let key = "sk-mg-anthropic-sdk";
+    let server = support::serve_with_keys(&["--demo".as_ref()], key);
+    pytest_with(
+        &python,
+        "tests/python/test_anthropic_sdk.py",
+        &server.url,
+        &[("MASSGEN_API_KEY", key)],
+    );
+}
+
+#[test]
+fn anthropic_python_sdk_tool_use() {
+    let Some(python) = python() else { return };
+    let (_mock, server, _dir) = client_tool_server();
+    pytest(&python, "tests/python/test_anthropic_tools.py", &server.url);
 }

@@ -3,23 +3,14 @@ checked against openapi.yaml. Started by tests/it/python_clients.rs with MASSGEN
 
 import json
 import os
-import pathlib
 
 import httpx
-import jsonschema
 import openai
 import pytest
-import yaml
+
+from common import check, sse_events
 
 BASE = os.environ["MASSGEN_BASE_URL"]
-SPEC = yaml.safe_load(
-    (pathlib.Path(__file__).resolve().parents[2] / "openapi.yaml").read_text()
-)
-
-
-def check(schema_name, instance):
-    schema = {"$ref": f"#/components/schemas/{schema_name}", "components": SPEC["components"]}
-    jsonschema.Draft202012Validator(schema).validate(instance)
 
 
 @pytest.fixture()
@@ -72,18 +63,10 @@ def test_stream_helper_accumulates(client):
 
 def test_stream_chunks_match_openapi():
     body = {"model": "massgen", "stream": True, "stream_options": {"include_usage": True}, "messages": MESSAGES}
-    with httpx.stream("POST", f"{BASE}/v1/chat/completions", json=body, timeout=60) as r:
-        assert r.status_code == 200
-        saw_done = False
-        for line in r.iter_lines():
-            if not line.startswith("data: "):
-                continue
-            data = line[len("data: "):]
-            if data == "[DONE]":
-                saw_done = True
-                continue
-            check("ChatCompletionChunk", json.loads(data))
-    assert saw_done
+    events = sse_events(f"{BASE}/v1/chat/completions", body)
+    assert events[-1] == (None, None)  # data: [DONE]
+    for _, chunk in events[:-1]:
+        check("ChatCompletionChunk", chunk)
 
 
 def test_errors_match_openapi_and_sdk_raises(client):

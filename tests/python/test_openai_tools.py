@@ -4,38 +4,25 @@ run the simulator's `policy=client_tool`."""
 
 import json
 import os
-import pathlib
 
 import openai
 import pytest
-import yaml
-import jsonschema
+
+from common import WEATHER_QUESTION, WEATHER_TOOL, check
 
 BASE = os.environ["MASSGEN_BASE_URL"]
-SPEC = yaml.safe_load(
-    (pathlib.Path(__file__).resolve().parents[2] / "openapi.yaml").read_text()
-)
 
 TOOLS = [
     {
         "type": "function",
         "function": {
-            "name": "get_weather",
-            "description": "Current weather of a city",
-            "parameters": {
-                "type": "object",
-                "properties": {"city": {"type": "string"}},
-                "required": ["city"],
-            },
+            "name": WEATHER_TOOL["name"],
+            "description": WEATHER_TOOL["description"],
+            "parameters": WEATHER_TOOL["schema"],
         },
     }
 ]
-QUESTION = [{"role": "user", "content": "What is the weather in Paris?"}]
-
-
-def check(schema_name, instance):
-    schema = {"$ref": f"#/components/schemas/{schema_name}", "components": SPEC["components"]}
-    jsonschema.Draft202012Validator(schema).validate(instance)
+QUESTION = [{"role": "user", "content": WEATHER_QUESTION}]
 
 
 @pytest.fixture()

@@ -1,7 +1,8 @@
 //! Helpers the integration tests share:
 //! - black-box: the real `massgen` binary (server or simulator) started on port 0, its
 //!   printed address read, killed when the test ends ([`Proc`]), and a server on a
-//!   simulator with its panel files ([`Setup`]);
+//!   simulator with its panel files ([`Setup`]); a client command run to completion
+//!   within a time limit ([`run_bounded`]), kept off the internet ([`offline`]);
 //! - HTTP: a client with a timeout, chat requests, the simulator's stats, SSE parsing;
 //! - an injected environment ([`env_of`]), a test body run in a child process with a
 //!   given process environment ([`in_child_env`]), config files ([`write`]), the shared
@@ -14,9 +15,10 @@ pub mod native;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
@@ -128,6 +130,73 @@ impl Proc {
             std::thread::sleep(Duration::from_millis(20));
         }
         None
+    }
+}
+
+/// Points every proxy variable at a loopback port where nothing listens (9, discard),
+/// except for loopback itself: a client that reaches for the internet (telemetry, update
+/// checks) fails on this machine instead of leaving it.
+pub fn offline(cmd: &mut Command) -> &mut Command {
+    for var in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        cmd.env(var, "http://127.0.0.1:9")
+            .env(var.to_lowercase(), "http://127.0.0.1:9");
+    }
+    cmd.env("NO_PROXY", "127.0.0.1,localhost")
+        .env("no_proxy", "127.0.0.1,localhost")
+}
+
+/// Runs `cmd` with no stdin in its own process group, reading its output as it comes.
+/// At `limit` the whole group is killed and the test fails; after a normal exit the group
+/// is killed too, so nothing the command spawned (Codex's node wrapper starts the native
+/// binary, pytest starts clients) outlives the test.
+pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()
+        .unwrap_or_else(|e| panic!("start {cmd:?}: {e}"));
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = read(Box::new(child.stderr.take().expect("stderr")));
+    let kill_group = |pid: u32| {
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .stderr(Stdio::null())
+            .status();
+    };
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break Some(status);
+        }
+        if std::time::Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    kill_group(child.id());
+    let _ = child.wait();
+    let stdout = stdout.join().unwrap_or_default();
+    let stderr = stderr.join().unwrap_or_default();
+    let Some(status) = status else {
+        panic!(
+            "{cmd:?} still running after {limit:?}, killed\nstdout: {}\nstderr: {}",
+            String::from_utf8_lossy(&stdout),
+            String::from_utf8_lossy(&stderr)
+        );
+    };
+    Output {
+        status,
+        stdout,
+        stderr,
     }
 }
 

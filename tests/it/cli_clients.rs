@@ -1,0 +1,167 @@
+//! The real CLI agents against the real binary: Codex CLI (`codex exec`, a custom provider
+//! with `wire_api = "responses"`) and Claude Code (`claude -p`, `ANTHROPIC_BASE_URL`), at the
+//! versions tests/clients/package-lock.json pins. Both can exit 0 with an empty answer
+//! when a stream misses an event they need, so the answer text is checked, not only the
+//! exit status. `.ci/run` installs them (`npm ci` in tests/clients) and sets
+//! MASSGEN_REQUIRE_CLIENTS=1 so that a missing client fails instead of skipping.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::support;
+
+const KEY: &str = "sk-mg-door-test";
+/// A demo session takes a few seconds; the clients start in under one.
+const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// `tests/clients/node_modules/.bin/<name>`, or `None` (skip) when not installed.
+fn client(name: &str) -> Option<PathBuf> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/clients/node_modules/.bin")
+        .join(name);
+    if path.is_file() {
+        return Some(path);
+    }
+    assert!(
+        std::env::var("MASSGEN_REQUIRE_CLIENTS").is_err(),
+        "{name} missing: run `npm ci` in tests/clients"
+    );
+    println!("skipped: {name} not installed (npm ci in tests/clients)");
+    None
+}
+
+/// The environment both CLIs run in: nothing inherited but PATH, a fresh HOME, no route
+/// off loopback ([`support::offline`]); their own off-switches are set too (see each test).
+fn isolated(program: &Path, home: &Path) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.current_dir(home)
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("HOME", home)
+        .env("TERM", "dumb");
+    support::offline(&mut cmd);
+    cmd
+}
+
+/// The sessions the server recorded, newest first.
+fn doors_of_sessions(url: &str) -> Vec<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let list: Value = support::get(&format!("{url}/v1/sessions"), Some(KEY))
+            .await
+            .json()
+            .await
+            .unwrap();
+        list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["door"].as_str().unwrap_or_default().to_string())
+            .collect()
+    })
+}
+
+#[test]
+fn codex_exec_gets_the_panels_answer_over_the_responses_api() {
+    let Some(codex) = client("codex") else { return };
+    let server = support::serve_with_keys(&["--demo".as_ref()], KEY);
+    let home = tempfile::tempdir().unwrap();
+    let last = home.path().join("last.txt");
+    let provider = format!(
+        "model_providers.massgen={{name=\"MassGen\",base_url=\"{}/v1\",wire_api=\"responses\",env_key=\"MASSGEN_API_KEY\",request_max_retries=0,stream_max_retries=0}}",
+        server.url
+    );
+    let mut cmd = isolated(&codex, home.path());
+    cmd.env("CODEX_HOME", home.path())
+        .env("MASSGEN_API_KEY", KEY)
+        .args([
+            "exec",
+            "--skip-git-repo-check",
+            "--ephemeral",
+            "--sandbox",
+            "read-only",
+        ])
+        .args(["--disable", "plugins", "--json", "-o"])
+        .arg(&last)
+        .args(["-c", "model_provider=massgen", "-c", "model=massgen"])
+        .args(["-c", "approval_policy=never", "-c", &provider])
+        // No plugin sync (it resolves github.com), no update check, no analytics.
+        .args(["-c", "check_for_update_on_startup=false"])
+        .args(["-c", "analytics.enabled=false"])
+        .arg("Say pong");
+    let output = support::run_bounded(cmd, CLIENT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "codex failed: {stdout}\n{stderr}");
+    let answer = std::fs::read_to_string(&last).unwrap_or_default();
+    assert!(
+        answer.starts_with("[simulated final answer]"),
+        "answer: {answer:?}\n{stdout}\n{stderr}"
+    );
+    // The JSONL events: the deliberation shown as reasoning, the answer as the message.
+    let items: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "item.completed")
+        .map(|e| e["item"].clone())
+        .collect();
+    let text_of = |kind: &str| {
+        items
+            .iter()
+            .filter(|i| i["type"] == kind)
+            .filter_map(|i| i["text"].as_str())
+            .collect::<String>()
+    };
+    assert!(text_of("reasoning").contains("voted for"), "{stdout}");
+    assert_eq!(text_of("agent_message").trim(), answer.trim());
+    assert_eq!(doors_of_sessions(&server.url)[0], "responses");
+}
+
+#[test]
+fn claude_code_gets_the_panels_answer_over_the_messages_api() {
+    let Some(claude) = client("claude") else {
+        return;
+    };
+    let server = support::serve_with_keys(&["--demo".as_ref()], KEY);
+    let home = tempfile::tempdir().unwrap();
+    // Its own model name (the default panel answers it) and then `massgen` by name.
+    for model in [None, Some("massgen")] {
+        let mut cmd = isolated(&claude, home.path());
+        cmd.env("ANTHROPIC_BASE_URL", &server.url)
+            .env("ANTHROPIC_API_KEY", KEY)
+            // No telemetry, error reporting or update check (the first alone covers all).
+            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+            .env("DISABLE_TELEMETRY", "1")
+            .env("DISABLE_ERROR_REPORTING", "1")
+            .env("DISABLE_AUTOUPDATER", "1")
+            // One retry at most, and no silent non-streaming retry masking a broken stream.
+            .env("CLAUDE_CODE_MAX_RETRIES", "1")
+            .env("CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK", "1")
+            .args(["-p", "Say pong", "--bare", "--output-format", "json"]);
+        if let Some(model) = model {
+            cmd.args(["--model", model]);
+        }
+        let output = support::run_bounded(cmd, CLIENT_TIMEOUT);
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert!(output.status.success(), "claude failed: {stdout}\n{stderr}");
+        let result: Value = serde_json::from_str(stdout.trim())
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+        assert_eq!(result["is_error"], false, "{result}");
+        let text = result["result"].as_str().unwrap_or_default();
+        assert!(
+            text.starts_with("[simulated final answer]"),
+            "{result}\n{stderr}"
+        );
+    }
+    assert_eq!(
+        doors_of_sessions(&server.url)[..2],
+        ["messages", "messages"]
+    );
+}
