@@ -178,6 +178,33 @@ async fn non_stream_returns_the_answer_the_deliberation_and_metadata() {
 }
 
 #[tokio::test]
+async fn max_completion_tokens_and_stop_bound_the_answer() {
+    let s = setup(&FAST, "", &[]);
+    // Streamed: the stop sequence is found across deltas and not sent.
+    let mut body = question(true);
+    body["stop"] = json!("final");
+    let raw = chat(&s.server.url, None, &body).await.text().await.unwrap();
+    let sse = parse_sse(&raw);
+    assert_eq!(sse.content(), "[simulated ");
+    let finish = sse
+        .events
+        .iter()
+        .filter_map(|e| e["choices"][0]["finish_reason"].as_str())
+        .collect::<Vec<_>>();
+    assert_eq!(finish, ["stop"]);
+    assert!(sse.done);
+    // Not streamed: two estimated tokens are eight characters, then `length`.
+    for key in ["max_completion_tokens", "max_tokens"] {
+        let mut body = question(false);
+        body[key] = json!(2);
+        let completion: Value = chat(&s.server.url, None, &body).await.json().await.unwrap();
+        let choice = &completion["choices"][0];
+        assert_eq!(choice["message"]["content"], "[simulat", "{key}");
+        assert_eq!(choice["finish_reason"], "length", "{key}");
+    }
+}
+
+#[tokio::test]
 async fn summed_usage_equals_what_the_upstream_reported() {
     let s = setup(&FAST, "", &[]);
     let body: Value = chat(&s.server.url, None, &question(false))

@@ -69,6 +69,25 @@ def test_stream_chunks_match_openapi():
         check("ChatCompletionChunk", chunk)
 
 
+def test_answer_bounds_and_what_is_refused(client):
+    stopped = client.chat.completions.create(model="massgen", messages=MESSAGES, stop=["final"])
+    assert stopped.choices[0].message.content == "[simulated "
+    assert stopped.choices[0].finish_reason == "stop"
+    # (The SDK's stream helper raises on `length` by design: read the chunks.)
+    chunks = list(client.chat.completions.create(
+        model="massgen", messages=MESSAGES, max_completion_tokens=2, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "[simulat"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
+    for refused in [
+        {"response_format": {"type": "json_object"}},
+        {"n": 2},
+        {"logprobs": True},
+    ]:
+        with pytest.raises(openai.BadRequestError) as err:
+            client.chat.completions.create(model="massgen", messages=MESSAGES, **refused)
+        assert err.value.code == "unsupported_parameter", refused
+
+
 def test_errors_match_openapi_and_sdk_raises(client):
     with pytest.raises(openai.BadRequestError) as err:
         client.chat.completions.create(model="massgen", messages=[])

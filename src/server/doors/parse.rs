@@ -26,6 +26,53 @@ pub fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
     }
 }
 
+/// A field whose meaning a panel cannot honour (400 `unsupported_parameter`).
+pub fn unsupported(param: &'static str, message: &str) -> ApiError {
+    ApiError::invalid(message, Some(param), "unsupported_parameter")
+}
+
+/// Longest stop sequence (each is searched in the streamed answer).
+const MAX_STOP_CHARS: usize = 256;
+
+/// Stop sequences under `key`: a list of at most `max` non-empty strings of at most 256
+/// characters; with `one_string`, a lone string too (Chat Completions' `stop`).
+pub fn stops(
+    obj: &Map<String, Value>,
+    key: &'static str,
+    max: usize,
+    one_string: bool,
+) -> Result<Vec<String>, ApiError> {
+    let one;
+    let list = match obj.get(key) {
+        None | Some(Value::Null) => return Ok(Vec::new()),
+        Some(Value::Array(l)) => l.as_slice(),
+        Some(s @ Value::String(_)) if one_string => {
+            one = [s.clone()];
+            &one[..]
+        }
+        Some(_) if one_string => return Err(type_error(key, "a string or an array of strings")),
+        Some(_) => return Err(type_error(key, "an array of strings")),
+    };
+    let stops: Option<Vec<String>> = list
+        .iter()
+        .map(|s| {
+            s.as_str()
+                .filter(|s| !s.is_empty() && s.chars().count() <= MAX_STOP_CHARS)
+                .map(str::to_string)
+        })
+        .collect();
+    match stops {
+        Some(stops) if stops.len() <= max => Ok(stops),
+        _ => Err(ApiError::invalid(
+            format!(
+                "'{key}' holds at most {max} non-empty strings of at most {MAX_STOP_CHARS} characters"
+            ),
+            Some(key),
+            "invalid_value",
+        )),
+    }
+}
+
 pub fn type_error(param: &'static str, expected: &str) -> ApiError {
     ApiError::invalid(
         format!("'{param}' must be {expected}"),

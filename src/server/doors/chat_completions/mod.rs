@@ -11,8 +11,10 @@ use std::time::Duration;
 use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use massgen_core::provider::FinishReason;
 use serde_json::{Value, json};
 
+use super::limit::{AnswerLimit, Cut};
 use super::metadata::metadata_json;
 use super::session::{self, Ask, Beat, Incoming, Opened, Step, Steps};
 use crate::server::error::ApiError;
@@ -48,9 +50,11 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         created,
         model: request.model.clone(),
     };
+    let limit = AnswerLimit::new(request.max_tokens, request.stop.clone());
     let response = if request.stream {
         stream_response(
             request,
+            limit,
             header,
             steps,
             state.settings.keepalive,
@@ -58,7 +62,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
             received,
         )
     } else {
-        collect_response(header, steps, &id).await?
+        collect_response(header, steps, limit, &id).await?
     };
     Ok(session::with_session_header(response, &id))
 }
@@ -66,16 +70,29 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
 async fn collect_response(
     header: ChunkHeader,
     steps: Steps,
+    mut limit: AnswerLimit,
     session_id: &str,
 ) -> Result<Response, ApiError> {
-    let (reasoning, summary) = steps.collect().await?;
+    let (reasoning, mut summary) = steps.collect().await?;
     let metadata = metadata_json(session_id, &summary);
+    summary.final_answer = limit.apply(&summary.final_answer);
+    summary.finish_reason = finish_reason(&limit, summary.finish_reason);
     let body = header.completion(&summary, &reasoning, metadata);
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
 
+/// `length` or `stop` when the client's bounds cut the answer.
+fn finish_reason(limit: &AnswerLimit, reason: FinishReason) -> FinishReason {
+    match limit.cut() {
+        Some(Cut::MaxTokens) => FinishReason::Length,
+        Some(Cut::Stop(_)) => FinishReason::Stop,
+        None => reason,
+    }
+}
+
 fn stream_response(
     request: ChatRequest,
+    mut limit: AnswerLimit,
     header: ChunkHeader,
     mut steps: Steps,
     keepalive: Duration,
@@ -96,15 +113,25 @@ fn stream_response(
             };
             match step {
                 Step::Reasoning(line) => yield Ok(data(&header.reasoning(&line))),
-                Step::Text(text) => yield Ok(data(&header.content(&text))),
+                Step::Text(text) => {
+                    let text = limit.push(&text);
+                    if !text.is_empty() {
+                        yield Ok(data(&header.content(&text)));
+                    }
+                }
                 Step::ToolCalls(calls) => {
                     for chunk in header.tool_call_deltas(&calls) {
                         yield Ok(data(&chunk));
                     }
                 }
                 Step::Completed(summary) => {
+                    let held = limit.finish();
+                    if !held.is_empty() {
+                        yield Ok(data(&header.content(&held)));
+                    }
                     let metadata = metadata_json(&session_id, &summary);
-                    yield Ok(data(&header.finish(summary.finish_reason, metadata)));
+                    let reason = finish_reason(&limit, summary.finish_reason);
+                    yield Ok(data(&header.finish(reason, metadata)));
                     if request.include_usage {
                         yield Ok(data(&header.usage(&summary.usage)));
                     }

@@ -1,5 +1,7 @@
 //! Parsing a Chat Completions request: lenient where clients differ (unknown fields,
-//! string or content-part messages), strict where a mistake would change the answer.
+//! string or content-part messages, sampling settings the panel config owns), strict where
+//! a mistake or an ignored field would change the answer (structured output formats,
+//! several choices, log probabilities, audio, hosted web search).
 
 use massgen_core::coordination::{ClientTools, SessionInput};
 use massgen_core::provider::{Message, ToolCall, ToolChoice, ToolSpec};
@@ -7,7 +9,7 @@ use serde_json::{Map, Value};
 
 use crate::server::doors::conversation;
 use crate::server::doors::narrate::Deliberation;
-use crate::server::doors::parse::{self, optional_bool, type_error};
+use crate::server::doors::parse::{self, optional_bool, optional_count, type_error, unsupported};
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::error::ApiError;
 
@@ -20,10 +22,19 @@ pub struct ChatRequest {
     pub include_usage: bool,
     pub deliberation: Deliberation,
     pub input: SessionInput,
+    /// Bounds the final answer (estimated tokens): `max_completion_tokens`, or the older
+    /// `max_tokens`.
+    pub max_tokens: Option<u64>,
+    /// The answer stops before the first of these.
+    pub stop: Vec<String>,
 }
+
+/// OpenAI's bound on `stop`.
+const MAX_STOPS: usize = 4;
 
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let obj = parse::object(body)?;
+    refuse_unsupported(&obj)?;
     let model = parse::model(&obj)?;
     let stream = optional_bool(&obj, "stream")?.unwrap_or(false);
     let include_usage = match obj.get("stream_options") {
@@ -44,7 +55,56 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         include_usage,
         deliberation,
         input,
+        max_tokens: match optional_count(&obj, "max_completion_tokens")? {
+            Some(n) => Some(n),
+            None => optional_count(&obj, "max_tokens")?,
+        },
+        stop: parse::stops(&obj, "stop", MAX_STOPS, true)?,
     })
+}
+
+/// Fields whose meaning a panel cannot honour: ignoring them would hand the client
+/// something other than what it asked for.
+fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
+    let present = |key: &str| obj.get(key).is_some_and(|v| !v.is_null());
+    let format = obj
+        .get("response_format")
+        .and_then(|f| f.get("type"))
+        .and_then(Value::as_str);
+    if let Some(kind) = format.filter(|k| *k != "text") {
+        return Err(unsupported(
+            "response_format",
+            &format!(
+                "'response_format' of type '{kind}' is not supported; only plain text answers"
+            ),
+        ));
+    }
+    if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
+        return Err(unsupported(
+            "n",
+            "'n' other than 1 is not supported: a panel gives one answer",
+        ));
+    }
+    if optional_bool(obj, "logprobs")? == Some(true) || present("top_logprobs") {
+        return Err(unsupported(
+            "logprobs",
+            "log probabilities are not supported: the answer comes from several models",
+        ));
+    }
+    let audio_out = obj
+        .get("modalities")
+        .and_then(Value::as_array)
+        .is_some_and(|m| m.iter().any(|m| m.as_str() == Some("audio")));
+    if audio_out || present("audio") {
+        return Err(unsupported("audio", "audio output is not supported"));
+    }
+    if present("web_search_options") {
+        return Err(unsupported(
+            "web_search_options",
+            "hosted web search is not supported: agents use the tools of their own config",
+        ));
+    }
+    Ok(())
 }
 
 /// `tools`, `tool_choice` and `parallel_tool_calls`. Only function tools exist here.
@@ -238,6 +298,60 @@ mod tests {
             parse(b"{not json").err().map(|e| e.code()),
             Some("invalid_json")
         );
+    }
+
+    /// Each row of the README's Chat Completions request table that refuses or bounds.
+    #[test]
+    fn what_a_panel_cannot_honour_is_refused_and_bounds_are_read() {
+        let with = |extra: Value| {
+            let mut body = serde_json::json!({"messages": [{"role": "user", "content": "x"}]});
+            if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
+                b.extend(e);
+            }
+            parse_json(body)
+        };
+        let code = |extra: Value| match with(extra) {
+            Err(e) => e.code(),
+            Ok(_) => "ok",
+        };
+        use serde_json::json;
+        for refused in [
+            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}),
+            json!({"response_format": {"type": "json_object"}}),
+            json!({"n": 2}),
+            json!({"logprobs": true}),
+            json!({"top_logprobs": 2}),
+            json!({"modalities": ["text", "audio"]}),
+            json!({"audio": {"voice": "alloy", "format": "wav"}}),
+            json!({"web_search_options": {}}),
+        ] {
+            assert_eq!(code(refused.clone()), "unsupported_parameter", "{refused}");
+        }
+        // What the panel config owns, and the neutral values of the refused fields.
+        assert_eq!(
+            code(
+                json!({"response_format": {"type": "text"}, "n": 1, "logprobs": false,
+                "modalities": ["text"], "temperature": 0.2, "top_p": 0.9, "seed": 7,
+                "presence_penalty": 0.1, "frequency_penalty": 0.1, "reasoning_effort": "low",
+                "service_tier": "auto", "user": "u", "store": true, "metadata": {"a": "b"}})
+            ),
+            "ok"
+        );
+        let req = with(json!({"max_tokens": 7, "stop": "END"})).unwrap();
+        assert_eq!(
+            (req.max_tokens, req.stop),
+            (Some(7), vec!["END".to_string()])
+        );
+        let req =
+            with(json!({"max_completion_tokens": 5, "max_tokens": 7, "stop": ["a", "b"]})).unwrap();
+        assert_eq!((req.max_tokens, req.stop.len()), (Some(5), 2));
+        assert_eq!(code(json!({"max_completion_tokens": 0})), "invalid_value");
+        assert_eq!(
+            code(json!({"stop": ["a", "b", "c", "d", "e"]})),
+            "invalid_value"
+        );
+        assert_eq!(code(json!({"stop": [""]})), "invalid_value");
+        assert_eq!(code(json!({"stop": 3})), "invalid_type");
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! and the SDK send more than a panel can use (`cache_control` anywhere, echoed `thinking`
 //! blocks, `thinking`, `context_management`, `output_config`, sampling settings), strict
 //! where ignoring a field would change the answer (images and documents, Anthropic's own
-//! server and client tool types, MCP connectors).
+//! server and client tool types, MCP connectors, structured outputs).
 
 use massgen_core::coordination::ClientTools;
 use massgen_core::provider::{Message, ToolCall, ToolChoice};
@@ -13,9 +13,8 @@ use crate::server::doors::parse::{self, optional_bool, optional_count, type_erro
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::error::ApiError;
 
-/// Bounds on `stop_sequences` (each is searched in the streamed answer).
+/// Anthropic's bound on `stop_sequences`.
 const MAX_STOP_SEQUENCES: usize = 16;
-const MAX_STOP_CHARS: usize = 256;
 /// Longest `metadata.user_id` kept with the session record.
 const MAX_USER_ID_CHARS: usize = 512;
 
@@ -44,10 +43,23 @@ pub fn parse(body: &[u8], needs_max_tokens: bool) -> Result<MessagesRequest, Api
         .and_then(Value::as_array)
         .is_some_and(|a| !a.is_empty())
     {
-        return Err(ApiError::invalid(
+        return Err(parse::unsupported(
+            "mcp_servers",
             "'mcp_servers' (the MCP connector) is not supported: the panel's agents use the MCP servers of their own config",
-            Some("mcp_servers"),
-            "unsupported_parameter",
+        ));
+    }
+    // Structured outputs (`output_format`, since moved to `output_config.format`): a
+    // panel's answer is plain text. The rest of `output_config` (Claude Code's `effort`)
+    // is a model setting, owned by the panel config.
+    let structured = obj.get("output_format").is_some_and(|v| !v.is_null())
+        || obj
+            .get("output_config")
+            .and_then(|c| c.get("format"))
+            .is_some_and(|v| !v.is_null());
+    if structured {
+        return Err(parse::unsupported(
+            "output_config.format",
+            "structured outputs ('output_config.format', 'output_format') are not supported; only plain text answers",
         ));
     }
     let max_tokens = match optional_count(&obj, "max_tokens")? {
@@ -73,7 +85,7 @@ pub fn parse(body: &[u8], needs_max_tokens: bool) -> Result<MessagesRequest, Api
         messages,
         tools,
         max_tokens,
-        stop_sequences: parse_stops(obj.get("stop_sequences"))?,
+        stop_sequences: parse::stops(&obj, "stop_sequences", MAX_STOP_SEQUENCES, false)?,
         user_id: parse_user_id(obj.get("metadata"))?,
     })
 }
@@ -322,32 +334,6 @@ fn parse_tools(obj: &Map<String, Value>) -> Result<ClientTools, ApiError> {
     tools::client_tools(specs, choice, parallel, "any")
 }
 
-fn parse_stops(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
-    let list = match value {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(l)) => l,
-        Some(_) => return Err(type_error("stop_sequences", "an array of strings")),
-    };
-    let stops: Option<Vec<String>> = list
-        .iter()
-        .map(|s| {
-            s.as_str()
-                .filter(|s| !s.is_empty() && s.chars().count() <= MAX_STOP_CHARS)
-                .map(str::to_string)
-        })
-        .collect();
-    match stops {
-        Some(stops) if stops.len() <= MAX_STOP_SEQUENCES => Ok(stops),
-        _ => Err(ApiError::invalid(
-            format!(
-                "'stop_sequences' holds at most {MAX_STOP_SEQUENCES} non-empty strings of at most {MAX_STOP_CHARS} characters"
-            ),
-            Some("stop_sequences"),
-            "invalid_value",
-        )),
-    }
-}
-
 fn parse_user_id(value: Option<&Value>) -> Result<Option<String>, ApiError> {
     let bad = || {
         ApiError::invalid(
@@ -454,6 +440,16 @@ mod tests {
         assert_eq!(
             code(json!({"max_tokens": 10, "messages": msgs, "tool_choice": {"type": "any"}})),
             "invalid_value"
+        );
+        assert_eq!(
+            code(json!({"max_tokens": 10, "messages": msgs,
+                "output_config": {"format": {"type": "json_schema", "schema": {}}}})),
+            "unsupported_parameter"
+        );
+        assert_eq!(
+            code(json!({"max_tokens": 10, "messages": msgs,
+                "output_format": {"type": "json_schema", "schema": {}}})),
+            "unsupported_parameter"
         );
         assert_eq!(
             code(json!({"max_tokens": 10, "messages": msgs, "stop_sequences": [""]})),

@@ -8,7 +8,9 @@ use massgen_core::provider::{Message, Role, ToolCall, ToolChoice};
 use serde_json::{Map, Value};
 
 use crate::server::doors::narrate::Deliberation;
-use crate::server::doors::parse::{self, optional_bool, optional_count, optional_str, type_error};
+use crate::server::doors::parse::{
+    self, optional_bool, optional_count, optional_str, type_error, unsupported,
+};
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::error::ApiError;
 
@@ -104,10 +106,6 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
         ));
     }
     Ok(())
-}
-
-fn unsupported(param: &'static str, message: &str) -> ApiError {
-    ApiError::invalid(message, Some(param), "unsupported_parameter")
 }
 
 /// `tools`, `tool_choice` and `parallel_tool_calls`: function tools in the Responses shape
@@ -386,6 +384,14 @@ mod tests {
         assert_eq!(
             code(json!({"input": "x", "prompt": {"id": "p"}})),
             "unsupported_parameter"
+        );
+        assert_eq!(
+            code(json!({"input": "x", "conversation": "conv_1"})),
+            "unsupported_parameter"
+        );
+        assert_eq!(
+            code(json!({"input": "x", "background": false, "text": {"format": {"type": "text"}}})),
+            "ok"
         );
         assert_eq!(
             code(json!({"input": "x", "text": {"format": {"type": "json_schema"}}})),
