@@ -67,17 +67,34 @@ fn doors_of_sessions(url: &str) -> Vec<String> {
     })
 }
 
-#[test]
-fn codex_exec_gets_the_panels_answer_over_the_responses_api() {
-    let Some(codex) = client("codex") else { return };
-    let server = support::serve_with_keys(&["--demo".as_ref()], KEY);
+/// What `codex exec --json` printed and wrote.
+struct CodexRun {
+    /// `-o`: the final message.
+    answer: String,
+    /// The `item.completed` items of the JSONL on stdout.
+    items: Vec<Value>,
+    log: String,
+}
+
+impl CodexRun {
+    fn text_of(&self, kind: &str) -> String {
+        self.items
+            .iter()
+            .filter(|i| i["type"] == kind)
+            .filter_map(|i| i["text"].as_str())
+            .collect()
+    }
+}
+
+/// `codex exec "Say pong"` with a custom provider at `url`, in a fresh CODEX_HOME, no
+/// retries (a retry would run the whole deliberation again); exit 0 is asserted.
+fn codex_exec(codex: &Path, url: &str) -> CodexRun {
     let home = tempfile::tempdir().unwrap();
     let last = home.path().join("last.txt");
     let provider = format!(
-        "model_providers.massgen={{name=\"MassGen\",base_url=\"{}/v1\",wire_api=\"responses\",env_key=\"MASSGEN_API_KEY\",request_max_retries=0,stream_max_retries=0}}",
-        server.url
+        "model_providers.massgen={{name=\"MassGen\",base_url=\"{url}/v1\",wire_api=\"responses\",env_key=\"MASSGEN_API_KEY\",request_max_retries=0,stream_max_retries=0}}"
     );
-    let mut cmd = isolated(&codex, home.path());
+    let mut cmd = isolated(codex, home.path());
     cmd.env("CODEX_HOME", home.path())
         .env("MASSGEN_API_KEY", KEY)
         .args([
@@ -97,30 +114,106 @@ fn codex_exec_gets_the_panels_answer_over_the_responses_api() {
         .arg("Say pong");
     let output = support::run_bounded(cmd, CLIENT_TIMEOUT);
     let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "codex failed: {stdout}\n{stderr}");
-    let answer = std::fs::read_to_string(&last).unwrap_or_default();
-    assert!(
-        answer.starts_with("[simulated final answer]"),
-        "answer: {answer:?}\n{stdout}\n{stderr}"
-    );
-    // The JSONL events: the deliberation shown as reasoning, the answer as the message.
-    let items: Vec<Value> = stdout
+    let log = format!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "codex failed: {log}");
+    let items = stdout
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
         .filter(|e| e["type"] == "item.completed")
         .map(|e| e["item"].clone())
         .collect();
-    let text_of = |kind: &str| {
-        items
-            .iter()
-            .filter(|i| i["type"] == kind)
-            .filter_map(|i| i["text"].as_str())
-            .collect::<String>()
-    };
-    assert!(text_of("reasoning").contains("voted for"), "{stdout}");
-    assert_eq!(text_of("agent_message").trim(), answer.trim());
+    CodexRun {
+        answer: std::fs::read_to_string(&last).unwrap_or_default(),
+        items,
+        log,
+    }
+}
+
+/// `claude -p "Say pong" --bare --output-format json` against `url`; returns the result
+/// object after asserting exit 0 and `is_error: false`.
+fn claude_print(claude: &Path, url: &str, model: Option<&str>) -> Value {
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = isolated(claude, home.path());
+    cmd.env("ANTHROPIC_BASE_URL", url)
+        .env("ANTHROPIC_API_KEY", KEY)
+        // No telemetry, error reporting or update check (the first alone covers all).
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        // One retry at most, and no silent non-streaming retry masking a broken stream.
+        .env("CLAUDE_CODE_MAX_RETRIES", "1")
+        .env("CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK", "1")
+        .args(["-p", "Say pong", "--bare", "--output-format", "json"]);
+    if let Some(model) = model {
+        cmd.args(["--model", model]);
+    }
+    let output = support::run_bounded(cmd, CLIENT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "claude failed: {stdout}\n{stderr}");
+    let result: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    assert_eq!(result["is_error"], false, "{result}\n{stderr}");
+    result
+}
+
+#[test]
+fn codex_exec_gets_the_panels_answer_over_the_responses_api() {
+    let Some(codex) = client("codex") else { return };
+    let server = support::serve_with_keys(&["--demo".as_ref()], KEY);
+    let run = codex_exec(&codex, &server.url);
+    assert!(
+        run.answer.starts_with("[simulated final answer]"),
+        "answer: {:?}\n{}",
+        run.answer,
+        run.log
+    );
+    // The deliberation shown as reasoning, the answer as the message.
+    assert!(
+        run.text_of("reasoning").contains("voted for"),
+        "{}",
+        run.log
+    );
+    assert_eq!(run.text_of("agent_message").trim(), run.answer.trim());
     assert_eq!(doors_of_sessions(&server.url)[0], "responses");
+}
+
+#[test]
+fn codex_handles_the_function_call_the_panel_chose_and_sends_back_its_output() {
+    let Some(codex) = client("codex") else { return };
+    let (_mock, server, _dir) = support::client_tool_server(&[("MASSGEN_SERVER_API_KEYS", KEY)]);
+    let run = codex_exec(&codex, &server.url);
+    // The panel called Codex's first function tool (`exec_command`, command `simulated`);
+    // Codex handled it (under a temporary CODEX_HOME it sets up no sandbox helper, so
+    // nothing runs and the failure is the output), sent the output back in a second
+    // request, and the panel answered with it.
+    let command = run
+        .items
+        .iter()
+        .find(|i| i["type"] == "command_execution")
+        .unwrap_or_else(|| panic!("no command_execution item: {}", run.log));
+    assert!(
+        command["command"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("simulated")
+    );
+    assert!(
+        run.answer.starts_with("[simulated final answer]"),
+        "{}",
+        run.log
+    );
+    assert!(
+        run.answer.contains("called exec_command(")
+            && run.answer.contains("result of exec_command [call_"),
+        "answer: {}",
+        run.answer
+    );
+    assert_eq!(
+        doors_of_sessions(&server.url)[..2],
+        ["responses", "responses"]
+    );
 }
 
 #[test]
@@ -129,37 +222,34 @@ fn claude_code_gets_the_panels_answer_over_the_messages_api() {
         return;
     };
     let server = support::serve_with_keys(&["--demo".as_ref()], KEY);
-    let home = tempfile::tempdir().unwrap();
     // Its own model name (the default panel answers it) and then `massgen` by name.
     for model in [None, Some("massgen")] {
-        let mut cmd = isolated(&claude, home.path());
-        cmd.env("ANTHROPIC_BASE_URL", &server.url)
-            .env("ANTHROPIC_API_KEY", KEY)
-            // No telemetry, error reporting or update check (the first alone covers all).
-            .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-            .env("DISABLE_TELEMETRY", "1")
-            .env("DISABLE_ERROR_REPORTING", "1")
-            .env("DISABLE_AUTOUPDATER", "1")
-            // One retry at most, and no silent non-streaming retry masking a broken stream.
-            .env("CLAUDE_CODE_MAX_RETRIES", "1")
-            .env("CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK", "1")
-            .args(["-p", "Say pong", "--bare", "--output-format", "json"]);
-        if let Some(model) = model {
-            cmd.args(["--model", model]);
-        }
-        let output = support::run_bounded(cmd, CLIENT_TIMEOUT);
-        let stdout = String::from_utf8_lossy(&output.stdout);
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        assert!(output.status.success(), "claude failed: {stdout}\n{stderr}");
-        let result: Value = serde_json::from_str(stdout.trim())
-            .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
-        assert_eq!(result["is_error"], false, "{result}");
+        let result = claude_print(&claude, &server.url, model);
         let text = result["result"].as_str().unwrap_or_default();
-        assert!(
-            text.starts_with("[simulated final answer]"),
-            "{result}\n{stderr}"
-        );
+        assert!(text.starts_with("[simulated final answer]"), "{result}");
     }
+    assert_eq!(
+        doors_of_sessions(&server.url)[..2],
+        ["messages", "messages"]
+    );
+}
+
+#[test]
+fn claude_code_handles_the_tool_use_the_panel_chose_and_sends_back_its_result() {
+    let Some(claude) = client("claude") else {
+        return;
+    };
+    let (_mock, server, _dir) = support::client_tool_server(&[("MASSGEN_SERVER_API_KEYS", KEY)]);
+    let result = claude_print(&claude, &server.url, Some("massgen"));
+    // The panel called Claude Code's first tool (Bash); print mode refuses a command that
+    // needs approval and sends that back as an error result, which the panel answered.
+    assert_eq!(result["num_turns"], 2, "{result}");
+    let text = result["result"].as_str().unwrap_or_default();
+    assert!(text.starts_with("[simulated final answer]"), "{result}");
+    assert!(
+        text.contains("called Bash(") && text.contains("result of Bash [call_"),
+        "{result}"
+    );
     assert_eq!(
         doors_of_sessions(&server.url)[..2],
         ["messages", "messages"]

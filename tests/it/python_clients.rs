@@ -60,28 +60,10 @@ fn openai_python_sdk_and_openapi_conformance() {
     pytest(&python, "tests/python/test_openai_sdk.py", &server.url);
 }
 
-/// A server whose two agents call the first client tool they are offered (the simulator's
-/// `policy=client_tool`), then answer with its result.
-fn client_tool_server() -> (support::Proc, support::Proc, tempfile::TempDir) {
-    let mock = support::mock_upstream();
-    let dir = tempfile::tempdir().expect("tempdir");
-    let models = [
-        "a:policy=client_tool,ttft_ms=10,token_ms=1",
-        "b:policy=client_tool,ttft_ms=40,token_ms=1",
-    ];
-    let config = support::write(
-        dir.path(),
-        "tools.yaml",
-        &support::panel_yaml(&mock.url, &models, ""),
-    );
-    let server = support::serve(&["--config", config.to_str().expect("utf-8 path")]);
-    (mock, server, dir)
-}
-
 #[test]
 fn openai_python_sdk_client_tool_calls() {
     let Some(python) = python() else { return };
-    let (_mock, server, _dir) = client_tool_server();
+    let (_mock, server, _dir) = support::client_tool_server(&[]);
     pytest(&python, "tests/python/test_openai_tools.py", &server.url);
 }
 
@@ -95,7 +77,7 @@ fn openai_python_sdk_responses_api() {
 #[test]
 fn openai_python_sdk_and_agents_sdk_function_tools_over_responses() {
     let Some(python) = python() else { return };
-    let (_mock, server, _dir) = client_tool_server();
+    let (_mock, server, _dir) = support::client_tool_server(&[]);
     pytest(&python, "tests/python/test_responses_tools.py", &server.url);
 }
 
@@ -115,6 +97,6 @@ fn anthropic_python_sdk_messages_api() {
 #[test]
 fn anthropic_python_sdk_tool_use() {
     let Some(python) = python() else { return };
-    let (_mock, server, _dir) = client_tool_server();
+    let (_mock, server, _dir) = support::client_tool_server(&[]);
     pytest(&python, "tests/python/test_anthropic_tools.py", &server.url);
 }

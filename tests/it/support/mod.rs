@@ -271,6 +271,27 @@ pub fn serve_with_keys(args: &[&OsStr], keys: &str) -> Proc {
     start(cmd, "massgen listening on")
 }
 
+/// A simulator and a server (with `env`) whose two agents call the first client tool they
+/// are offered (the simulator's `policy=client_tool`), then answer with its result.
+pub fn client_tool_server(env: &[(&str, &str)]) -> (Proc, Proc, tempfile::TempDir) {
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let models = [
+        "a:policy=client_tool,ttft_ms=10,token_ms=1",
+        "b:policy=client_tool,ttft_ms=40,token_ms=1",
+    ];
+    let config = write(
+        dir.path(),
+        "tools.yaml",
+        &panel_yaml(&mock.url, &models, ""),
+    );
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--config"])
+        .arg(&config)
+        .envs(env.iter().copied());
+    (mock, start(cmd, "massgen listening on"), dir)
+}
+
 /// A panel YAML on the simulator: one agent per model string.
 pub fn panel_yaml(mock_url: &str, models: &[&str], orchestrator: &str) -> String {
     let mut yaml = String::from("agents:\n");
