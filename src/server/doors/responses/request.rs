@@ -94,6 +94,22 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
             return Err(unsupported(key, why));
         }
     }
+    // Log probabilities: the answer comes from several models (Chat Completions refuses
+    // `logprobs` alike). Other `include` values (Codex's `reasoning.encrypted_content`)
+    // only ask for what this server may leave out.
+    let logprobs_included = obj
+        .get("include")
+        .and_then(Value::as_array)
+        .is_some_and(|i| {
+            i.iter()
+                .any(|v| v.as_str() == Some("message.output_text.logprobs"))
+        });
+    if logprobs_included || obj.get("top_logprobs").is_some_and(|v| !v.is_null()) {
+        return Err(unsupported(
+            "top_logprobs",
+            "log probabilities are not supported: the answer comes from several models",
+        ));
+    }
     let format = obj
         .get("text")
         .and_then(|t| t.get("format"))
@@ -387,6 +403,14 @@ mod tests {
         );
         assert_eq!(
             code(json!({"input": "x", "conversation": "conv_1"})),
+            "unsupported_parameter"
+        );
+        assert_eq!(
+            code(json!({"input": "x", "top_logprobs": 3})),
+            "unsupported_parameter"
+        );
+        assert_eq!(
+            code(json!({"input": "x", "include": ["message.output_text.logprobs"]})),
             "unsupported_parameter"
         );
         assert_eq!(
