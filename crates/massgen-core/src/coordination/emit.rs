@@ -6,8 +6,10 @@ use std::time::UNIX_EPOCH;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::events::{EventKind, SessionEvent};
-use super::session::Clock;
+use super::events::{CallPhase, EventKind, SessionError, SessionEvent};
+use super::spec::Clock;
+use super::state::SessionState;
+use crate::provider::Usage;
 
 /// The receiver is gone (the client left) or the session was cancelled while waiting for
 /// room in the channel: either way the session stops.
@@ -47,6 +49,35 @@ impl Emitter {
             _ = self.cancel.cancelled() => Err(ClientGone),
             sent = self.tx.send(event) => sent.map_err(|_| ClientGone),
         }
+    }
+
+    /// [`emit`](Self::emit) for the session: a client that is gone ends it as cancelled.
+    pub(super) async fn send(
+        &mut self,
+        state: &SessionState,
+        kind: EventKind,
+    ) -> Result<(), SessionError> {
+        self.emit(kind)
+            .await
+            .map_err(|ClientGone| state.cancelled())
+    }
+
+    /// Adds one call's usage to agent `i` and the session, and reports it.
+    pub(super) async fn usage(
+        &mut self,
+        state: &mut SessionState,
+        i: usize,
+        phase: CallPhase,
+        usage: Usage,
+    ) -> Result<(), SessionError> {
+        state.add_usage(i, &usage);
+        let agent = state.who(i).clone();
+        let event = EventKind::Usage {
+            agent,
+            phase,
+            usage,
+        };
+        self.send(state, event).await
     }
 
     /// Best effort, without waiting for room in the channel (used once the session is

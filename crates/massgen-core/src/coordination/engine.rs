@@ -1,7 +1,10 @@
-//! The session loop (protocol: "The session loop"). Every agent's current attempt is a
+//! The session loop (docs/protocol.md, "The session loop"): it starts the turns the
+//! [`SessionState`] asks for, runs each agent's current attempt, checks what the attempt
+//! ended with, and hands the answer, vote or failure back to the state. Every attempt is a
 //! future in one `FuturesUnordered` polled by the session future itself: nothing is
 //! spawned, so dropping the set (or the session) drops every upstream stream at once.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::StreamExt;
@@ -13,30 +16,37 @@ use tokio_util::sync::CancellationToken;
 
 use super::agent_tools::ToolCallRecord;
 use super::call::{AttemptDone, AttemptTools, CallError, Gathered, Side, attempt};
-use super::emit::{ClientGone, Emitter};
-use super::events::*;
+use super::emit::Emitter;
+use super::events::{
+    AgentErrorKind, AnswerContent, CallPhase, ConsensusReason, EventKind, SessionError,
+    SessionErrorKind, SessionEvent, SessionSummary,
+};
 use super::options::OrchestratorOptions;
+use super::present::Presenter;
 use super::prompt::{self, Instructions};
-use super::record::agent_summary;
-use super::session::{Clock, SessionAgent, SessionInput, SessionSpec};
+use super::spec::{Clock, SessionAgent, SessionInput, SessionSpec};
+use super::state::{Member, SessionState, VoteOutcome};
 use super::validate::{Action, Invalid, Rules, validate};
-use crate::provider::{Message, ProviderError, ProviderRequest, Role, ToolChoice, ToolSpec, Usage};
+use crate::provider::{Message, ProviderError, ProviderRequest, Role, ToolChoice, ToolSpec};
 
-pub(super) async fn run(
+/// Runs one session to its end. Every event goes to `events` (the last one is
+/// `session_completed` or `session_failed`); the same outcome is returned. Cancelling
+/// `cancel`, or dropping the receiver, stops every upstream call at once.
+pub async fn run_session(
     spec: SessionSpec,
     events: mpsc::Sender<SessionEvent>,
     cancel: CancellationToken,
     clock: Arc<dyn Clock>,
 ) -> Result<SessionSummary, SessionError> {
     let started = Instant::now();
-    let mut emitter = Emitter::new(
+    let mut em = Emitter::new(
         events,
         spec.session_id.clone(),
         clock.clone(),
         cancel.clone(),
     );
     let mut session = Session::new(spec, clock);
-    let outcome = session.run(&mut emitter, &cancel, started).await;
+    let outcome = session.run(&mut em, &cancel, started).await;
     // Stop every upstream call before the last event goes out.
     session.running.clear();
     let last = match &outcome {
@@ -51,28 +61,17 @@ pub(super) async fn run(
     // room for it right now.
     let cancelled = matches!(&outcome, Err(e) if e.kind == SessionErrorKind::Cancelled);
     if cancelled || cancel.is_cancelled() {
-        emitter.emit_now(last);
+        em.emit_now(last);
     } else {
-        let _ = emitter.emit(last).await;
+        let _ = em.emit(last).await;
     }
     outcome
 }
 
-pub(super) enum Status {
-    /// Not in a turn and not waiting on a vote (before the first turn; a single agent
-    /// after its answer).
-    Idle,
-    Running(Turn),
-    /// Its vote counts; waits for a new answer or the end.
-    Voted,
-    Failed,
-}
-
-pub(super) struct Turn {
-    number: u32,
+/// The loop's side of a running turn: the prompt and tools it was given, and where its
+/// attempts stand. (`SessionState` holds which answer set the turn saw.)
+struct Turn {
     attempt: u32,
-    /// `Session::version` when the turn started: a vote counts only if nothing changed.
-    seen_version: u64,
     deadline: Instant,
     messages: Vec<Message>,
     tools: Vec<ToolSpec>,
@@ -84,36 +83,18 @@ pub(super) struct Turn {
     tool_rounds_used: u32,
 }
 
-pub(super) struct AgentState {
-    pub(super) spec: SessionAgent,
-    pub(super) who: AgentRef,
-    pub(super) status: Status,
-    turns: u32,
-    pub(super) answers: u32,
-    /// Index of the latest answer in `Session::answers`.
-    pub(super) latest: Option<usize>,
-    pub(super) vote: Option<VoteRecord>,
-    pub(super) usage: Usage,
-    pub(super) error: Option<AgentError>,
-    /// The agent's own tools, as discovered when the session started.
-    own_tools: Vec<ToolSpec>,
-}
-
-pub(super) struct Session {
-    pub(super) agents: Vec<AgentState>,
-    pub(super) options: OrchestratorOptions,
-    pub(super) input: SessionInput,
-    pub(super) clock: Arc<dyn Clock>,
-    /// Alone (one agent, or `skip_coordination_rounds`): answer once, no votes.
-    single: bool,
-    pub(super) min_live: usize,
+struct Session {
+    state: SessionState,
+    agents: Vec<SessionAgent>,
+    /// Each agent's own tools, as discovered when the session started.
+    own_tools: Vec<Vec<ToolSpec>>,
+    /// The running turn of each agent: `Some` exactly while its status is `Running`.
+    turns: Vec<Option<Turn>>,
+    options: OrchestratorOptions,
+    input: SessionInput,
+    clock: Arc<dyn Clock>,
     stream_agent_text: bool,
-    /// Every answer of the session, in order.
-    pub(super) answers: Vec<Answer>,
-    /// Bumped on every new answer.
-    version: u64,
-    pub(super) usage: Usage,
-    pub(super) running: FuturesUnordered<BoxFuture<'static, AttemptDone>>,
+    running: FuturesUnordered<BoxFuture<'static, AttemptDone>>,
     side_tx: mpsc::Sender<(usize, Side)>,
     side_rx: mpsc::Receiver<(usize, Side)>,
 }
@@ -138,36 +119,24 @@ impl Session {
         } else {
             spec.options.min_live_agents.max(1)
         };
+        let members = agents
+            .iter()
+            .map(|a| Member {
+                id: a.id.clone(),
+                provider: a.provider.provider_name().to_string(),
+                model: a.provider.model().to_string(),
+            })
+            .collect();
         let (side_tx, side_rx) = mpsc::channel(64);
         Self {
-            single: agents.len() == 1,
-            agents: agents
-                .into_iter()
-                .enumerate()
-                .map(|(i, spec)| AgentState {
-                    who: AgentRef {
-                        agent_id: spec.id.clone(),
-                        label: format!("agent{}", i + 1),
-                    },
-                    spec,
-                    status: Status::Idle,
-                    turns: 0,
-                    answers: 0,
-                    latest: None,
-                    vote: None,
-                    usage: Usage::default(),
-                    error: None,
-                    own_tools: Vec::new(),
-                })
-                .collect(),
+            state: SessionState::new(members, min_live, spec.options.max_new_answers_per_agent),
+            own_tools: vec![Vec::new(); agents.len()],
+            turns: agents.iter().map(|_| None).collect(),
+            agents,
             options: spec.options,
             input: spec.input,
             clock,
-            min_live,
             stream_agent_text: spec.stream_agent_text,
-            answers: Vec::new(),
-            version: 0,
-            usage: Usage::default(),
             running: FuturesUnordered::new(),
             side_tx,
             side_rx,
@@ -180,15 +149,16 @@ impl Session {
         cancel: &CancellationToken,
         started: Instant,
     ) -> Result<SessionSummary, SessionError> {
-        let agents = self.agents.iter().map(|a| a.who.clone()).collect();
-        self.send(em, EventKind::SessionStarted { agents }).await?;
-        if self.agents.len() < self.min_live {
-            return Err(self.error(
+        let agents = self.state.everyone();
+        em.send(&self.state, EventKind::SessionStarted { agents })
+            .await?;
+        if self.state.len() < self.state.min_live() {
+            return Err(self.state.error(
                 SessionErrorKind::NoUsableAgent,
                 format!(
                     "the panel has {} agent(s), fewer than min_live_agents ({})",
-                    self.agents.len(),
-                    self.min_live
+                    self.state.len(),
+                    self.state.min_live()
                 ),
             ));
         }
@@ -197,8 +167,8 @@ impl Session {
         let reason = self.coordinate(em, cancel, deadline).await?;
         // At a timeout this cancels the turns still running.
         self.running.clear();
-        let Some(winner) = self.pick_winner() else {
-            return Err(self.error(
+        let Some(winner) = self.state.pick_winner() else {
+            return Err(self.state.error(
                 SessionErrorKind::Timeout,
                 format!(
                     "the session timed out after {}s before any agent answered",
@@ -207,25 +177,36 @@ impl Session {
             ));
         };
         let consensus = EventKind::Consensus {
-            winner: self.agents[winner].who.clone(),
+            winner: self.state.who(winner).clone(),
             reason,
-            tally: self.tally(),
-            votes: self.counted_votes(),
+            tally: self.state.tally(),
+            votes: self.state.counted_votes(),
         };
-        self.send(em, consensus).await?;
-        let presented = self.present(winner, em, cancel).await?;
+        em.send(&self.state, consensus).await?;
+        let presented = Presenter {
+            state: &mut self.state,
+            winner,
+            agent: &self.agents[winner],
+            options: &self.options,
+            input: &self.input,
+            clock: self.clock.as_ref(),
+            em,
+            cancel,
+        }
+        .present()
+        .await?;
         Ok(SessionSummary {
-            winner: self.agents[winner].who.clone(),
+            winner: self.state.who(winner).clone(),
             consensus_reason: reason,
             final_answer: presented.text,
             final_tool_calls: presented.calls,
             finish_reason: presented.finish,
             presentation: presented.mode,
-            answers: self.answers.clone(),
-            votes: self.counted_votes(),
-            tally: self.tally(),
-            agents: self.agents.iter().map(agent_summary).collect(),
-            usage: self.usage,
+            answers: self.state.answers().to_vec(),
+            votes: self.state.counted_votes(),
+            tally: self.state.tally(),
+            agents: self.state.summaries(),
+            usage: self.state.usage(),
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
     }
@@ -236,22 +217,22 @@ impl Session {
         cancel: &CancellationToken,
         deadline: Instant,
     ) -> Result<ConsensusReason, SessionError> {
-        for i in 0..self.agents.len() {
+        for i in 0..self.state.len() {
             self.start_turn(i, em).await?;
         }
         loop {
-            if let Some(error) = self.too_few_live() {
+            if let Some(error) = self.state.too_few_live() {
                 return Err(error);
             }
-            if self.single && !self.answers.is_empty() {
+            if self.state.is_single() && !self.state.answers().is_empty() {
                 return Ok(ConsensusReason::SingleAgent);
             }
-            if self.converged() {
+            if self.state.converged() {
                 return Ok(ConsensusReason::Converged);
             }
             if self.running.is_empty() {
                 // Unreachable by the rules above; fail rather than wait for the timeout.
-                return Err(self.error(
+                return Err(self.state.error(
                     SessionErrorKind::NoUsableAgent,
                     "no agent can take a turn".into(),
                 ));
@@ -265,7 +246,7 @@ impl Session {
                 Some(done) = self.running.next() => Step::Done(done),
             };
             match step {
-                Step::Cancel => return Err(self.cancelled()),
+                Step::Cancel => return Err(self.state.cancelled()),
                 Step::Timeout => return Ok(ConsensusReason::Timeout),
                 Step::Side(i, side) => self.send_side(i, side, em).await?,
                 Step::Done(done) => {
@@ -285,7 +266,7 @@ impl Session {
         side: Side,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
-        let agent = self.agents[i].who.clone();
+        let agent = self.state.who(i).clone();
         let event = match side {
             Side::Delta(text) => EventKind::AgentDelta { agent, text },
             Side::Tool(ToolCallRecord {
@@ -301,7 +282,7 @@ impl Session {
                 error,
             },
         };
-        self.send(em, event).await
+        em.send(&self.state, event).await
     }
 
     /// Asks every agent's own tool source what it offers, all at once, before the first
@@ -314,7 +295,7 @@ impl Session {
         let pending: Vec<_> = self
             .agents
             .iter()
-            .map(|a| a.spec.tools.as_ref().map(|t| t.discover()))
+            .map(|a| a.tools.as_ref().map(|t| t.discover()))
             .collect();
         if pending.iter().all(Option::is_none) {
             return Ok(());
@@ -327,24 +308,24 @@ impl Session {
         }));
         let found = tokio::select! {
             biased;
-            _ = cancel.cancelled() => return Err(self.cancelled()),
+            _ = cancel.cancelled() => return Err(self.state.cancelled()),
             _ = sleep_until(deadline) => return Ok(()),
             found = all => found,
         };
-        for (agent, specs) in self.agents.iter_mut().zip(found) {
-            agent.own_tools = specs;
+        for (own, specs) in self.own_tools.iter_mut().zip(found) {
+            *own = specs;
         }
         Ok(())
     }
 
     async fn start_turn(&mut self, i: usize, em: &mut Emitter) -> Result<(), SessionError> {
-        let shown = self.shown_answers();
-        let vote_labels: Vec<String> = if self.single {
+        let shown = self.state.shown_answers();
+        let vote_labels: Vec<String> = if self.state.is_single() {
             Vec::new()
         } else {
             shown.iter().map(|a| a.label.clone()).collect()
         };
-        let may_answer = self.limit_reached(i).is_none();
+        let may_answer = self.state.answer_limit_reached(i).is_none();
         let client = &self.input.tools;
         let client_specs = if may_answer {
             client.offered()
@@ -360,10 +341,10 @@ impl Session {
                 .fail(i, AgentErrorKind::InvalidTurns, message.into(), None, em)
                 .await;
         }
-        let agent = &self.agents[i];
+        let who = self.state.who(i).clone();
         let how = Instructions {
-            label: &agent.who.label,
-            single: self.single,
+            label: &who.label,
+            single: self.state.is_single(),
             voting: self.options.voting_sensitivity,
             novelty: self.options.answer_novelty_requirement,
             now: self.clock.now(),
@@ -374,7 +355,7 @@ impl Session {
             call_required,
         };
         let system = prompt::coordination_system(
-            agent.spec.system_message.as_deref(),
+            self.agents[i].system_message.as_deref(),
             self.input.extra_system.as_deref(),
             &how,
         );
@@ -385,11 +366,9 @@ impl Session {
         let mut tools = prompt::workflow_tools(offer_new_answer, &vote_labels);
         let client_tools = client_specs.iter().map(|t| t.name.clone()).collect();
         tools.extend(client_specs);
-        tools.extend(agent.own_tools.iter().cloned());
+        tools.extend(self.own_tools[i].iter().cloned());
         let turn = Turn {
-            number: agent.turns + 1,
             attempt: 1,
-            seen_version: self.version,
             deadline: Instant::now() + self.options.agent_turn_timeout,
             messages,
             tools,
@@ -398,16 +377,15 @@ impl Session {
             client_tools,
             tool_rounds_used: 0,
         };
+        let number = self.state.begin_turn(i);
         let started = EventKind::TurnStarted {
-            agent: agent.who.clone(),
-            turn: turn.number,
-            answers_seen: self.latest_answer_labels(),
+            agent: who,
+            turn: number,
+            answers_seen: self.state.latest_answer_labels(),
         };
-        self.send(em, started).await?;
+        em.send(&self.state, started).await?;
         self.launch(i, &turn);
-        let agent = &mut self.agents[i];
-        agent.turns = turn.number;
-        agent.status = Status::Running(turn);
+        self.turns[i] = Some(turn);
         Ok(())
     }
 
@@ -427,10 +405,10 @@ impl Session {
             parallel_tool_calls: client.parallel.filter(|_| offers_client),
         };
         let agent = &self.agents[i];
-        let provider = agent.spec.provider.clone();
-        let tools = agent.spec.tools.clone().and_then(|tools| {
-            let names: std::collections::HashSet<String> =
-                agent.own_tools.iter().map(|t| t.name.clone()).collect();
+        let provider = agent.provider.clone();
+        let own = &self.own_tools[i];
+        let tools = agent.tools.clone().and_then(|tools| {
+            let names: HashSet<String> = own.iter().map(|t| t.name.clone()).collect();
             let rounds_left = tools
                 .limits()
                 .max_rounds
@@ -459,7 +437,7 @@ impl Session {
     ) -> Result<(), SessionError> {
         let i = done.agent;
         if let Some(usage) = done.gathered.usage {
-            self.record_usage(i, CallPhase::Coordination, usage, em)
+            em.usage(&mut self.state, i, CallPhase::Coordination, usage)
                 .await?;
         }
         match done.result {
@@ -480,16 +458,14 @@ impl Session {
             }
             Ok(()) => {}
         }
-        if let Status::Running(turn) = &mut self.agents[i].status {
-            turn.tool_rounds_used += done.tool_rounds;
-        }
-        let Status::Running(turn) = &self.agents[i].status else {
+        let Some(turn) = self.turns[i].as_mut() else {
             return Ok(());
         };
-        let current = self.shown_answers();
+        turn.tool_rounds_used += done.tool_rounds;
+        let current = self.state.shown_answers();
         let rules = Rules {
             vote_labels: &turn.vote_labels,
-            answer_limit_reached: self.limit_reached(i),
+            answer_limit_reached: self.state.answer_limit_reached(i),
             current: &current,
             novelty: self.options.answer_novelty_requirement,
             client_tools: &turn.client_tools,
@@ -513,6 +489,8 @@ impl Session {
         }
     }
 
+    /// A failed check goes back to the agent in the same turn (as the tool result, or as a
+    /// reminder when it called no tool), up to `max_attempts_per_turn`.
     async fn on_invalid(
         &mut self,
         i: usize,
@@ -521,17 +499,16 @@ impl Session {
         transcript: Vec<Message>,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
-        let Status::Running(turn) = &self.agents[i].status else {
+        let Some(attempt) = self.turns[i].as_ref().map(|t| t.attempt) else {
             return Ok(());
         };
-        let attempt = turn.attempt;
         let event = EventKind::TurnInvalid {
-            agent: self.agents[i].who.clone(),
+            agent: self.state.who(i).clone(),
             attempt,
             check: invalid.check.into(),
             message: invalid.message.clone(),
         };
-        self.send(em, event).await?;
+        em.send(&self.state, event).await?;
         if attempt >= self.options.max_attempts_per_turn {
             let message = format!(
                 "{attempt} invalid attempts in one turn; last: {}",
@@ -541,8 +518,7 @@ impl Session {
                 .fail(i, AgentErrorKind::InvalidTurns, message, None, em)
                 .await;
         }
-        let Status::Running(mut turn) = std::mem::replace(&mut self.agents[i].status, Status::Idle)
-        else {
+        let Some(mut turn) = self.turns[i].take() else {
             return Ok(());
         };
         turn.messages.extend(transcript);
@@ -572,7 +548,7 @@ impl Session {
         }
         turn.attempt += 1;
         self.launch(i, &turn);
-        self.agents[i].status = Status::Running(turn);
+        self.turns[i] = Some(turn);
         Ok(())
     }
 
@@ -582,30 +558,10 @@ impl Session {
         content: AnswerContent,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
-        let agent = &mut self.agents[i];
-        agent.answers += 1;
-        let answer = Answer {
-            agent: agent.who.clone(),
-            answer_label: format!("{}.{}", agent.who.label, agent.answers),
-            content,
-        };
-        agent.latest = Some(self.answers.len());
-        agent.status = Status::Idle;
-        self.answers.push(answer.clone());
-        self.version += 1;
-        self.send(em, EventKind::Answer { answer }).await?;
-        if self.single {
-            return Ok(());
-        }
-        // Waiting agents restart now; running ones when their turn ends (their turn's
-        // `seen_version` is stale, so a vote from it will be discarded).
-        let mut restart = Vec::new();
-        for (j, agent) in self.agents.iter_mut().enumerate() {
-            agent.vote = None;
-            if j == i || matches!(agent.status, Status::Voted) {
-                restart.push(j);
-            }
-        }
+        self.turns[i] = None;
+        let (answer, restart) = self.state.record_answer(i, content);
+        em.send(&self.state, EventKind::Answer { answer }).await?;
+        // Agents still in a turn go on; their votes will be discarded as stale.
         for j in restart {
             self.start_turn(j, em).await?;
         }
@@ -619,36 +575,17 @@ impl Session {
         reason: String,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
-        let Status::Running(turn) = &self.agents[i].status else {
+        if self.turns[i].take().is_none() {
             return Ok(());
-        };
-        let fresh = turn.seen_version == self.version;
-        let target_agent_id = self
-            .agents
-            .iter()
-            .find(|a| a.who.label == target)
-            .map(|a| a.who.agent_id.clone())
-            .unwrap_or_default();
-        let vote = VoteRecord {
-            voter: self.agents[i].who.clone(),
-            target_label: target,
-            target_agent_id,
-            reason,
-        };
-        if fresh {
-            self.agents[i].vote = Some(vote.clone());
-            self.agents[i].status = Status::Voted;
-            return self.send(em, EventKind::Vote { vote }).await;
         }
-        let newest = self
-            .answers
-            .last()
-            .map(|a| a.answer_label.clone())
-            .unwrap_or_default();
-        let why = format!("cast before the newest answer ({newest}) was seen");
-        self.agents[i].status = Status::Idle;
-        self.send(em, EventKind::VoteIgnored { vote, why }).await?;
-        self.start_turn(i, em).await
+        match self.state.record_vote(i, target, reason) {
+            VoteOutcome::Counted(vote) => em.send(&self.state, EventKind::Vote { vote }).await,
+            VoteOutcome::Stale { vote, why } => {
+                em.send(&self.state, EventKind::VoteIgnored { vote, why })
+                    .await?;
+                self.start_turn(i, em).await
+            }
+        }
     }
 
     async fn fail(
@@ -659,50 +596,30 @@ impl Session {
         upstream: Option<&ProviderError>,
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
-        let agent = &mut self.agents[i];
-        let error = AgentError {
-            agent: agent.who.clone(),
-            kind,
-            message,
-            provider: upstream.map(|e| e.provider.clone()),
-            status: upstream.and_then(|e| e.status),
-            upstream_kind: upstream.map(|e| e.kind),
-            retry_after_ms: upstream
-                .and_then(|e| e.retry_after)
-                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        self.turns[i] = None;
+        let error = self.state.fail(i, kind, message, upstream);
+        em.send(&self.state, EventKind::AgentFailed { error }).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn assert_send<T: Send>(_: &T) {}
+
+    #[test]
+    fn the_session_future_can_be_spawned() {
+        let (tx, _rx) = mpsc::channel(1);
+        let spec = SessionSpec {
+            session_id: "sess_x".into(),
+            agents: Vec::new(),
+            options: OrchestratorOptions::default(),
+            input: SessionInput::default(),
+            stream_agent_text: false,
         };
-        agent.status = Status::Failed;
-        agent.vote = None;
-        agent.error = Some(error.clone());
-        self.send(em, EventKind::AgentFailed { error }).await
-    }
-
-    pub(super) async fn record_usage(
-        &mut self,
-        i: usize,
-        phase: CallPhase,
-        usage: Usage,
-        em: &mut Emitter,
-    ) -> Result<(), SessionError> {
-        self.agents[i].usage.add(&usage);
-        self.usage.add(&usage);
-        let agent = self.agents[i].who.clone();
-        self.send(
-            em,
-            EventKind::Usage {
-                agent,
-                phase,
-                usage,
-            },
-        )
-        .await
-    }
-
-    pub(super) async fn send(
-        &mut self,
-        em: &mut Emitter,
-        kind: EventKind,
-    ) -> Result<(), SessionError> {
-        em.emit(kind).await.map_err(|ClientGone| self.cancelled())
+        let clock: Arc<dyn Clock> = Arc::new(super::super::spec::SystemClock);
+        let fut = run_session(spec, tx, CancellationToken::new(), clock);
+        assert_send(&fut);
     }
 }

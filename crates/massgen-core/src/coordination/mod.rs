@@ -1,7 +1,12 @@
 //! The coordination engine: one session of several agents that answer, read each other's
-//! answers, vote, and let the winner present (see `docs/protocol.md` in the shared docs and
-//! the README). Plain Rust over the [`Provider`](crate::provider::Provider) trait: no HTTP
+//! answers, vote, and let the winner present; `docs/protocol.md` describes the behaviour it
+//! implements. Plain Rust over the [`Provider`](crate::provider::Provider) trait: no HTTP
 //! types in here, so it is tested with scripted providers and paused time.
+//!
+//! `state.rs` holds the protocol's rules over plain data (answers, votes, versions, tally);
+//! `engine.rs` is the session loop that runs turns (`call.rs`, prompts from `prompt.rs`,
+//! checks from `validate.rs`) and hands their outcome to the state; `present.rs` is the
+//! final presentation; `emit.rs` numbers the events.
 //!
 //! Choices where the protocol is silent:
 //! - Votes are checked against the labels offered in the turn (what the agent saw);
@@ -27,16 +32,17 @@ pub mod events;
 pub mod options;
 mod present;
 pub mod prompt;
-mod record;
-pub mod session;
+mod spec;
+mod state;
 mod validate;
 
 pub use agent_tools::{AgentTools, ToolCallRecord, ToolLimits};
 pub use client_tools::ClientTools;
+pub use engine::run_session;
 pub use events::{
     AgentError, AgentErrorKind, AgentRef, AgentSummary, Answer, AnswerContent, CallPhase,
     ConsensusReason, EventKind, PresentationMode, SessionError, SessionErrorKind, SessionEvent,
     SessionSummary, TallyEntry, VoteRecord,
 };
 pub use options::{OrchestratorOptions, Strictness};
-pub use session::{Clock, SessionAgent, SessionInput, SessionSpec, SystemClock, run_session};
+pub use spec::{Clock, SessionAgent, SessionInput, SessionSpec, SystemClock};

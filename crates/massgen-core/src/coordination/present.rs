@@ -1,4 +1,5 @@
-//! The final presentation (protocol: "Winner and final presentation").
+//! The final presentation (docs/protocol.md, "Winner and final presentation"): the winner
+//! writes the final answer in one more call, or its stored answer is returned as it stands.
 
 use futures::StreamExt;
 use tokio::time::{Instant, timeout_at};
@@ -6,9 +7,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::call::Gathered;
 use super::emit::Emitter;
-use super::engine::Session;
 use super::events::{AnswerContent, CallPhase, EventKind, PresentationMode, SessionError};
+use super::options::OrchestratorOptions;
 use super::prompt;
+use super::spec::{Clock, SessionAgent, SessionInput};
+use super::state::SessionState;
 use super::validate::{Action, Rules, validate};
 use crate::provider::{FinishReason, Message, ProviderRequest, ToolCall};
 
@@ -20,36 +23,37 @@ pub(super) struct Presented {
     pub calls: Vec<ToolCall>,
 }
 
-impl Session {
+/// The presentation of one session's winner, with what it needs of the session.
+pub(super) struct Presenter<'a> {
+    pub state: &'a mut SessionState,
+    /// The winner's index and spec.
+    pub winner: usize,
+    pub agent: &'a SessionAgent,
+    pub options: &'a OrchestratorOptions,
+    pub input: &'a SessionInput,
+    pub clock: &'a dyn Clock,
+    pub em: &'a mut Emitter,
+    pub cancel: &'a CancellationToken,
+}
+
+impl Presenter<'_> {
     /// Streams the final answer as `final_delta` events. Any failure of the call falls back
     /// to the winner's stored answer; only cancellation is an error.
-    pub(super) async fn present(
-        &mut self,
-        winner: usize,
-        em: &mut Emitter,
-        cancel: &CancellationToken,
-    ) -> Result<Presented, SessionError> {
-        let stored_calls =
-            self.agents[winner]
-                .latest
-                .and_then(|i| match &self.answers[i].content {
-                    AnswerContent::ToolCalls { calls } => Some(calls.clone()),
-                    AnswerContent::Text { .. } => None,
-                });
+    pub async fn present(mut self) -> Result<Presented, SessionError> {
+        let latest = self.state.latest_answer(self.winner).map(|a| &a.content);
+        let stored_calls = match latest {
+            Some(AnswerContent::ToolCalls { calls }) => Some(calls.clone()),
+            _ => None,
+        };
         if let Some(calls) = stored_calls {
             if self.options.present_tool_calls && !self.options.skip_final_presentation {
-                return self.present_calls(winner, calls, em, cancel).await;
+                return self.present_calls(calls).await;
             }
-            return self
-                .return_calls(em, calls, PresentationMode::Skipped)
-                .await;
+            return self.return_calls(calls, PresentationMode::Skipped).await;
         }
-        let stored = self.agents[winner]
-            .latest
-            .map(|i| self.answers[i].content.as_text())
-            .unwrap_or_default();
+        let stored = latest.map(AnswerContent::as_text).unwrap_or_default();
         if self.options.skip_final_presentation {
-            self.final_delta(em, stored.clone()).await?;
+            self.final_delta(stored.clone()).await?;
             return Ok(Presented {
                 text: stored,
                 finish: FinishReason::Stop,
@@ -57,9 +61,9 @@ impl Session {
                 calls: Vec::new(),
             });
         }
-        let who = self.agents[winner].who.clone();
+        let who = self.state.who(self.winner).clone();
         let (gathered, failure) = self
-            .presentation_call(winner, None, ProviderRequest::default(), true, em, cancel)
+            .presentation_call(None, ProviderRequest::default(), true)
             .await?;
         let failure = failure.or_else(|| {
             gathered
@@ -76,13 +80,10 @@ impl Session {
                 calls: Vec::new(),
             });
         };
-        self.send(
-            em,
-            EventKind::PresentationFailed {
-                agent: who,
-                message,
-            },
-        )
+        self.send(EventKind::PresentationFailed {
+            agent: who,
+            message,
+        })
         .await?;
         // The client may already hold part of the presenter's text; it cannot be taken back,
         // so the complete stored answer follows it, after a note, to leave a whole answer.
@@ -93,7 +94,7 @@ impl Session {
                 "\n\n(The answer above was interrupted; here is the complete answer.)\n\n{stored}"
             )
         };
-        self.final_delta(em, tail.clone()).await?;
+        self.final_delta(tail.clone()).await?;
         Ok(Presented {
             text: gathered.text + &tail,
             finish: FinishReason::Stop,
@@ -104,16 +105,12 @@ impl Session {
 
     async fn return_calls(
         &mut self,
-        em: &mut Emitter,
         calls: Vec<ToolCall>,
         mode: PresentationMode,
     ) -> Result<Presented, SessionError> {
-        self.send(
-            em,
-            EventKind::FinalToolCalls {
-                calls: calls.clone(),
-            },
-        )
+        self.send(EventKind::FinalToolCalls {
+            calls: calls.clone(),
+        })
         .await?;
         Ok(Presented {
             text: String::new(),
@@ -127,14 +124,8 @@ impl Session {
     /// The reply is gathered whole (calls cannot be streamed before they are checked); valid
     /// calls, or text where the client did not demand calls, become the final answer, and
     /// anything else falls back to the stored calls.
-    async fn present_calls(
-        &mut self,
-        winner: usize,
-        stored: Vec<ToolCall>,
-        em: &mut Emitter,
-        cancel: &CancellationToken,
-    ) -> Result<Presented, SessionError> {
-        let who = self.agents[winner].who.clone();
+    async fn present_calls(&mut self, stored: Vec<ToolCall>) -> Result<Presented, SessionError> {
+        let who = self.state.who(self.winner).clone();
         let client = &self.input.tools;
         let request = ProviderRequest {
             tools: client.offered(),
@@ -147,7 +138,7 @@ impl Session {
              calls now, correcting the arguments if needed; answer in text only if no call is \
              needed.";
         let (gathered, failure) = self
-            .presentation_call(winner, Some(instruction), request, false, em, cancel)
+            .presentation_call(Some(instruction), request, false)
             .await?;
         let rules = Rules {
             vote_labels: &[],
@@ -163,16 +154,14 @@ impl Session {
             None if !gathered.tool_calls.is_empty() => {
                 match validate(&rules, "", &gathered.tool_calls) {
                     Ok(Action::ToolCalls(calls)) => {
-                        return self
-                            .return_calls(em, calls, PresentationMode::Presented)
-                            .await;
+                        return self.return_calls(calls, PresentationMode::Presented).await;
                     }
                     Ok(_) => "the presentation did not call the client's tools".to_string(),
                     Err(invalid) => invalid.message,
                 }
             }
             None if !gathered.text.trim().is_empty() && !rules.call_required => {
-                self.final_delta(em, gathered.text.clone()).await?;
+                self.final_delta(gathered.text.clone()).await?;
                 return Ok(Presented {
                     text: gathered.text,
                     finish: gathered.finish.unwrap_or(FinishReason::Stop),
@@ -182,16 +171,12 @@ impl Session {
             }
             None => "the presentation made no tool call".to_string(),
         };
-        self.send(
-            em,
-            EventKind::PresentationFailed {
-                agent: who,
-                message,
-            },
-        )
+        self.send(EventKind::PresentationFailed {
+            agent: who,
+            message,
+        })
         .await?;
-        self.return_calls(em, stored, PresentationMode::Fallback)
-            .await
+        self.return_calls(stored, PresentationMode::Fallback).await
     }
 
     /// The presentation call both kinds of answer share: the started event, the prompt (the
@@ -201,23 +186,21 @@ impl Session {
     /// why.
     async fn presentation_call(
         &mut self,
-        winner: usize,
         instruction: Option<&str>,
         mut request: ProviderRequest,
         stream_text: bool,
-        em: &mut Emitter,
-        cancel: &CancellationToken,
     ) -> Result<(Gathered, Option<String>), SessionError> {
-        let who = self.agents[winner].who.clone();
-        self.send(em, EventKind::PresentationStarted { agent: who.clone() })
+        let who = self.state.who(self.winner).clone();
+        self.send(EventKind::PresentationStarted { agent: who.clone() })
             .await?;
         let votes: Vec<(String, String, String)> = self
+            .state
             .counted_votes()
             .into_iter()
             .map(|v| (v.voter.label, v.target_label, v.reason))
             .collect();
         let mut system = prompt::presentation_system(
-            self.agents[winner].spec.system_message.as_deref(),
+            self.agent.system_message.as_deref(),
             self.input.extra_system.as_deref(),
             &who.label,
             self.clock.now(),
@@ -225,17 +208,17 @@ impl Session {
         if let Some(instruction) = instruction {
             system = format!("{system}\n{instruction}");
         }
-        let user =
-            prompt::presentation_user(&self.input, &self.shown_answers(), &who.label, &votes);
+        let shown = self.state.shown_answers();
+        let user = prompt::presentation_user(self.input, &shown, &who.label, &votes);
         request.messages = vec![Message::system(system), Message::user(user)];
-        let mut stream = self.agents[winner].spec.provider.stream(request);
+        let mut stream = self.agent.provider.stream(request);
         let deadline = Instant::now() + self.options.presentation_timeout;
         let mut gathered = Gathered::default();
         let failure = loop {
             let next = tokio::select! {
                 biased;
-                _ = cancel.cancelled() => return Err(self.cancelled()),
-                _ = em.closed() => return Err(self.cancelled()),
+                _ = self.cancel.cancelled() => return Err(self.state.cancelled()),
+                _ = self.em.closed() => return Err(self.state.cancelled()),
                 next = timeout_at(deadline, stream.next()) => next,
             };
             match next {
@@ -249,23 +232,28 @@ impl Session {
                 Ok(Some(Err(e))) => break Some(e.to_string()),
                 Ok(Some(Ok(chunk))) => {
                     if let Some(text) = gathered.absorb(chunk).filter(|_| stream_text) {
-                        self.final_delta(em, text).await?;
+                        self.final_delta(text).await?;
                     }
                 }
             }
         };
         drop(stream);
         if let Some(usage) = gathered.usage {
-            self.record_usage(winner, CallPhase::Presentation, usage, em)
+            self.em
+                .usage(self.state, self.winner, CallPhase::Presentation, usage)
                 .await?;
         }
         Ok((gathered, failure))
     }
 
-    async fn final_delta(&mut self, em: &mut Emitter, text: String) -> Result<(), SessionError> {
+    async fn final_delta(&mut self, text: String) -> Result<(), SessionError> {
         if text.is_empty() {
             return Ok(());
         }
-        self.send(em, EventKind::FinalDelta { text }).await
+        self.send(EventKind::FinalDelta { text }).await
+    }
+
+    async fn send(&mut self, kind: EventKind) -> Result<(), SessionError> {
+        self.em.send(self.state, kind).await
     }
 }

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::client_tools::describe_calls;
 use super::options::Strictness;
-use super::session::SessionInput;
+use super::spec::SessionInput;
 use crate::provider::{Message, Role, ToolCall, ToolSpec};
 use crate::tool_names::{NEW_ANSWER, VOTE};
 

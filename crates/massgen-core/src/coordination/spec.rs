@@ -1,14 +1,11 @@
-//! The session loop (protocol: "The session loop").
+//! What a session runs on: its agents, its options and the client's input, plus the clock
+//! seam. The session loop itself is `engine.rs`.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
-
 use super::agent_tools::AgentTools;
 use super::client_tools::ClientTools;
-use super::events::{SessionError, SessionEvent, SessionSummary};
 use super::options::OrchestratorOptions;
 use crate::provider::{Message, Provider};
 
@@ -60,37 +57,4 @@ pub struct SessionSpec {
     pub input: SessionInput,
     /// Emit `agent_delta` events with the agents' streamed text.
     pub stream_agent_text: bool,
-}
-
-/// Runs one session to its end. Every event goes to `events` (the last one is
-/// `session_completed` or `session_failed`); the same outcome is returned. Cancelling
-/// `cancel`, or dropping the receiver, stops every upstream call at once.
-pub async fn run_session(
-    spec: SessionSpec,
-    events: mpsc::Sender<SessionEvent>,
-    cancel: CancellationToken,
-    clock: Arc<dyn Clock>,
-) -> Result<SessionSummary, SessionError> {
-    super::engine::run(spec, events, cancel, clock).await
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn assert_send<T: Send>(_: &T) {}
-
-    #[test]
-    fn the_session_future_can_be_spawned() {
-        let (tx, _rx) = mpsc::channel(1);
-        let spec = SessionSpec {
-            session_id: "sess_x".into(),
-            agents: Vec::new(),
-            options: OrchestratorOptions::default(),
-            input: SessionInput::default(),
-            stream_agent_text: false,
-        };
-        let fut = run_session(spec, tx, CancellationToken::new(), Arc::new(SystemClock));
-        assert_send(&fut);
-    }
 }

@@ -1,0 +1,560 @@
+//! The protocol's state of one session, apart from the loop that runs it: who takes part,
+//! every answer, the counted votes and the answer-set version each turn saw, who must take a
+//! new turn after an answer, the tally and the winner (docs/protocol.md, "The session loop"
+//! and "Winner and final presentation"). Plain data and synchronous rules, so every rule is
+//! unit-tested here without a runtime; `engine.rs` runs the turns this state asks for.
+
+use super::events::{
+    AgentError, AgentErrorKind, AgentRef, AgentSummary, Answer, AnswerContent, SessionError,
+    SessionErrorKind, TallyEntry, VoteRecord,
+};
+use super::prompt::ShownAnswer;
+use crate::provider::{ProviderError, Usage};
+
+/// One participant as the state knows it: its real id, and what the summary reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Member {
+    pub id: String,
+    pub provider: String,
+    pub model: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Status {
+    /// Not in a turn and not holding a vote (before its first turn; a single agent after
+    /// its answer).
+    Idle,
+    /// In a turn that started when the answer set had this version.
+    Running {
+        seen_version: u64,
+    },
+    /// Its vote counts; it waits for a new answer or the end.
+    Voted,
+    Failed,
+}
+
+#[derive(Debug)]
+struct AgentState {
+    who: AgentRef,
+    provider: String,
+    model: String,
+    status: Status,
+    turns: u32,
+    answers: u32,
+    /// Index of the latest answer in `SessionState::answers`.
+    latest: Option<usize>,
+    vote: Option<VoteRecord>,
+    usage: Usage,
+    error: Option<AgentError>,
+}
+
+/// What a vote came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum VoteOutcome {
+    /// Cast against the current answer set: it counts.
+    Counted(VoteRecord),
+    /// Cast in a turn that started before the newest answer: discarded, and the agent
+    /// must take a fresh turn.
+    Stale { vote: VoteRecord, why: String },
+}
+
+#[derive(Debug)]
+pub(super) struct SessionState {
+    agents: Vec<AgentState>,
+    /// Every answer of the session, in order.
+    answers: Vec<Answer>,
+    /// Bumped on every new answer: a vote counts only if its turn saw the current version.
+    version: u64,
+    usage: Usage,
+    /// Alone (one agent): answer once, no votes.
+    single: bool,
+    min_live: usize,
+    answer_cap: Option<u32>,
+}
+
+impl SessionState {
+    /// Members in config order get the labels `agent1`, `agent2`, …
+    pub fn new(members: Vec<Member>, min_live: usize, answer_cap: Option<u32>) -> Self {
+        Self {
+            single: members.len() == 1,
+            agents: members
+                .into_iter()
+                .enumerate()
+                .map(|(i, m)| AgentState {
+                    who: AgentRef {
+                        agent_id: m.id,
+                        label: format!("agent{}", i + 1),
+                    },
+                    provider: m.provider,
+                    model: m.model,
+                    status: Status::Idle,
+                    turns: 0,
+                    answers: 0,
+                    latest: None,
+                    vote: None,
+                    usage: Usage::default(),
+                    error: None,
+                })
+                .collect(),
+            answers: Vec::new(),
+            version: 0,
+            usage: Usage::default(),
+            min_live,
+            answer_cap,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.agents.len()
+    }
+
+    pub fn who(&self, i: usize) -> &AgentRef {
+        &self.agents[i].who
+    }
+
+    pub fn everyone(&self) -> Vec<AgentRef> {
+        self.agents.iter().map(|a| a.who.clone()).collect()
+    }
+
+    #[cfg(test)]
+    pub fn status(&self, i: usize) -> Status {
+        self.agents[i].status
+    }
+
+    pub fn is_single(&self) -> bool {
+        self.single
+    }
+
+    pub fn min_live(&self) -> usize {
+        self.min_live
+    }
+
+    pub fn answers(&self) -> &[Answer] {
+        &self.answers
+    }
+
+    pub fn usage(&self) -> Usage {
+        self.usage
+    }
+
+    /// Starts a turn of agent `i` against the current answer set; returns its number.
+    pub fn begin_turn(&mut self, i: usize) -> u32 {
+        let agent = &mut self.agents[i];
+        agent.turns += 1;
+        agent.status = Status::Running {
+            seen_version: self.version,
+        };
+        agent.turns
+    }
+
+    /// Stores agent `i`'s new answer, clears every vote, and returns the answer with the
+    /// agents that must start a fresh turn now: the author and every agent that had voted.
+    /// Agents still in a turn saw an older set; their votes will be discarded.
+    pub fn record_answer(&mut self, i: usize, content: AnswerContent) -> (Answer, Vec<usize>) {
+        let agent = &mut self.agents[i];
+        agent.answers += 1;
+        let answer = Answer {
+            agent: agent.who.clone(),
+            answer_label: format!("{}.{}", agent.who.label, agent.answers),
+            content,
+        };
+        agent.latest = Some(self.answers.len());
+        agent.status = Status::Idle;
+        self.answers.push(answer.clone());
+        self.version += 1;
+        if self.single {
+            return (answer, Vec::new());
+        }
+        let mut restart = Vec::new();
+        for (j, agent) in self.agents.iter_mut().enumerate() {
+            agent.vote = None;
+            if j == i || agent.status == Status::Voted {
+                restart.push(j);
+            }
+        }
+        (answer, restart)
+    }
+
+    /// Agent `i`'s vote for `target`, counted only if its turn saw the current answer set.
+    pub fn record_vote(&mut self, i: usize, target: String, reason: String) -> VoteOutcome {
+        let target_agent_id = self
+            .agents
+            .iter()
+            .find(|a| a.who.label == target)
+            .map(|a| a.who.agent_id.clone())
+            .unwrap_or_default();
+        let vote = VoteRecord {
+            voter: self.agents[i].who.clone(),
+            target_label: target,
+            target_agent_id,
+            reason,
+        };
+        let agent = &mut self.agents[i];
+        if agent.status
+            == (Status::Running {
+                seen_version: self.version,
+            })
+        {
+            agent.vote = Some(vote.clone());
+            agent.status = Status::Voted;
+            return VoteOutcome::Counted(vote);
+        }
+        agent.status = Status::Idle;
+        let newest = self
+            .answers
+            .last()
+            .map(|a| a.answer_label.clone())
+            .unwrap_or_default();
+        VoteOutcome::Stale {
+            vote,
+            why: format!("cast before the newest answer ({newest}) was seen"),
+        }
+    }
+
+    /// Marks agent `i` failed (no more turns, its vote no longer counts).
+    pub fn fail(
+        &mut self,
+        i: usize,
+        kind: AgentErrorKind,
+        message: String,
+        upstream: Option<&ProviderError>,
+    ) -> AgentError {
+        let agent = &mut self.agents[i];
+        let error = AgentError {
+            agent: agent.who.clone(),
+            kind,
+            message,
+            provider: upstream.map(|e| e.provider.clone()),
+            status: upstream.and_then(|e| e.status),
+            upstream_kind: upstream.map(|e| e.kind),
+            retry_after_ms: upstream
+                .and_then(|e| e.retry_after)
+                .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+        };
+        agent.status = Status::Failed;
+        agent.vote = None;
+        agent.error = Some(error.clone());
+        error
+    }
+
+    pub fn add_usage(&mut self, i: usize, usage: &Usage) {
+        self.agents[i].usage.add(usage);
+        self.usage.add(usage);
+    }
+
+    fn live(&self) -> impl Iterator<Item = &AgentState> {
+        self.agents.iter().filter(|a| a.status != Status::Failed)
+    }
+
+    /// The session's failure once fewer than `min_live_agents` agents are left: upstream
+    /// when any failure came from an upstream, else no usable agent.
+    pub fn too_few_live(&self) -> Option<SessionError> {
+        let live = self.live().count();
+        if live >= self.min_live {
+            return None;
+        }
+        let upstream = self
+            .agents
+            .iter()
+            .filter_map(|a| a.error.as_ref())
+            .any(|e| e.kind == AgentErrorKind::Upstream);
+        let kind = if upstream {
+            SessionErrorKind::UpstreamFailed
+        } else {
+            SessionErrorKind::NoUsableAgent
+        };
+        let head = if live == 0 {
+            "every agent failed".to_string()
+        } else {
+            format!(
+                "{live} live agent(s) left, fewer than min_live_agents ({})",
+                self.min_live
+            )
+        };
+        let details: Vec<String> = self
+            .agents
+            .iter()
+            .filter_map(|a| a.error.as_ref())
+            .map(|e| format!("{}: {}", e.agent.agent_id, e.message))
+            .collect();
+        Some(self.error(kind, format!("{head}: {}", details.join("; "))))
+    }
+
+    /// Every live agent holds a counted vote.
+    pub fn converged(&self) -> bool {
+        let mut live = self.live().peekable();
+        live.peek().is_some() && live.all(|a| a.status == Status::Voted)
+    }
+
+    /// Most counted votes; a tie goes to config order; no votes: the first agent with an
+    /// answer.
+    pub fn pick_winner(&self) -> Option<usize> {
+        let mut best: Option<(usize, u32)> = None;
+        for entry in &self.tally() {
+            let Some(i) = self.agents.iter().position(|a| a.who.label == entry.label) else {
+                continue;
+            };
+            if best.is_none_or(|(_, votes)| entry.votes > votes) {
+                best = Some((i, entry.votes));
+            }
+        }
+        best.map(|(i, _)| i)
+    }
+
+    /// One entry per agent with an answer, in config order.
+    pub fn tally(&self) -> Vec<TallyEntry> {
+        let votes = self.counted_votes();
+        self.agents
+            .iter()
+            .filter(|a| a.latest.is_some())
+            .map(|a| TallyEntry {
+                label: a.who.label.clone(),
+                agent_id: a.who.agent_id.clone(),
+                votes: u32::try_from(
+                    votes
+                        .iter()
+                        .filter(|v| v.target_label == a.who.label)
+                        .count(),
+                )
+                .unwrap_or(u32::MAX),
+            })
+            .collect()
+    }
+
+    pub fn counted_votes(&self) -> Vec<VoteRecord> {
+        self.agents.iter().filter_map(|a| a.vote.clone()).collect()
+    }
+
+    /// Agent `i`'s latest answer.
+    pub fn latest_answer(&self, i: usize) -> Option<&Answer> {
+        self.agents[i].latest.map(|k| &self.answers[k])
+    }
+
+    /// The latest answer of every agent that has one, in config order, as prompts show it.
+    pub fn shown_answers(&self) -> Vec<ShownAnswer> {
+        self.agents
+            .iter()
+            .filter_map(|a| {
+                let answer = &self.answers[a.latest?];
+                Some(match &answer.content {
+                    AnswerContent::Text { text } => ShownAnswer {
+                        label: a.who.label.clone(),
+                        text: text.clone(),
+                        calls: Vec::new(),
+                    },
+                    AnswerContent::ToolCalls { calls } => {
+                        ShownAnswer::proposal(&a.who.label, calls)
+                    }
+                })
+            })
+            .collect()
+    }
+
+    pub fn latest_answer_labels(&self) -> Vec<String> {
+        self.agents
+            .iter()
+            .filter_map(|a| Some(self.answers[a.latest?].answer_label.clone()))
+            .collect()
+    }
+
+    /// `Some(cap)` once agent `i` has used up `max_new_answers_per_agent`.
+    pub fn answer_limit_reached(&self, i: usize) -> Option<u32> {
+        self.answer_cap.filter(|&max| self.agents[i].answers >= max)
+    }
+
+    pub fn cancelled(&self) -> SessionError {
+        self.error(
+            SessionErrorKind::Cancelled,
+            "the session was cancelled (the client went away)".into(),
+        )
+    }
+
+    pub fn error(&self, kind: SessionErrorKind, message: String) -> SessionError {
+        SessionError {
+            kind,
+            message,
+            agent_errors: self.agents.iter().filter_map(|a| a.error.clone()).collect(),
+            usage: self.usage,
+        }
+    }
+
+    pub fn summaries(&self) -> Vec<AgentSummary> {
+        self.agents
+            .iter()
+            .map(|a| AgentSummary {
+                agent: a.who.clone(),
+                provider: a.provider.clone(),
+                model: a.model.clone(),
+                usage: a.usage,
+                answers: a.answers,
+                failed: a.status == Status::Failed,
+                error: a.error.clone(),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn member(id: &str) -> Member {
+        Member {
+            id: id.into(),
+            provider: "p".into(),
+            model: "m".into(),
+        }
+    }
+
+    fn state(n: usize) -> SessionState {
+        let members = (0..n).map(|i| member(&format!("id{i}"))).collect();
+        SessionState::new(members, 1, None)
+    }
+
+    /// `n` agents, each in its first turn.
+    fn started(n: usize) -> SessionState {
+        let mut s = state(n);
+        for i in 0..n {
+            s.begin_turn(i);
+        }
+        s
+    }
+
+    fn text(t: &str) -> AnswerContent {
+        AnswerContent::Text { text: t.into() }
+    }
+
+    fn vote(s: &mut SessionState, i: usize, target: &str) -> VoteOutcome {
+        s.record_vote(i, target.into(), "r".into())
+    }
+
+    #[test]
+    fn labels_follow_config_order() {
+        let s = state(3);
+        let labels: Vec<_> = s.everyone().into_iter().map(|a| a.label).collect();
+        assert_eq!(labels, ["agent1", "agent2", "agent3"]);
+        assert_eq!(s.who(1).agent_id, "id1");
+    }
+
+    #[test]
+    fn an_answer_clears_votes_and_restarts_its_author_and_the_voters() {
+        let mut s = started(3);
+        let (a, restart) = s.record_answer(0, text("one"));
+        assert_eq!(a.answer_label, "agent1.1");
+        assert_eq!(restart, [0]);
+        s.begin_turn(0);
+        assert!(matches!(vote(&mut s, 0, "agent1"), VoteOutcome::Counted(_)));
+        assert_eq!(s.counted_votes().len(), 1);
+        // agent2 answers: agent1's vote is cleared and agent1 (voted) restarts with agent2;
+        // agent3, still in its turn, does not.
+        let (a, restart) = s.record_answer(1, text("two"));
+        assert_eq!(a.answer_label, "agent2.1");
+        assert_eq!(restart, [0, 1]);
+        assert!(s.counted_votes().is_empty());
+        assert_eq!(s.status(2), Status::Running { seen_version: 0 });
+        assert_eq!(s.latest_answer_labels(), ["agent1.1", "agent2.1"]);
+    }
+
+    #[test]
+    fn a_vote_from_an_older_answer_set_is_stale() {
+        let mut s = started(2);
+        s.record_answer(0, text("one"));
+        match vote(&mut s, 1, "agent1") {
+            VoteOutcome::Stale { vote, why } => {
+                assert_eq!(vote.target_agent_id, "id0");
+                assert_eq!(why, "cast before the newest answer (agent1.1) was seen");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(s.status(1), Status::Idle);
+        assert!(s.counted_votes().is_empty());
+    }
+
+    #[test]
+    fn convergence_needs_every_live_agent_to_vote() {
+        let mut s = started(3);
+        s.record_answer(0, text("one"));
+        s.begin_turn(0);
+        s.begin_turn(1);
+        vote(&mut s, 0, "agent1");
+        vote(&mut s, 1, "agent1");
+        assert!(!s.converged());
+        s.fail(2, AgentErrorKind::TurnTimeout, "slow".into(), None);
+        assert!(s.converged());
+        assert!(s.too_few_live().is_none());
+    }
+
+    #[test]
+    fn ties_go_to_config_order_and_no_votes_to_the_first_answer() {
+        let mut s = started(4);
+        assert_eq!(s.pick_winner(), None);
+        s.record_answer(2, text("three"));
+        assert_eq!(s.pick_winner(), Some(2));
+        s.record_answer(1, text("two"));
+        for i in 0..4 {
+            s.begin_turn(i);
+        }
+        vote(&mut s, 0, "agent3");
+        vote(&mut s, 1, "agent2");
+        vote(&mut s, 2, "agent3");
+        vote(&mut s, 3, "agent2");
+        let tally: Vec<_> = s.tally().into_iter().map(|t| (t.label, t.votes)).collect();
+        assert_eq!(
+            tally,
+            [("agent2".to_string(), 2), ("agent3".to_string(), 2)]
+        );
+        assert_eq!(s.pick_winner(), Some(1));
+    }
+
+    #[test]
+    fn too_few_live_agents_names_the_failures() {
+        let mut s = SessionState::new(vec![member("a"), member("b")], 2, None);
+        s.fail(0, AgentErrorKind::InvalidTurns, "no tools".into(), None);
+        let e = s.too_few_live().expect("too few");
+        assert_eq!(e.kind, SessionErrorKind::NoUsableAgent);
+        assert_eq!(
+            e.message,
+            "1 live agent(s) left, fewer than min_live_agents (2): a: no tools"
+        );
+        let upstream = ProviderError::new(crate::provider::ProviderErrorKind::Server, "p", "down");
+        s.fail(1, AgentErrorKind::Upstream, "down".into(), Some(&upstream));
+        let e = s.too_few_live().expect("too few");
+        assert_eq!(e.kind, SessionErrorKind::UpstreamFailed);
+        assert!(
+            e.message.starts_with("every agent failed: "),
+            "{}",
+            e.message
+        );
+        assert_eq!(e.agent_errors.len(), 2);
+    }
+
+    #[test]
+    fn a_single_agent_restarts_nobody_and_the_cap_counts_answers() {
+        let mut s = SessionState::new(vec![member("a")], 1, Some(1));
+        assert!(s.is_single());
+        s.begin_turn(0);
+        assert_eq!(s.answer_limit_reached(0), None);
+        let (_, restart) = s.record_answer(0, text("one"));
+        assert!(restart.is_empty());
+        assert_eq!(s.answer_limit_reached(0), Some(1));
+        assert_eq!(s.shown_answers()[0].text, "one");
+    }
+
+    #[test]
+    fn usage_adds_up_per_agent_and_in_total() {
+        let mut s = state(2);
+        let u = Usage {
+            input_tokens: 3,
+            output_tokens: 2,
+            total_tokens: 5,
+            ..Usage::default()
+        };
+        s.add_usage(0, &u);
+        s.add_usage(1, &u);
+        s.add_usage(1, &u);
+        assert_eq!(s.usage().total_tokens, 15);
+        let summaries = s.summaries();
+        assert_eq!(summaries[1].usage.total_tokens, 10);
+        assert_eq!(summaries[0].provider, "p");
+    }
+}
