@@ -1,5 +1,5 @@
-//! Choosing the panel configuration from the request's `model` (protocol: "Choosing the
-//! configuration per request").
+//! Choosing the panel configuration from the request's `model` (docs/protocol.md,
+//! "Choosing the panel per request").
 
 use std::path::Path;
 use std::sync::Arc;

@@ -29,7 +29,7 @@ pub struct OrchestratorOptions {
     pub agent_turn_timeout: Duration,
     /// The final presentation call.
     pub presentation_timeout: Duration,
-    /// Attempts per turn before the agent fails (protocol: 3).
+    /// Attempts per turn before the agent fails (docs/protocol.md, "Validating a turn": 3).
     pub max_attempts_per_turn: u32,
     /// A winning answer that is a set of client tool calls goes to the client as it stands
     /// unless this is set: then the winner gets a presentation call with the client's tools

@@ -1,5 +1,5 @@
-//! Prompt text and workflow tool schemas (protocol: "One agent turn", "Winner and final
-//! presentation"). The block delimiters of the user message are a contract: the simulated
+//! Prompt text and workflow tool schemas (docs/protocol.md, "One agent turn", "Winner and
+//! final presentation"). The block delimiters of the user message are a contract: the simulated
 //! upstream (`massgen-simulator`) parses them, so change them in both places or not at all.
 
 use std::time::SystemTime;

@@ -1,4 +1,4 @@
-//! Checks the tool calls of one attempt (protocol: "Validating a turn").
+//! Checks the tool calls of one attempt (docs/protocol.md, "Validating a turn").
 
 use std::collections::HashSet;
 
