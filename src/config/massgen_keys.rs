@@ -256,7 +256,6 @@ pub const ORCHESTRATOR_NOT_IMPLEMENTED: &[KeyGroup] = &[
             "fairness_enabled",
             "fairness_lead_cap_answers",
             "max_orchestration_restarts",
-            "defer_voting_until_all_answered",
         ],
     ),
     group(

@@ -28,6 +28,7 @@ const ORCHESTRATOR_KEYS: &[&str] = &[
     "agent_turn_timeout_seconds",
     "presentation_timeout_seconds",
     "present_tool_calls",
+    "defer_voting_until_all_answered",
 ];
 
 /// `timeout_settings:` keys this server implements (the round timeouts included).
@@ -86,6 +87,7 @@ impl Cx<'_> {
         if let Some(b) = self.boolean(orch.get("present_tool_calls"), &key("present_tool_calls"))? {
             options.present_tool_calls = b;
         }
+        self.waste_rules(orch, &mut options)?;
         let max_live = i64::try_from(agent_count).unwrap_or(i64::MAX);
         let min_live_key = key("min_live_agents");
         if let Some(n) = self.integer(orch.get("min_live_agents"), &min_live_key)? {
@@ -119,6 +121,20 @@ impl Cx<'_> {
             options.presentation_timeout = d;
         }
         Ok(options)
+    }
+
+    /// The keys that decide how much a session may spend (deferred voting, the quorum, the
+    /// budget): docs/protocol.md, "The session loop".
+    fn waste_rules(
+        &self,
+        orch: &Map<String, Value>,
+        options: &mut OrchestratorOptions,
+    ) -> Result<(), ConfigError> {
+        let defer = "defer_voting_until_all_answered";
+        if let Some(b) = self.boolean(orch.get(defer), &join("orchestrator", defer))? {
+            options.defer_voting_until_all_answered = b;
+        }
+        Ok(())
     }
 
     /// Implemented keys pass, MassGen's other keys are warnings, anything else an error.

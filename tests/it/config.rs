@@ -454,6 +454,7 @@ orchestrator:
   skip_final_presentation: \"true\"
   min_live_agents: 2
   agent_turn_timeout_seconds: 90
+  defer_voting_until_all_answered: false
   snapshot_storage: snapshots
 timeout_settings:
   orchestrator_timeout_seconds: 600
@@ -470,6 +471,8 @@ timeout_settings:
     assert_eq!(o.session_timeout, Duration::from_secs(600));
     assert_eq!(o.agent_turn_timeout, Duration::from_secs(90));
     assert_eq!(o.presentation_timeout, Duration::from_millis(1500));
+    assert!(!o.defer_voting_until_all_answered);
+    assert!(ok(GPT).orchestrator.defer_voting_until_all_answered);
 }
 
 #[test]
@@ -532,6 +535,11 @@ fn invalid_orchestrator_values() {
         (
             "orchestrator: {skip_final_presentation: maybe}",
             "orchestrator.skip_final_presentation",
+            &["true or false"],
+        ),
+        (
+            "orchestrator: {defer_voting_until_all_answered: sometimes}",
+            "orchestrator.defer_voting_until_all_answered",
             &["true or false"],
         ),
         (

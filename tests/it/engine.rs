@@ -13,6 +13,15 @@ fn opts() -> OrchestratorOptions {
     OrchestratorOptions::default()
 }
 
+/// Without deferred voting: an agent that answered takes its next turn at once (the tests
+/// that use it are about what happens while others are still answering).
+fn immediate() -> OrchestratorOptions {
+    OrchestratorOptions {
+        defer_voting_until_all_answered: false,
+        ..opts()
+    }
+}
+
 fn tally_of(s: &SessionSummary) -> Vec<(String, u32)> {
     s.tally.iter().map(|t| (t.label.clone(), t.votes)).collect()
 }
@@ -121,7 +130,7 @@ async fn a_new_answer_clears_votes_and_restarts_agents() {
             f(req, n)
         }
     });
-    let run = run(spec(&[("a", &a2), ("b", &b2), ("c", &c)], opts())).await;
+    let run = run(spec(&[("a", &a2), ("b", &b2), ("c", &c)], immediate())).await;
     let s = run.summary();
     assert_eq!(s.winner.label, "agent3");
     assert_eq!(
@@ -163,7 +172,7 @@ async fn votes_cleared_by_a_new_answer_do_not_count_at_timeout() {
     let b = member("b", "Beta: 4.", 5, "agent2");
     let options = OrchestratorOptions {
         session_timeout: Duration::from_secs(60),
-        ..opts()
+        ..immediate()
     };
     let run = run(spec(&[("a", &a), ("b", &b)], options)).await;
     let s = run.summary();
@@ -186,7 +195,7 @@ async fn a_vote_against_an_old_answer_set_is_ignored_and_retried() {
         _ if is_presentation(req) => present(&["x"]),
         _ => vote("agent1", "better"),
     });
-    let run = run(spec(&[("a", &a), ("b", &b)], opts())).await;
+    let run = run(spec(&[("a", &a), ("b", &b)], immediate())).await;
     let s = run.summary();
     let ignored: Vec<_> = run
         .kinds()
@@ -351,7 +360,7 @@ async fn session_timeout_presents_the_best_answer() {
     let b = Scripted::new("b", |_, _| vec![Step::Hang]);
     let options = OrchestratorOptions {
         session_timeout: Duration::from_secs(60),
-        ..opts()
+        ..immediate()
     };
     let run = run(spec(&[("a", &a), ("b", &b)], options)).await;
     let s = run.summary();
@@ -458,7 +467,7 @@ async fn the_answer_limit_offers_only_vote() {
     let b = member("b", "Beta: 4.", 2, "agent2");
     let options = OrchestratorOptions {
         max_new_answers_per_agent: Some(1),
-        ..opts()
+        ..immediate()
     };
     let run = run(spec(&[("a", &a), ("b", &b)], options)).await;
     let reqs = a.requests();
@@ -476,7 +485,7 @@ async fn prompts_use_the_delimiters_and_offer_the_right_tools() {
     let a = member("a", "Alpha: four.", 1, "agent1");
     let b = member("b", "Beta: 4.", 100, "agent1");
     let c = member("c", "Gamma: 4!", 2, "agent1");
-    let mut spec = spec(&[("a", &a), ("b", &b), ("c", &c)], opts());
+    let mut spec = spec(&[("a", &a), ("b", &b), ("c", &c)], immediate());
     spec.input.history = vec![
         Message::user("Hi"),
         Message::assistant("Hello."),

@@ -14,6 +14,7 @@ mod cli_clients;
 mod config;
 mod deploy;
 mod engine;
+mod engine_efficiency;
 mod engine_opaque;
 mod engine_tools;
 mod http_blackbox;

@@ -25,7 +25,7 @@ use super::options::OrchestratorOptions;
 use super::present::Presenter;
 use super::prompt::{self, Instructions};
 use super::spec::{Clock, SessionAgent, SessionInput, SessionSpec};
-use super::state::{Member, SessionState, VoteOutcome};
+use super::state::{Member, Rules as StateRules, SessionState, VoteOutcome};
 use super::validate::{Action, Invalid, Rules, validate};
 use crate::provider::{Message, ProviderError, ProviderRequest, Role, ToolChoice, ToolSpec};
 
@@ -129,7 +129,14 @@ impl Session {
             .collect();
         let (side_tx, side_rx) = mpsc::channel(64);
         Self {
-            state: SessionState::new(members, min_live, spec.options.max_new_answers_per_agent),
+            state: SessionState::new(
+                members,
+                StateRules {
+                    min_live,
+                    answer_cap: spec.options.max_new_answers_per_agent,
+                    defer: spec.options.defer_voting_until_all_answered,
+                },
+            ),
             own_tools: vec![Vec::new(); agents.len()],
             turns: agents.iter().map(|_| None).collect(),
             agents,
@@ -217,13 +224,11 @@ impl Session {
         cancel: &CancellationToken,
         deadline: Instant,
     ) -> Result<ConsensusReason, SessionError> {
-        for i in 0..self.state.len() {
-            self.start_turn(i, em).await?;
-        }
         loop {
             if let Some(error) = self.state.too_few_live() {
                 return Err(error);
             }
+            self.start_due(em).await?;
             if self.state.is_single() && !self.state.answers().is_empty() {
                 return Ok(ConsensusReason::SingleAgent);
             }
@@ -314,6 +319,15 @@ impl Session {
         };
         for (own, specs) in self.own_tools.iter_mut().zip(found) {
             *own = specs;
+        }
+        Ok(())
+    }
+
+    /// Starts a turn for every agent the state says needs one (at first, everybody).
+    async fn start_due(&mut self, em: &mut Emitter) -> Result<(), SessionError> {
+        // Each start leaves the agent running or failed, so this ends.
+        while let Some(&i) = self.state.due().first() {
+            self.start_turn(i, em).await?;
         }
         Ok(())
     }
@@ -559,13 +573,9 @@ impl Session {
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
         self.turns[i] = None;
-        let (answer, restart) = self.state.record_answer(i, content);
-        em.send(&self.state, EventKind::Answer { answer }).await?;
+        let answer = self.state.record_answer(i, content);
         // Agents still in a turn go on; their votes will be discarded as stale.
-        for j in restart {
-            self.start_turn(j, em).await?;
-        }
-        Ok(())
+        em.send(&self.state, EventKind::Answer { answer }).await
     }
 
     async fn on_vote(
@@ -582,8 +592,7 @@ impl Session {
             VoteOutcome::Counted(vote) => em.send(&self.state, EventKind::Vote { vote }).await,
             VoteOutcome::Stale { vote, why } => {
                 em.send(&self.state, EventKind::VoteIgnored { vote, why })
-                    .await?;
-                self.start_turn(i, em).await
+                    .await
             }
         }
     }

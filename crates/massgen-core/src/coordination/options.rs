@@ -35,6 +35,10 @@ pub struct OrchestratorOptions {
     /// unless this is set: then the winner gets a presentation call with the client's tools
     /// and may restate (or correct) the calls.
     pub present_tool_calls: bool,
+    /// An agent that answered waits until every live agent has its first answer (or has
+    /// failed), so everybody's first vote sees every first answer. `false`: it takes its
+    /// next turn at once.
+    pub defer_voting_until_all_answered: bool,
 }
 
 impl Default for OrchestratorOptions {
@@ -51,6 +55,7 @@ impl Default for OrchestratorOptions {
             presentation_timeout: Duration::from_secs(300),
             max_attempts_per_turn: 3,
             present_tool_calls: false,
+            defer_voting_until_all_answered: true,
         }
     }
 }

@@ -21,9 +21,12 @@ pub(super) struct Member {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Status {
-    /// Not in a turn and not holding a vote (before its first turn; a single agent after
-    /// its answer).
+    /// Needs a turn: before its first one, after its answer, or after its vote was cleared
+    /// or discarded. [`SessionState::due`] lists these.
     Idle,
+    /// Has answered and waits: for the other agents' first answers (deferred voting), or,
+    /// alone, for the end.
+    Waiting,
     /// In a turn that started when the answer set had this version.
     Running {
         seen_version: u64,
@@ -44,6 +47,8 @@ struct AgentState {
     /// Index of the latest answer in `SessionState::answers`.
     latest: Option<usize>,
     vote: Option<VoteRecord>,
+    /// Has ended a turn with an answer or a counted vote (deferred voting waits for this).
+    settled: bool,
     usage: Usage,
     error: Option<AgentError>,
 }
@@ -70,11 +75,23 @@ pub(super) struct SessionState {
     single: bool,
     min_live: usize,
     answer_cap: Option<u32>,
+    /// `defer_voting_until_all_answered`.
+    defer: bool,
+}
+
+/// The options the state's rules depend on.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Rules {
+    pub min_live: usize,
+    /// `max_new_answers_per_agent`.
+    pub answer_cap: Option<u32>,
+    /// `defer_voting_until_all_answered`.
+    pub defer: bool,
 }
 
 impl SessionState {
     /// Members in config order get the labels `agent1`, `agent2`, …
-    pub fn new(members: Vec<Member>, min_live: usize, answer_cap: Option<u32>) -> Self {
+    pub fn new(members: Vec<Member>, rules: Rules) -> Self {
         Self {
             single: members.len() == 1,
             agents: members
@@ -92,6 +109,7 @@ impl SessionState {
                     answers: 0,
                     latest: None,
                     vote: None,
+                    settled: false,
                     usage: Usage::default(),
                     error: None,
                 })
@@ -99,8 +117,9 @@ impl SessionState {
             answers: Vec::new(),
             version: 0,
             usage: Usage::default(),
-            min_live,
-            answer_cap,
+            min_live: rules.min_live,
+            answer_cap: rules.answer_cap,
+            defer: rules.defer,
         }
     }
 
@@ -147,32 +166,61 @@ impl SessionState {
         agent.turns
     }
 
-    /// Stores agent `i`'s new answer, clears every vote, and returns the answer with the
-    /// agents that must start a fresh turn now: the author and every agent that had voted.
-    /// Agents still in a turn saw an older set; their votes will be discarded.
-    pub fn record_answer(&mut self, i: usize, content: AnswerContent) -> (Answer, Vec<usize>) {
+    /// Stores agent `i`'s new answer, bumps the version and clears every vote: agents that
+    /// had voted need a fresh turn. The author needs one too, unless it is alone or deferred
+    /// voting holds it until every live agent has a first answer. Agents still in a turn saw
+    /// an older set (see [`Self::stale`]).
+    pub fn record_answer(&mut self, i: usize, content: AnswerContent) -> Answer {
         let agent = &mut self.agents[i];
         agent.answers += 1;
+        agent.settled = true;
         let answer = Answer {
             agent: agent.who.clone(),
             answer_label: format!("{}.{}", agent.who.label, agent.answers),
             content,
         };
         agent.latest = Some(self.answers.len());
-        agent.status = Status::Idle;
         self.answers.push(answer.clone());
         self.version += 1;
-        if self.single {
-            return (answer, Vec::new());
-        }
-        let mut restart = Vec::new();
-        for (j, agent) in self.agents.iter_mut().enumerate() {
+        for agent in &mut self.agents {
             agent.vote = None;
-            if j == i || agent.status == Status::Voted {
-                restart.push(j);
+            if agent.status == Status::Voted {
+                agent.status = Status::Idle;
             }
         }
-        (answer, restart)
+        self.agents[i].status = if self.single || self.deferring() {
+            Status::Waiting
+        } else {
+            Status::Idle
+        };
+        self.release();
+        answer
+    }
+
+    /// Deferred voting is holding answered agents back: some live agent has not ended a
+    /// turn with an answer yet (nor with a counted vote: an agent whose proposal repeats
+    /// another's has voted for it).
+    fn deferring(&self) -> bool {
+        self.defer && self.live().any(|a| !a.settled)
+    }
+
+    /// Once nothing defers any more, every agent waiting for the first answers needs a turn.
+    fn release(&mut self) {
+        if self.single || self.deferring() {
+            return;
+        }
+        for agent in &mut self.agents {
+            if agent.status == Status::Waiting {
+                agent.status = Status::Idle;
+            }
+        }
+    }
+
+    /// Live agents that need a turn now, in config order.
+    pub fn due(&self) -> Vec<usize> {
+        (0..self.agents.len())
+            .filter(|&i| self.agents[i].status == Status::Idle)
+            .collect()
     }
 
     /// Agent `i`'s vote for `target`, counted only if its turn saw the current answer set.
@@ -197,6 +245,8 @@ impl SessionState {
         {
             agent.vote = Some(vote.clone());
             agent.status = Status::Voted;
+            agent.settled = true;
+            self.release();
             return VoteOutcome::Counted(vote);
         }
         agent.status = Status::Idle;
@@ -234,6 +284,8 @@ impl SessionState {
         agent.status = Status::Failed;
         agent.vote = None;
         agent.error = Some(error.clone());
+        // The others may have been waiting for this agent's first answer.
+        self.release();
         error
     }
 
@@ -406,12 +458,24 @@ mod tests {
         }
     }
 
-    fn state(n: usize) -> SessionState {
-        let members = (0..n).map(|i| member(&format!("id{i}"))).collect();
-        SessionState::new(members, 1, None)
+    fn rules(defer: bool) -> Rules {
+        Rules {
+            min_live: 1,
+            answer_cap: None,
+            defer,
+        }
     }
 
-    /// `n` agents, each in its first turn.
+    fn with(n: usize, rules: Rules) -> SessionState {
+        let members = (0..n).map(|i| member(&format!("id{i}"))).collect();
+        SessionState::new(members, rules)
+    }
+
+    fn state(n: usize) -> SessionState {
+        with(n, rules(false))
+    }
+
+    /// `n` agents, each in its first turn (no deferred voting).
     fn started(n: usize) -> SessionState {
         let mut s = state(n);
         for i in 0..n {
@@ -439,20 +503,73 @@ mod tests {
     #[test]
     fn an_answer_clears_votes_and_restarts_its_author_and_the_voters() {
         let mut s = started(3);
-        let (a, restart) = s.record_answer(0, text("one"));
+        let a = s.record_answer(0, text("one"));
         assert_eq!(a.answer_label, "agent1.1");
-        assert_eq!(restart, [0]);
+        assert_eq!(s.due(), [0]);
         s.begin_turn(0);
         assert!(matches!(vote(&mut s, 0, "agent1"), VoteOutcome::Counted(_)));
         assert_eq!(s.counted_votes().len(), 1);
         // agent2 answers: agent1's vote is cleared and agent1 (voted) restarts with agent2;
         // agent3, still in its turn, does not.
-        let (a, restart) = s.record_answer(1, text("two"));
+        let a = s.record_answer(1, text("two"));
         assert_eq!(a.answer_label, "agent2.1");
-        assert_eq!(restart, [0, 1]);
+        assert_eq!(s.due(), [0, 1]);
         assert!(s.counted_votes().is_empty());
         assert_eq!(s.status(2), Status::Running { seen_version: 0 });
         assert_eq!(s.latest_answer_labels(), ["agent1.1", "agent2.1"]);
+    }
+
+    #[test]
+    fn deferred_voting_holds_answers_until_every_live_agent_has_one() {
+        let mut s = with(3, rules(true));
+        assert_eq!(s.due(), [0, 1, 2]);
+        for i in 0..3 {
+            s.begin_turn(i);
+        }
+        s.record_answer(1, text("two"));
+        assert_eq!(s.status(1), Status::Waiting);
+        assert!(s.due().is_empty());
+        s.record_answer(0, text("one"));
+        assert!(s.due().is_empty());
+        // The last first answer releases everybody at once, its author included.
+        s.record_answer(2, text("three"));
+        assert_eq!(s.due(), [0, 1, 2]);
+        // Past the first answers nothing defers: a new answer restarts its author at once.
+        for i in 0..3 {
+            s.begin_turn(i);
+        }
+        s.record_answer(0, text("one, better"));
+        assert_eq!(s.due(), [0]);
+    }
+
+    #[test]
+    fn a_counted_vote_ends_the_wait_like_an_answer() {
+        // An agent whose proposal repeats another's has voted for it instead of answering.
+        let mut s = with(2, rules(true));
+        s.begin_turn(0);
+        s.begin_turn(1);
+        s.record_answer(0, text("one"));
+        assert!(matches!(
+            vote(&mut s, 1, "agent1"),
+            VoteOutcome::Stale { .. }
+        ));
+        assert_eq!(s.due(), [1]);
+        s.begin_turn(1);
+        assert!(matches!(vote(&mut s, 1, "agent1"), VoteOutcome::Counted(_)));
+        assert_eq!(s.due(), [0]);
+    }
+
+    #[test]
+    fn a_failure_ends_the_wait_for_its_first_answer() {
+        let mut s = with(3, rules(true));
+        for i in 0..3 {
+            s.begin_turn(i);
+        }
+        s.record_answer(0, text("one"));
+        s.record_answer(1, text("two"));
+        assert!(s.due().is_empty());
+        s.fail(2, AgentErrorKind::TurnTimeout, "slow".into(), None);
+        assert_eq!(s.due(), [0, 1]);
     }
 
     #[test]
@@ -508,7 +625,11 @@ mod tests {
 
     #[test]
     fn too_few_live_agents_names_the_failures() {
-        let mut s = SessionState::new(vec![member("a"), member("b")], 2, None);
+        let two = Rules {
+            min_live: 2,
+            ..rules(false)
+        };
+        let mut s = SessionState::new(vec![member("a"), member("b")], two);
         s.fail(0, AgentErrorKind::InvalidTurns, "no tools".into(), None);
         let e = s.too_few_live().expect("too few");
         assert_eq!(e.kind, SessionErrorKind::NoUsableAgent);
@@ -530,12 +651,17 @@ mod tests {
 
     #[test]
     fn a_single_agent_restarts_nobody_and_the_cap_counts_answers() {
-        let mut s = SessionState::new(vec![member("a")], 1, Some(1));
+        let capped = Rules {
+            answer_cap: Some(1),
+            ..rules(true)
+        };
+        let mut s = SessionState::new(vec![member("a")], capped);
         assert!(s.is_single());
         s.begin_turn(0);
         assert_eq!(s.answer_limit_reached(0), None);
-        let (_, restart) = s.record_answer(0, text("one"));
-        assert!(restart.is_empty());
+        s.record_answer(0, text("one"));
+        assert!(s.due().is_empty());
+        assert_eq!(s.status(0), Status::Waiting);
         assert_eq!(s.answer_limit_reached(0), Some(1));
         assert_eq!(s.shown_answers()[0].text, "one");
     }
