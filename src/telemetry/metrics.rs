@@ -37,6 +37,7 @@ pub struct Metrics {
     pub output_tokens: IntCounterVec,
     pub total_tokens: IntCounterVec,
     pub agents_failed: IntCounterVec,
+    pub calls_cancelled: IntCounterVec,
     pub votes_per_session: Histogram,
     pub restarts_per_session: Histogram,
     pub rejected: IntCounterVec,
@@ -147,6 +148,11 @@ impl Metrics {
                 "massgen_agents_failed_total",
                 "Agents that dropped out of a session, by reason.",
                 &["kind"],
+            )?,
+            calls_cancelled: counter(
+                "massgen_upstream_calls_cancelled_total",
+                "Upstream calls the engine cancelled, by reason (restart: a newer answer made the turn stale; quorum, budget, timeout: the deliberation ended).",
+                &["reason"],
             )?,
             votes_per_session: histogram(
                 "massgen_session_votes",

@@ -147,7 +147,10 @@ impl Call {
     fn observe(&mut self, item: &Result<ProviderChunk, ProviderError>) {
         match item {
             Ok(
-                ProviderChunk::Text(_) | ProviderChunk::Reasoning(_) | ProviderChunk::ToolCall(_),
+                ProviderChunk::Text(_)
+                | ProviderChunk::Reasoning(_)
+                | ProviderChunk::ToolCallStarted { .. }
+                | ProviderChunk::ToolCall(_),
             ) => {
                 if self.first_token.is_none() {
                     self.first_token = Some(self.started.elapsed());

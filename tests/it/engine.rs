@@ -190,8 +190,13 @@ async fn a_vote_against_an_old_answer_set_is_ignored_and_retried() {
     let a = member("a", "Alpha: four.", 1, "agent1");
     let b = Scripted::new("b", |req, n| match n {
         0 => answer("Beta: 4."),
-        // Started at t=0 seeing only its own answer; ends at t=5 after agent1 answered.
-        1 => after(5, vote("agent2", "mine")),
+        // Started at t=0 seeing only its own answer; it begins a `new_answer` (so agent1's
+        // answer at t=1 does not cancel it) but ends at t=5 with a vote instead.
+        1 => {
+            let mut steps = vec![begins("new_answer")];
+            steps.extend(after(5, vote("agent2", "mine")));
+            steps
+        }
         _ if is_presentation(req) => present(&["x"]),
         _ => vote("agent1", "better"),
     });

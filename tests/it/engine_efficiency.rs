@@ -69,11 +69,7 @@ async fn deferred_voting_makes_every_first_vote_see_every_first_answer() {
 async fn without_deferral_the_first_answerer_votes_at_once() {
     let a = member("a", "Alpha: four.", 1, "agent1");
     let b = member("b", "Beta: 4 (arithmetic).", 2, "agent1");
-    let options = OrchestratorOptions {
-        defer_voting_until_all_answered: false,
-        ..opts()
-    };
-    let run = run(spec(&[("a", &a), ("b", &b)], options)).await;
+    let run = run(spec(&[("a", &a), ("b", &b)], immediate())).await;
     assert!(turn_started(&run, "agent1", 2) < answered(&run, "agent2.1"));
     assert_eq!(vote_enum(&a.requests()[1]), ["agent1"]);
 }
@@ -122,4 +118,135 @@ async fn deferred_voting_waits_for_a_hanging_agent_only_until_its_turn_timeout()
     assert!(turn_started(&run, "agent2", 2) > failed);
     assert_eq!(s.duration_ms, 30_000);
     assert_eq!(c.live_streams(), 0);
+}
+
+/// agent1 answers at t=1 and votes for itself; agent2 answers at once, and its second turn
+/// (a vote turn that sees only its own answer) runs `second`.
+fn stale_second_turn(second: fn() -> Vec<Step>) -> (Scripted, Scripted) {
+    let a = member("a", "Alpha: four.", 1, "agent1");
+    let b = Scripted::new("b", move |req, n| match n {
+        0 => answer("Beta: 4."),
+        1 => second(),
+        _ if is_presentation(req) => present(&["x"]),
+        _ => vote("agent1", "better"),
+    });
+    (a, b)
+}
+
+fn immediate() -> OrchestratorOptions {
+    OrchestratorOptions {
+        defer_voting_until_all_answered: false,
+        ..opts()
+    }
+}
+
+const PARTIAL: massgen_core::provider::Usage = massgen_core::provider::Usage {
+    input_tokens: 7,
+    output_tokens: 0,
+    total_tokens: 7,
+    cached_input_tokens: 0,
+    reasoning_tokens: 0,
+};
+
+#[tokio::test(start_paused = true)]
+async fn a_stale_turn_restarts_at_once_and_keeps_the_usage_reported_so_far() {
+    let (a, b) = stale_second_turn(|| {
+        // Reports its input, then would vote for its own answer at t=5.
+        let mut steps = vec![Step::Chunk(massgen_core::provider::ProviderChunk::Usage(
+            PARTIAL,
+        ))];
+        steps.extend(after(5, vote("agent2", "mine")));
+        steps
+    });
+    let run = run(spec(&[("a", &a), ("b", &b)], immediate())).await;
+    let s = run.summary();
+    let restarted = run
+        .kinds()
+        .into_iter()
+        .find_map(|k| match k {
+            EventKind::TurnRestarted {
+                agent,
+                turn,
+                newest,
+            } => Some((agent.label.clone(), *turn, newest.clone())),
+            _ => None,
+        })
+        .expect("a turn_restarted event");
+    assert_eq!(restarted, ("agent2".into(), 2, "agent1.1".into()));
+    // Cancelled at t=1 when agent1 answered, not finished at t=5 into a discarded vote.
+    assert!(
+        !run.kinds()
+            .iter()
+            .any(|k| matches!(k, EventKind::VoteIgnored { .. }))
+    );
+    assert_eq!(s.duration_ms, 1000);
+    assert_eq!(b.live_streams(), 0);
+    let reqs = b.requests();
+    assert!(!shows(&reqs[1], "agent1"));
+    assert!(
+        shows(&reqs[2], "agent1"),
+        "the fresh turn shows the new answer"
+    );
+    assert!(
+        turn_started(&run, "agent2", 3)
+            > position(&run, |k| matches!(k, EventKind::TurnRestarted { .. }))
+    );
+    assert_eq!(s.winner.label, "agent1");
+    // The cancelled call's reported usage counts: one event for it, and in the sums.
+    let usage: Vec<_> = run
+        .kinds()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::Usage { agent, usage, .. } if agent.label == "agent2" => Some(*usage),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(usage, [CALL_USAGE, PARTIAL, CALL_USAGE]);
+    assert_eq!(
+        s.agents[1].usage.input_tokens,
+        2 * CALL_USAGE.input_tokens + PARTIAL.input_tokens
+    );
+    assert_eq!(
+        s.usage.input_tokens,
+        s.agents[0].usage.input_tokens + s.agents[1].usage.input_tokens
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_turn_that_has_begun_an_answer_finishes_and_its_answer_counts() {
+    let (a, b) = stale_second_turn(|| {
+        let mut steps = vec![begins("new_answer")];
+        steps.extend(after(5, answer("Beta, better: 2+2=4 because 2+2 is 4.")));
+        steps
+    });
+    let run = run(spec(&[("a", &a), ("b", &b)], immediate())).await;
+    assert!(
+        !run.kinds()
+            .iter()
+            .any(|k| matches!(k, EventKind::TurnRestarted { .. }))
+    );
+    let labels: Vec<_> = run
+        .summary()
+        .answers
+        .iter()
+        .map(|a| a.answer_label.as_str())
+        .collect();
+    assert_eq!(labels, ["agent2.1", "agent1.1", "agent2.2"]);
+    // Its answer, written at t=5 without seeing agent1's, restarted agent1 in turn.
+    assert!(answered(&run, "agent2.2") > answered(&run, "agent1.1"));
+}
+
+#[tokio::test(start_paused = true)]
+async fn first_answer_turns_are_never_cancelled() {
+    // Without deferral agent1 answers at t=1 while agent2 still writes its first answer:
+    // that turn was offered no vote, so it can only answer, and it goes on.
+    let a = member("a", "Alpha: four.", 1, "agent1");
+    let b = member("b", "Beta: 4 (arithmetic).", 3, "agent1");
+    let run = run(spec(&[("a", &a), ("b", &b)], immediate())).await;
+    assert!(
+        !run.kinds().iter().any(
+            |k| matches!(k, EventKind::TurnRestarted { agent, .. } if agent.label == "agent2")
+        )
+    );
+    assert_eq!(run.summary().answers.len(), 2);
 }

@@ -284,3 +284,11 @@ async fn malformed_event_is_invalid_response() {
     let (_, error) = decode_bytes("malformed", bytes, ANTHROPIC.decoder).await;
     assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_is_announced_as_soon_as_its_name_arrives() {
+    let chunks = ANTHROPIC
+        .announces_early("thinking_tools.sse", "lookup")
+        .await;
+    assert_usage_so_far(&chunks);
+}

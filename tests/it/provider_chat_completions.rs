@@ -62,6 +62,11 @@ fn call(id: &str, name: &str, arguments: &str) -> ToolCall {
     }
 }
 
+/// The announcement of a call, sent when its name arrives.
+fn started(name: &str) -> ProviderChunk {
+    ProviderChunk::ToolCallStarted { name: name.into() }
+}
+
 #[tokio::test]
 async fn text_with_include_usage() {
     let (chunks, error) = CHAT.chunks("text_include_usage.sse").await;
@@ -90,6 +95,7 @@ async fn tool_call_split_over_many_deltas() {
     assert_eq!(
         chunks,
         vec![
+            started("new_answer"),
             ProviderChunk::ToolCall(call("call_abc", "new_answer", r#"{"content": "42\n"}"#)),
             ProviderChunk::Usage(Usage {
                 input_tokens: 50,
@@ -109,6 +115,8 @@ async fn parallel_tool_calls_interleaved() {
     assert_eq!(
         chunks,
         vec![
+            started("get_weather"),
+            started("get_stock"),
             ProviderChunk::ToolCall(call("call_w", "get_weather", r#"{"city": "Paris"}"#)),
             ProviderChunk::ToolCall(call("call_s", "get_stock", r#"{"ticker": "ACME"}"#)),
             ProviderChunk::Finish(FinishReason::ToolCalls),
@@ -146,6 +154,7 @@ async fn gpt_oss_reasoning_whole_call_and_x_groq_usage() {
     assert_eq!(
         chunks[2..],
         [
+            started("vote"),
             ProviderChunk::ToolCall(call("fc_1", "vote", r#"{"agent_id":"agent2"}"#)),
             ProviderChunk::Usage(Usage {
                 input_tokens: 30,
@@ -207,6 +216,7 @@ async fn comments_and_a_resent_call_without_finish_reason() {
     assert_eq!(
         chunks,
         vec![
+            started("llm_version"),
             ProviderChunk::ToolCall(call("0", "llm_version", "{}")),
             ProviderChunk::Usage(Usage {
                 input_tokens: 57,
@@ -591,4 +601,10 @@ async fn dropping_the_stream_aborts_the_request() {
     tokio::time::timeout(Duration::from_secs(5), dropped.notified())
         .await
         .expect("the server saw the client go away");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_is_announced_as_soon_as_its_name_arrives() {
+    CHAT.announces_early("tool_call_split.sse", "new_answer")
+        .await;
 }

@@ -26,7 +26,7 @@ use massgen_providers::{
     ProviderRequest, ToolCall, Usage,
 };
 
-use crate::support::native::{byte_stream, files, upstream_dir, usage};
+use crate::support::native::{assert_announced, byte_stream, files, upstream_dir, usage};
 
 const DIRS: &[&str] = &["openai-chat", "deepseek", "groq", "openrouter", "xai"];
 
@@ -37,6 +37,8 @@ struct Outcome {
     reasoning: String,
     /// Kinds of the live chunks in arrival order, runs collapsed ("reasoning", "text").
     order: Vec<&'static str>,
+    /// Names of the `ToolCallStarted` announcements, in order.
+    started: Vec<String>,
     calls: Vec<ToolCall>,
     usage: Option<Usage>,
     finish: Option<FinishReason>,
@@ -61,11 +63,16 @@ async fn replay(path: &Path, piece: usize) -> Outcome {
                 out.order.push("reasoning");
                 out.reasoning.push_str(&t);
             }
-            Ok(ProviderChunk::ToolCall(call)) => out.calls.push(call),
+            Ok(ProviderChunk::ToolCallStarted { name }) => out.started.push(name),
+            Ok(ProviderChunk::ToolCall(call)) => {
+                out.calls.push(call);
+                assert_announced(&out.started, &out.calls, false);
+            }
             Ok(ProviderChunk::Usage(usage)) => out.usage = Some(usage),
             Ok(ProviderChunk::Finish(reason)) => {
                 assert!(out.finish.is_none(), "{}: two finishes", path.display());
                 out.finish = Some(reason);
+                assert_announced(&out.started, &out.calls, true);
             }
             Err(error) => out.error = Some(error),
         }

@@ -273,3 +273,11 @@ async fn malformed_chunk_is_invalid_response() {
     let (_, error) = decode_bytes("malformed", bytes, GEMINI.decoder).await;
     assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_is_announced_as_soon_as_its_name_arrives() {
+    let chunks = GEMINI
+        .announces_early("thoughts_parallel_calls.sse", "lookup")
+        .await;
+    assert_usage_so_far(&chunks);
+}

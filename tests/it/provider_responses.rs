@@ -214,3 +214,10 @@ async fn malformed_event_is_invalid_response() {
     let (_, error) = decode_bytes("malformed", bytes, RESPONSES.decoder).await;
     assert_eq!(error.unwrap().kind, ProviderErrorKind::InvalidResponse);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_call_is_announced_as_soon_as_its_name_arrives() {
+    RESPONSES
+        .announces_early("reasoning_tool_calls.sse", "lookup")
+        .await;
+}

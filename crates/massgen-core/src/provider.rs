@@ -145,6 +145,10 @@ pub enum ProviderChunk {
     Text(String),
     /// Reasoning / thinking text, as it arrives.
     Reasoning(String),
+    /// The model has begun a tool call: sent once per call, as soon as its name is known
+    /// (before its arguments). The engine lets a turn that has begun `new_answer` finish
+    /// instead of restarting it.
+    ToolCallStarted { name: String },
     /// A tool call, emitted once it is complete (arguments fully assembled).
     ToolCall(ToolCall),
     /// Usage of the call; may come more than once (the last one wins).

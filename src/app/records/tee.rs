@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use massgen_core::coordination::{AgentErrorKind, EventKind, SessionErrorKind, SessionEvent};
+use massgen_core::coordination::{
+    AgentErrorKind, ConsensusReason, EventKind, SessionErrorKind, SessionEvent,
+};
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::task::TaskTracker;
 
@@ -44,6 +46,10 @@ pub fn tee(
                 EventKind::Vote { .. } => votes += 1,
                 EventKind::TurnStarted { turn, .. } if *turn > 1 => restarts += 1,
                 EventKind::AgentFailed { error } => count_failed(error.kind),
+                EventKind::TurnRestarted { .. } => count_cancelled("restart", 1),
+                EventKind::Consensus { reason, cut, .. } if !cut.is_empty() => {
+                    count_cancelled(cut_reason(*reason), cut.len());
+                }
                 EventKind::ToolCalled {
                     tool,
                     duration_ms,
@@ -99,6 +105,22 @@ fn count_failed(kind: AgentErrorKind) {
     };
     if let Some(m) = metrics() {
         m.agents_failed.with_label_values(&[label]).inc();
+    }
+}
+
+fn count_cancelled(reason: &str, calls: usize) {
+    if let Some(m) = metrics() {
+        m.calls_cancelled
+            .with_label_values(&[reason])
+            .inc_by(u64::try_from(calls).unwrap_or(u64::MAX));
+    }
+}
+
+/// Why running turns were cut when the deliberation ended.
+fn cut_reason(reason: ConsensusReason) -> &'static str {
+    match reason {
+        ConsensusReason::Timeout => "timeout",
+        ConsensusReason::Converged | ConsensusReason::SingleAgent => "converged",
     }
 }
 

@@ -17,6 +17,8 @@ struct AgentView {
     answers: u32,
     errors: Vec<Value>,
     invalid_turns: u32,
+    /// Turns cancelled because a newer answer made them stale.
+    restarts: u32,
     tool_calls: Vec<Value>,
 }
 
@@ -86,8 +88,12 @@ pub fn record_json(record: &SessionRecord) -> Value {
                 reason,
                 tally,
                 votes,
+                cut,
             } => {
-                consensus = json!({"winner": winner, "reason": reason, "tally": tally, "votes": votes, "at_ms": at_ms});
+                consensus = json!({"winner": winner, "reason": reason, "tally": tally, "votes": votes, "cut": cut, "at_ms": at_ms});
+            }
+            EventKind::TurnRestarted { agent: a, .. } => {
+                agents.entry(a.agent_id.clone()).or_default().restarts += 1;
             }
             EventKind::SessionCompleted { summary } => {
                 status = "completed";
@@ -128,7 +134,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
         .map(|(id, a)| {
             json!({
                 "agent_id": id, "label": a.label, "usage": a.usage, "turns": a.turns,
-                "answers": a.answers, "invalid_turns": a.invalid_turns,
+                "answers": a.answers, "invalid_turns": a.invalid_turns, "restarts": a.restarts,
                 "failed": !a.errors.is_empty(), "errors": a.errors, "tool_calls": a.tool_calls,
             })
         })

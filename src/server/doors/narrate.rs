@@ -93,6 +93,14 @@ fn summary_line(event: &EventKind) -> Option<String> {
             vote.target_label,
             one_line(why)
         ),
+        EventKind::TurnRestarted {
+            agent,
+            turn,
+            newest,
+        } => format!(
+            "[{}] restarting to see {newest} (turn {turn} cancelled before it answered)",
+            agent.label
+        ),
         EventKind::TurnInvalid {
             agent,
             attempt,
@@ -110,20 +118,29 @@ fn summary_line(event: &EventKind) -> Option<String> {
                 one_line(&error.message)
             )
         }
-        EventKind::Consensus { winner, tally, .. } => {
+        EventKind::Consensus {
+            winner, tally, cut, ..
+        } => {
             let votes: Vec<String> = tally
                 .iter()
                 .filter(|t| t.votes > 0)
                 .map(|t| format!("{}={}", t.label, t.votes))
                 .collect();
-            if votes.is_empty() {
+            let head = "consensus";
+            let line = if votes.is_empty() {
                 format!("[massgen] {} selected (no votes)", winner.label)
             } else {
                 format!(
-                    "[massgen] consensus: {} wins ({})",
+                    "[massgen] {head}: {} wins ({})",
                     winner.label,
                     votes.join(", ")
                 )
+            };
+            if cut.is_empty() {
+                line
+            } else {
+                let cut: Vec<&str> = cut.iter().map(|a| a.label.as_str()).collect();
+                format!("{line}; cut: {}", cut.join(", "))
             }
         }
         EventKind::ToolCalled {
@@ -166,7 +183,7 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use massgen_core::coordination::{AgentRef, VoteRecord};
+    use massgen_core::coordination::{AgentRef, ConsensusReason, VoteRecord};
 
     fn agent(label: &str) -> AgentRef {
         AgentRef {
@@ -196,6 +213,36 @@ mod tests {
         };
         assert_eq!(n.line(&delta), None);
         assert_eq!(Narrator::new(Deliberation::Off).line(&vote), None);
+        let restarted = EventKind::TurnRestarted {
+            agent: agent("agent2"),
+            turn: 2,
+            newest: "agent1.2".into(),
+        };
+        assert_eq!(
+            n.line(&restarted).as_deref(),
+            Some("[agent2] restarting to see agent1.2 (turn 2 cancelled before it answered)\n")
+        );
+        let consensus = |reason, cut: Vec<AgentRef>| EventKind::Consensus {
+            winner: agent("agent1"),
+            reason,
+            tally: vec![massgen_core::coordination::TallyEntry {
+                label: "agent1".into(),
+                agent_id: "id-agent1".into(),
+                votes: 2,
+            }],
+            votes: Vec::new(),
+            cut,
+        };
+        assert_eq!(
+            n.line(&consensus(ConsensusReason::Converged, Vec::new()))
+                .as_deref(),
+            Some("[massgen] consensus: agent1 wins (agent1=2)\n")
+        );
+        assert_eq!(
+            n.line(&consensus(ConsensusReason::Timeout, vec![agent("agent3")]))
+                .as_deref(),
+            Some("[massgen] consensus: agent1 wins (agent1=2); cut: agent3\n")
+        );
     }
 
     #[test]

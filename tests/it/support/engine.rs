@@ -154,6 +154,11 @@ pub const CALL_USAGE: Usage = Usage {
     reasoning_tokens: 2,
 };
 
+/// The model begins a call to `name` (its arguments still to come).
+pub fn begins(name: &str) -> Step {
+    Step::Chunk(ProviderChunk::ToolCallStarted { name: name.into() })
+}
+
 pub fn tool_call(name: &str, args: &str) -> Step {
     Step::Chunk(ProviderChunk::ToolCall(ToolCall {
         id: format!("call_{name}"),

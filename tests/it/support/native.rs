@@ -32,23 +32,29 @@ pub const SECOND: Duration = Duration::from_secs(1);
 pub struct Format {
     pub dir: &'static str,
     pub decoder: Decode,
+    /// The same decoder over a body that may stay open.
+    pub live: LiveDecode,
 }
 
 pub const CHAT: Format = Format {
     dir: "chat",
     decoder: |p, b, t| decode_stream::<chat_completions::ChatCompletions>(p, b, t),
+    live: |p, b, t| decode_stream::<chat_completions::ChatCompletions>(p, b, t),
 };
 pub const RESPONSES: Format = Format {
     dir: "responses",
     decoder: |p, b, t| decode_stream::<responses::Responses>(p, b, t),
+    live: |p, b, t| decode_stream::<responses::Responses>(p, b, t),
 };
 pub const ANTHROPIC: Format = Format {
     dir: "anthropic",
     decoder: |p, b, t| decode_stream::<anthropic::Anthropic>(p, b, t),
+    live: |p, b, t| decode_stream::<anthropic::Anthropic>(p, b, t),
 };
 pub const GEMINI: Format = Format {
     dir: "gemini",
     decoder: |p, b, t| decode_stream::<gemini::Gemini>(p, b, t),
+    live: |p, b, t| decode_stream::<gemini::Gemini>(p, b, t),
 };
 
 impl Format {
@@ -76,6 +82,38 @@ impl Format {
     pub async fn decode(self, name: &str) -> Outcome {
         let (chunks, error) = self.chunks(name).await;
         outcome(chunks, error)
+    }
+
+    /// The chunks a fixture gives when its body stops right after the first event that
+    /// names `call` and then stays open: the call must be announced by then, long before
+    /// it is complete.
+    pub async fn announces_early(self, fixture: &str, call: &str) -> Vec<ProviderChunk> {
+        let text = self.text(fixture);
+        let at = text
+            .find(&format!("\"{call}\""))
+            .unwrap_or_else(|| panic!("{fixture} does not name {call}"));
+        let end = ["\n\n", "\r\n\r\n"]
+            .iter()
+            .filter_map(|sep| text[at..].find(sep).map(|e| at + e + sep.len()))
+            .min()
+            .expect("the event ends");
+        let head: Vec<Result<Bytes, std::io::Error>> =
+            vec![Ok(Bytes::from(text[..end].to_owned()))];
+        let body = futures::stream::iter(head)
+            .chain(futures::stream::pending())
+            .boxed();
+        let mut stream = (self.live)("test".into(), body, Duration::from_secs(3600));
+        let mut chunks = Vec::new();
+        while let Ok(Some(item)) = tokio::time::timeout(SECOND, stream.next()).await {
+            chunks.push(item.expect("no error"));
+        }
+        assert!(
+            !chunks
+                .iter()
+                .any(|c| matches!(c, ProviderChunk::ToolCall(_))),
+            "{fixture}: the call cannot be complete yet: {chunks:?}"
+        );
+        chunks
     }
 }
 
@@ -124,6 +162,11 @@ pub fn files(root: &Path, dir: &str, suffix: &str) -> Vec<PathBuf> {
 }
 
 pub type Decode = fn(String, Pieces, Duration) -> ChunkStream;
+pub type LiveDecode = fn(
+    String,
+    futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>,
+    Duration,
+) -> ChunkStream;
 
 pub async fn collect(mut stream: ChunkStream) -> (Vec<ProviderChunk>, Option<ProviderError>) {
     let mut chunks = Vec::new();
@@ -166,6 +209,8 @@ pub async fn decode_bytes(
 pub struct Outcome {
     pub text: String,
     pub reasoning: String,
+    /// Names of the `ToolCallStarted` announcements, in order.
+    pub started: Vec<String>,
     pub calls: Vec<ToolCall>,
     pub usage: Option<Usage>,
     pub finish: Option<FinishReason>,
@@ -181,15 +226,52 @@ pub fn outcome(chunks: Vec<ProviderChunk>, error: Option<ProviderError>) -> Outc
         match chunk {
             ProviderChunk::Text(t) => out.text.push_str(&t),
             ProviderChunk::Reasoning(t) => out.reasoning.push_str(&t),
-            ProviderChunk::ToolCall(c) => out.calls.push(c),
+            ProviderChunk::ToolCallStarted { name } => out.started.push(name),
+            ProviderChunk::ToolCall(c) => {
+                out.calls.push(c);
+                assert_announced(&out.started, &out.calls, false);
+            }
             ProviderChunk::Usage(u) => out.usage = Some(u),
             ProviderChunk::Finish(f) => {
                 assert!(out.finish.is_none(), "two finishes");
                 out.finish = Some(f);
+                assert_announced(&out.started, &out.calls, true);
             }
         }
     }
     out
+}
+
+/// What the upstream reported so far is passed on before the end (a cancelled call still
+/// counts its input).
+pub fn assert_usage_so_far(chunks: &[ProviderChunk]) {
+    assert!(
+        chunks
+            .iter()
+            .any(|c| matches!(c, ProviderChunk::Usage(u) if u.input_tokens > 0)),
+        "{chunks:?}"
+    );
+}
+
+/// Every complete call was announced before it (`ToolCallStarted` with its name), once per
+/// call; with `finished`, every announced call also completed.
+pub fn assert_announced(started: &[String], calls: &[ToolCall], finished: bool) {
+    for call in calls {
+        let made = calls.iter().filter(|c| c.name == call.name).count();
+        let announced = started.iter().filter(|n| **n == call.name).count();
+        assert!(
+            announced >= made,
+            "{} made {made} time(s), announced {announced}: {started:?}",
+            call.name
+        );
+    }
+    if finished {
+        assert_eq!(
+            started.len(),
+            calls.len(),
+            "announced {started:?}, made {calls:?}"
+        );
+    }
 }
 
 pub fn usage(input: u64, output: u64, total: u64, cached: u64, reasoning: u64) -> Usage {

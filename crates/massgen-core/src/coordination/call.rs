@@ -3,6 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use futures::StreamExt;
 use futures::future::join_all;
@@ -33,7 +34,7 @@ impl Gathered {
                 self.text.push_str(&t);
                 Some(t)
             }
-            ProviderChunk::Reasoning(_) => None,
+            ProviderChunk::Reasoning(_) | ProviderChunk::ToolCallStarted { .. } => None,
             ProviderChunk::ToolCall(call) => {
                 self.tool_calls.push(call);
                 None
@@ -46,6 +47,73 @@ impl Gathered {
                 self.finish = Some(reason);
                 None
             }
+        }
+    }
+}
+
+/// What a running attempt has shown so far, for the session loop to read while it runs
+/// (one task polls both, so relaxed atomics are enough): whether the model has begun an
+/// answer (a `new_answer` or client tool call), and the usage upstreams reported.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Tool names that make the turn an answer.
+    answer_tools: Vec<String>,
+    answering: AtomicBool,
+    reported: AtomicBool,
+    usage: [AtomicU64; 5],
+}
+
+impl Progress {
+    pub fn new(answer_tools: Vec<String>) -> Self {
+        Self {
+            answer_tools,
+            ..Self::default()
+        }
+    }
+
+    /// The model has begun (or made) a call that answers.
+    pub fn answering(&self) -> bool {
+        self.answering.load(Ordering::Relaxed)
+    }
+
+    /// Usage reported so far by the attempt's calls, if any reported some.
+    pub fn usage(&self) -> Option<Usage> {
+        self.reported.load(Ordering::Relaxed).then(|| {
+            let [a, b, c, d, e] = self.usage.each_ref().map(|n| n.load(Ordering::Relaxed));
+            Usage {
+                input_tokens: a,
+                output_tokens: b,
+                total_tokens: c,
+                cached_input_tokens: d,
+                reasoning_tokens: e,
+            }
+        })
+    }
+
+    fn see(&self, chunk: &ProviderChunk, before: Option<Usage>) {
+        let name = match chunk {
+            ProviderChunk::ToolCallStarted { name } => name,
+            ProviderChunk::ToolCall(call) => &call.name,
+            ProviderChunk::Usage(u) => {
+                let mut total = before.unwrap_or_default();
+                total.add(u);
+                let fields = [
+                    total.input_tokens,
+                    total.output_tokens,
+                    total.total_tokens,
+                    total.cached_input_tokens,
+                    total.reasoning_tokens,
+                ];
+                for (slot, n) in self.usage.iter().zip(fields) {
+                    slot.store(n, Ordering::Relaxed);
+                }
+                self.reported.store(true, Ordering::Relaxed);
+                return;
+            }
+            _ => return,
+        };
+        if self.answer_tools.iter().any(|t| t == name) {
+            self.answering.store(true, Ordering::Relaxed);
         }
     }
 }
@@ -89,32 +157,32 @@ pub struct AttemptTools {
     pub rounds_left: u32,
 }
 
+/// Where an attempt reports while it runs: its agent's index, the side channel (text
+/// deltas when `stream_text` is set, every tool call) and its [`Progress`].
+pub struct Report {
+    pub agent: usize,
+    pub side: mpsc::Sender<(usize, Side)>,
+    pub stream_text: bool,
+    pub progress: Arc<Progress>,
+}
+
 /// Runs one coordination attempt to its end or to `deadline`: one upstream call, or, when
-/// the model calls the agent's own tools, several (the tool loop). Text deltas go to `side`
-/// when `stream_text` is set; every tool call is reported there too.
+/// the model calls the agent's own tools, several (the tool loop).
 pub async fn attempt(
-    agent: usize,
     provider: Arc<dyn Provider>,
     mut request: ProviderRequest,
     deadline: Instant,
-    side: mpsc::Sender<(usize, Side)>,
-    stream_text: bool,
+    report: Report,
     tools: Option<AttemptTools>,
 ) -> AttemptDone {
+    let agent = report.agent;
     let mut transcript = Vec::new();
     let mut usage: Option<Usage> = None;
     let mut rounds = 0u32;
     let mut limit_noted = false;
     loop {
-        let (mut gathered, result) = one_call(
-            agent,
-            &provider,
-            request.clone(),
-            deadline,
-            &side,
-            stream_text,
-        )
-        .await;
+        let (mut gathered, result) =
+            one_call(&provider, request.clone(), deadline, &report, usage).await;
         if let Some(u) = gathered.usage {
             usage.get_or_insert_with(Usage::default).add(&u);
         }
@@ -174,10 +242,17 @@ pub async fn attempt(
             rounds += 1;
             // Numbered within the turn (earlier attempts of the turn used some rounds).
             let round = limits.max_rounds.saturating_sub(t.rounds_left) + rounds;
-            let results = join_all(
-                own.iter()
-                    .map(|c| run_tool(agent, t.tools.as_ref(), c, round, limits, deadline, &side)),
-            )
+            let results = join_all(own.iter().map(|c| {
+                run_tool(
+                    agent,
+                    t.tools.as_ref(),
+                    c,
+                    round,
+                    limits,
+                    deadline,
+                    &report.side,
+                )
+            }))
             .await;
             transcript.extend(
                 own.iter()
@@ -234,13 +309,13 @@ async fn run_tool(
     }
 }
 
+/// One upstream call; `before` is the usage of the attempt's earlier calls (tool loop).
 async fn one_call(
-    agent: usize,
     provider: &Arc<dyn Provider>,
     request: ProviderRequest,
     deadline: Instant,
-    side: &mpsc::Sender<(usize, Side)>,
-    stream_text: bool,
+    report: &Report,
+    before: Option<Usage>,
 ) -> (Gathered, Result<(), CallError>) {
     let mut stream = provider.stream(request);
     let mut gathered = Gathered::default();
@@ -250,9 +325,10 @@ async fn one_call(
             Ok(None) => break Ok(()),
             Ok(Some(Err(e))) => break Err(CallError::Provider(e)),
             Ok(Some(Ok(chunk))) => {
-                if let Some(text) = gathered.absorb(chunk).filter(|_| stream_text) {
+                report.progress.see(&chunk, before);
+                if let Some(text) = gathered.absorb(chunk).filter(|_| report.stream_text) {
                     // The loop owns the receiver; a send can only fail while it shuts down.
-                    let _ = side.send((agent, Side::Delta(text))).await;
+                    let _ = report.side.send((report.agent, Side::Delta(text))).await;
                 }
             }
         }

@@ -15,10 +15,12 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
 use super::agent_tools::ToolCallRecord;
-use super::call::{AttemptDone, AttemptTools, CallError, Gathered, Side, attempt};
+use super::call::{
+    AttemptDone, AttemptTools, CallError, Gathered, Progress, Report, Side, attempt,
+};
 use super::emit::Emitter;
 use super::events::{
-    AgentErrorKind, AnswerContent, CallPhase, ConsensusReason, EventKind, SessionError,
+    AgentErrorKind, AgentRef, AnswerContent, CallPhase, ConsensusReason, EventKind, SessionError,
     SessionErrorKind, SessionEvent, SessionSummary,
 };
 use super::options::OrchestratorOptions;
@@ -28,6 +30,7 @@ use super::spec::{Clock, SessionAgent, SessionInput, SessionSpec};
 use super::state::{Member, Rules as StateRules, SessionState, VoteOutcome};
 use super::validate::{Action, Invalid, Rules, validate};
 use crate::provider::{Message, ProviderError, ProviderRequest, Role, ToolChoice, ToolSpec};
+use crate::tool_names::NEW_ANSWER;
 
 /// Runs one session to its end. Every event goes to `events` (the last one is
 /// `session_completed` or `session_failed`); the same outcome is returned. Cancelling
@@ -81,6 +84,9 @@ struct Turn {
     client_tools: Vec<String>,
     /// Rounds of the agent's own tool loop used so far in this turn.
     tool_rounds_used: u32,
+    /// The running attempt: its cancel switch and what it has shown so far.
+    cancel: CancellationToken,
+    progress: Arc<Progress>,
 }
 
 struct Session {
@@ -94,7 +100,8 @@ struct Session {
     input: SessionInput,
     clock: Arc<dyn Clock>,
     stream_agent_text: bool,
-    running: FuturesUnordered<BoxFuture<'static, AttemptDone>>,
+    /// Each running attempt; a cancelled one ends as `None`.
+    running: FuturesUnordered<BoxFuture<'static, Option<AttemptDone>>>,
     side_tx: mpsc::Sender<(usize, Side)>,
     side_rx: mpsc::Receiver<(usize, Side)>,
 }
@@ -103,7 +110,7 @@ enum Step {
     Cancel,
     Timeout,
     Side(usize, Side),
-    Done(AttemptDone),
+    Done(Option<AttemptDone>),
 }
 
 impl Session {
@@ -172,8 +179,7 @@ impl Session {
         let deadline = started + self.options.session_timeout;
         self.discover_tools(cancel, deadline).await?;
         let reason = self.coordinate(em, cancel, deadline).await?;
-        // At a timeout this cancels the turns still running.
-        self.running.clear();
+        let cut = self.cut_running(em).await?;
         let Some(winner) = self.state.pick_winner() else {
             return Err(self.state.error(
                 SessionErrorKind::Timeout,
@@ -188,6 +194,7 @@ impl Session {
             reason,
             tally: self.state.tally(),
             votes: self.state.counted_votes(),
+            cut,
         };
         em.send(&self.state, consensus).await?;
         let presented = Presenter {
@@ -254,7 +261,9 @@ impl Session {
                 Step::Cancel => return Err(self.state.cancelled()),
                 Step::Timeout => return Ok(ConsensusReason::Timeout),
                 Step::Side(i, side) => self.send_side(i, side, em).await?,
-                Step::Done(done) => {
+                // A cancelled attempt: its turn was already dealt with.
+                Step::Done(None) => {}
+                Step::Done(Some(done)) => {
                     // The attempt's last deltas may still sit in the channel: keep order.
                     while let Ok((i, side)) = self.side_rx.try_recv() {
                         self.send_side(i, side, em).await?;
@@ -381,7 +390,7 @@ impl Session {
         let client_tools = client_specs.iter().map(|t| t.name.clone()).collect();
         tools.extend(client_specs);
         tools.extend(self.own_tools[i].iter().cloned());
-        let turn = Turn {
+        let mut turn = Turn {
             attempt: 1,
             deadline: Instant::now() + self.options.agent_turn_timeout,
             messages,
@@ -390,6 +399,8 @@ impl Session {
             offer_new_answer,
             client_tools,
             tool_rounds_used: 0,
+            cancel: CancellationToken::new(),
+            progress: Arc::default(),
         };
         let number = self.state.begin_turn(i);
         let started = EventKind::TurnStarted {
@@ -398,12 +409,13 @@ impl Session {
             answers_seen: self.state.latest_answer_labels(),
         };
         em.send(&self.state, started).await?;
-        self.launch(i, &turn);
+        self.launch(i, &mut turn);
         self.turns[i] = Some(turn);
         Ok(())
     }
 
-    fn launch(&mut self, i: usize, turn: &Turn) {
+    /// Starts the turn's next attempt, with a fresh cancel switch and progress.
+    fn launch(&mut self, i: usize, turn: &mut Turn) {
         let client = &self.input.tools;
         let offers_client = !turn.client_tools.is_empty();
         let request = ProviderRequest {
@@ -433,15 +445,76 @@ impl Session {
                 rounds_left,
             })
         });
-        self.running.push(Box::pin(attempt(
-            i,
-            provider,
-            request,
-            turn.deadline,
-            self.side_tx.clone(),
-            self.stream_agent_text,
-            tools,
-        )));
+        let mut answer_tools = turn.client_tools.clone();
+        if turn.offer_new_answer {
+            answer_tools.push(NEW_ANSWER.to_string());
+        }
+        turn.progress = Arc::new(Progress::new(answer_tools));
+        turn.cancel = CancellationToken::new();
+        let report = Report {
+            agent: i,
+            side: self.side_tx.clone(),
+            stream_text: self.stream_agent_text,
+            progress: turn.progress.clone(),
+        };
+        let run = attempt(provider, request, turn.deadline, report, tools);
+        let cancel = turn.cancel.clone();
+        self.running.push(Box::pin(async move {
+            // Dropping `run` drops its upstream stream: the call is cancelled.
+            tokio::select! {
+                biased;
+                _ = cancel.cancelled() => None,
+                done = run => Some(done),
+            }
+        }));
+    }
+
+    /// Cancels agent `i`'s running attempt and reports the usage its upstream had reported
+    /// so far; returns the cancelled turn's number. The agent is then due a new turn.
+    async fn cancel_turn(&mut self, i: usize, em: &mut Emitter) -> Result<u32, SessionError> {
+        let number = self.state.abandon_turn(i);
+        if let Some(turn) = self.turns[i].take() {
+            turn.cancel.cancel();
+            if let Some(usage) = turn.progress.usage() {
+                em.usage(&mut self.state, i, CallPhase::Coordination, usage)
+                    .await?;
+            }
+        }
+        Ok(number)
+    }
+
+    /// A newer answer made agent `i`'s turn stale: cancel it now (the fresh turn starts at
+    /// the top of the loop) instead of letting it finish into a vote that would be
+    /// discarded.
+    async fn restart(&mut self, i: usize, em: &mut Emitter) -> Result<(), SessionError> {
+        let newest = self
+            .state
+            .newest_answer_label()
+            .unwrap_or_default()
+            .to_string();
+        let turn = self.cancel_turn(i, em).await?;
+        let agent = self.state.who(i).clone();
+        em.send(
+            &self.state,
+            EventKind::TurnRestarted {
+                agent,
+                turn,
+                newest,
+            },
+        )
+        .await
+    }
+
+    /// The deliberation is over: every running turn is cancelled (its reported usage
+    /// kept); returns whose turns were cut.
+    async fn cut_running(&mut self, em: &mut Emitter) -> Result<Vec<AgentRef>, SessionError> {
+        let mut cut = Vec::new();
+        for i in self.state.running() {
+            self.cancel_turn(i, em).await?;
+            cut.push(self.state.who(i).clone());
+        }
+        self.running.clear();
+        Ok(cut)
     }
 
     async fn on_attempt(
@@ -532,6 +605,10 @@ impl Session {
                 .fail(i, AgentErrorKind::InvalidTurns, message, None, em)
                 .await;
         }
+        // Asking again in a turn that no longer shows the current answers would be wasted.
+        if self.state.is_stale(i) {
+            return self.restart(i, em).await;
+        }
         let Some(mut turn) = self.turns[i].take() else {
             return Ok(());
         };
@@ -561,7 +638,7 @@ impl Session {
             turn.messages.extend(results);
         }
         turn.attempt += 1;
-        self.launch(i, &turn);
+        self.launch(i, &mut turn);
         self.turns[i] = Some(turn);
         Ok(())
     }
@@ -574,8 +651,18 @@ impl Session {
     ) -> Result<(), SessionError> {
         self.turns[i] = None;
         let answer = self.state.record_answer(i, content);
-        // Agents still in a turn go on; their votes will be discarded as stale.
-        em.send(&self.state, EventKind::Answer { answer }).await
+        em.send(&self.state, EventKind::Answer { answer }).await?;
+        // Turns that cannot see the new answer start over now, unless they have begun an
+        // answer of their own: that one may finish, and counts.
+        for j in self.state.stale() {
+            let answering = self.turns[j]
+                .as_ref()
+                .is_some_and(|t| t.progress.answering());
+            if !answering {
+                self.restart(j, em).await?;
+            }
+        }
+        Ok(())
     }
 
     async fn on_vote(

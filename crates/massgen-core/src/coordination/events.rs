@@ -222,6 +222,15 @@ pub enum EventKind {
         /// Why the vote did not count (it was cast against an older answer set).
         why: String,
     },
+    /// A running turn was cancelled because a newer answer made it stale (it had not begun
+    /// an answer of its own); a fresh turn that shows the newer answer follows at once.
+    TurnRestarted {
+        agent: AgentRef,
+        /// The cancelled turn's number.
+        turn: u32,
+        /// The answer it had not seen (`agent3.1`).
+        newest: String,
+    },
     TurnInvalid {
         agent: AgentRef,
         attempt: u32,
@@ -249,6 +258,10 @@ pub enum EventKind {
         reason: ConsensusReason,
         tally: Vec<TallyEntry>,
         votes: Vec<VoteRecord>,
+        /// Agents whose running turn was cancelled to end the deliberation (quorum, budget,
+        /// session timeout).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        cut: Vec<AgentRef>,
     },
     PresentationStarted {
         agent: AgentRef,

@@ -13,14 +13,14 @@
 //!   `new_answer` duplicates and near-duplicates against the latest answers *now*, the
 //!   agent's own included. A vote without `reason` is accepted with an empty reason.
 //! - `new_answer` with blank `content` uses the text streamed in that attempt.
-//! - An invalid attempt of a turn that became stale is still retried in that turn; its
-//!   eventual vote is then discarded as usual.
+//! - An invalid attempt of a stale turn that could vote is not asked again: the agent
+//!   restarts with the current answers (a first-answer turn is asked again as usual).
 //! - `skip_coordination_rounds`: only the first agent takes part (the others are not in
 //!   the record), and `min_live_agents` is taken as 1.
 //! - A winner that has failed still gets the presentation call; an empty presentation
 //!   counts as failed. On failure the stored answer follows whatever was already streamed.
-//! - At the session timeout the running turns are dropped without events; the presentation
-//!   then runs under `presentation_timeout` only.
+//! - At the session timeout the running turns are cancelled (named in `consensus.cut`); the
+//!   presentation then runs under `presentation_timeout` only.
 //! - `max_new_answers_per_agent: 0` with no answer to vote for fails that agent.
 
 pub mod agent_tools;

@@ -216,6 +216,46 @@ impl SessionState {
         }
     }
 
+    /// Agents in a turn that no longer shows the current answer set and that could end it
+    /// with a vote, which would be discarded: they should start over. A turn that started
+    /// with no answer to show was offered no vote and can only answer, so it goes on (first
+    /// answers are written independently). The loop also spares turns that have begun an
+    /// answer.
+    pub fn stale(&self) -> Vec<usize> {
+        (0..self.agents.len())
+            .filter(|&i| self.is_stale(i))
+            .collect()
+    }
+
+    pub fn is_stale(&self, i: usize) -> bool {
+        matches!(
+            self.agents[i].status,
+            Status::Running { seen_version } if seen_version != 0 && seen_version != self.version
+        )
+    }
+
+    /// Agents in a turn now.
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.agents.len())
+            .filter(|&i| matches!(self.agents[i].status, Status::Running { .. }))
+            .collect()
+    }
+
+    /// Agent `i`'s turn was cancelled before it ended; returns that turn's number. The
+    /// agent needs a new turn (it is due).
+    pub fn abandon_turn(&mut self, i: usize) -> u32 {
+        let agent = &mut self.agents[i];
+        if matches!(agent.status, Status::Running { .. }) {
+            agent.status = Status::Idle;
+        }
+        agent.turns
+    }
+
+    /// The label of the newest answer (`agent3.1`), once there is one.
+    pub fn newest_answer_label(&self) -> Option<&str> {
+        self.answers.last().map(|a| a.answer_label.as_str())
+    }
+
     /// Live agents that need a turn now, in config order.
     pub fn due(&self) -> Vec<usize> {
         (0..self.agents.len())
@@ -250,14 +290,10 @@ impl SessionState {
             return VoteOutcome::Counted(vote);
         }
         agent.status = Status::Idle;
-        let newest = self
-            .answers
-            .last()
-            .map(|a| a.answer_label.clone())
-            .unwrap_or_default();
+        let newest = self.newest_answer_label().unwrap_or_default();
         VoteOutcome::Stale {
-            vote,
             why: format!("cast before the newest answer ({newest}) was seen"),
+            vote,
         }
     }
 

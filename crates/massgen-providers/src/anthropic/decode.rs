@@ -4,7 +4,9 @@
 //! `input_json_delta` fragments and is emitted when the block stops. Thinking blocks
 //! (text + `signature_delta`) and `redacted_thinking` blocks are kept and attached to the
 //! next tool call as opaque data, so a replayed assistant turn carries them back. Usage is
-//! `message_start`'s, overwritten field by field by the cumulative `message_delta` usage.
+//! `message_start`'s (reported at once, so a cancelled call still shows its input), overwritten
+//! field by field by the cumulative `message_delta` usage. A `tool_use` block's start is
+//! announced as soon as it opens.
 
 use std::collections::HashMap;
 
@@ -66,6 +68,12 @@ impl Decoder {
                 if let Some(usage) = message.usage {
                     self.merge_usage(usage);
                 }
+                // The input is billed from here on: a call cancelled mid-stream still
+                // reports it (the closing usage replaces this one).
+                out.extend(
+                    self.saw_usage
+                        .then(|| ProviderChunk::Usage(map_usage(&self.usage))),
+                );
             }
             EventWire::ContentBlockStart {
                 index,
@@ -91,12 +99,15 @@ impl Decoder {
                         }
                     }
                     BlockWire::RedactedThinking { data } => Block::Redacted { data },
-                    BlockWire::ToolUse { id, name, input } => Block::ToolUse {
-                        id,
-                        name,
-                        json: String::new(),
-                        start_input: input,
-                    },
+                    BlockWire::ToolUse { id, name, input } => {
+                        out.push(ProviderChunk::ToolCallStarted { name: name.clone() });
+                        Block::ToolUse {
+                            id,
+                            name,
+                            json: String::new(),
+                            start_input: input,
+                        }
+                    }
                     BlockWire::Other => Block::Other,
                 };
                 self.blocks.insert(index, block);

@@ -1,6 +1,7 @@
 //! Decoding a Chat Completions SSE body into [`ProviderChunk`]s.
 //!
-//! Text and reasoning go out as they arrive (the engine streams them live). Tool calls,
+//! Text and reasoning go out as they arrive (the engine streams them live), and so does the
+//! start of each tool call (its name). Complete tool calls,
 //! usage and the finish reason are held until the stream's end (`[DONE]`, or the body's
 //! end after a finish reason) because usage usually comes after the finish chunk.
 //!
@@ -107,7 +108,9 @@ impl Decoder {
             out.push(ProviderChunk::Text(text));
         }
         for call in delta.tool_calls.unwrap_or_default() {
-            self.tool_calls.apply(call);
+            if let Some(name) = self.tool_calls.apply(call) {
+                out.push(ProviderChunk::ToolCallStarted { name });
+            }
         }
     }
 
@@ -217,7 +220,11 @@ mod tests {
         let Ok(Step::More(live)) = decoder.on_event(data(chunk)) else {
             panic!("a chunk is not the end");
         };
-        assert!(live.is_empty());
+        // Only the first choice's call, announced as soon as it is named.
+        assert_eq!(
+            live,
+            vec![ProviderChunk::ToolCallStarted { name: "f".into() }]
+        );
         let Ok(end) = decoder.on_end_of_body() else {
             panic!("a finish reason was seen");
         };

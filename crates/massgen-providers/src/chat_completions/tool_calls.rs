@@ -33,32 +33,39 @@ enum Target {
 }
 
 impl ToolCallAssembler {
-    pub fn apply(&mut self, delta: ToolCallDeltaWire) {
+    /// Takes one delta in; returns the call's name when this delta is the first to name it
+    /// (the call has begun).
+    pub fn apply(&mut self, delta: ToolCallDeltaWire) -> Option<String> {
         let function = delta.function.unwrap_or_default();
         let id = delta.id.filter(|id| !id.is_empty());
         let name = function.name.filter(|name| !name.is_empty());
         let arguments = function.arguments.unwrap_or_default();
         match self.target(delta.index, id.as_deref()) {
-            Target::New => self.slots.push(Slot {
-                index: delta.index,
-                id,
-                name: name.unwrap_or_default(),
-                arguments,
-            }),
+            Target::New => {
+                self.slots.push(Slot {
+                    index: delta.index,
+                    id,
+                    name: name.clone().unwrap_or_default(),
+                    arguments,
+                });
+                name
+            }
             Target::Existing { slot, resent } => {
                 let slot = &mut self.slots[slot];
                 if slot.id.is_none() {
                     slot.id = id;
                 }
                 // The first name wins: later deltas only ever repeat it.
-                if let Some(name) = name.filter(|_| slot.name.is_empty()) {
-                    slot.name = name;
+                let named = name.filter(|_| slot.name.is_empty());
+                if let Some(name) = &named {
+                    slot.name.clone_from(name);
                 }
                 if resent {
                     merge_resent(&mut slot.arguments, &arguments);
                 } else {
                     slot.arguments.push_str(&arguments);
                 }
+                named
             }
         }
     }

@@ -5,7 +5,8 @@
 //! arguments an object, usually no id) become tool calls with ids synthesized as
 //! `call_<n>`, their `thoughtSignature` kept as opaque data. Vertex's streamed arguments
 //! (`partialArgs`, `willContinue`, an empty `functionCall` closing the call) are assembled
-//! too. `usageMetadata` is on every chunk: the last one wins. There is no end marker: the
+//! too; each call is announced when its name arrives. `usageMetadata` is on every chunk: it
+//! is reported whenever it changes, and the last one wins. There is no end marker: the
 //! stream is complete when the body ends after a `finishReason`.
 
 use serde_json::{Map, Value, json};
@@ -51,13 +52,19 @@ impl Decoder {
         if let Some(error) = chunk.error {
             return Err(stream_error(&self.provider, error));
         }
+        let mut out = Vec::new();
         if let Some(usage) = chunk.usage_metadata {
-            self.usage = Some(usage);
+            // Reported as it grows, so a call cancelled mid-stream still shows what it
+            // used; the closing chunks repeat the last one.
+            let usage = Some(usage);
+            if usage != self.usage {
+                out.extend(usage.as_ref().map(|u| ProviderChunk::Usage(map_usage(u))));
+                self.usage = usage;
+            }
         }
         if chunk.prompt_feedback.and_then(|f| f.block_reason).is_some() {
             self.blocked = true;
         }
-        let mut out = Vec::new();
         // Only the first candidate: we never ask for more.
         for candidate in chunk.candidates.unwrap_or_default() {
             if candidate.index.unwrap_or(0) != 0 {
@@ -76,7 +83,7 @@ impl Decoder {
 
     fn on_part(&mut self, part: PartWire, out: &mut Vec<ProviderChunk>) {
         if let Some(call) = part.function_call {
-            self.on_call(call, part.thought_signature);
+            out.extend(self.on_call(call, part.thought_signature));
             return;
         }
         if let Some(text) = part.text.filter(|t| !t.is_empty()) {
@@ -88,7 +95,12 @@ impl Decoder {
         }
     }
 
-    fn on_call(&mut self, call: FunctionCallWire, signature: Option<String>) {
+    /// Assembles a call; a call that starts here is announced.
+    fn on_call(
+        &mut self,
+        call: FunctionCallWire,
+        signature: Option<String>,
+    ) -> Option<ProviderChunk> {
         let name = call.name.filter(|n| !n.is_empty());
         let has_partial = call.partial_args.as_ref().is_some_and(|p| !p.is_empty());
         if let Some(partial) = self.partial.as_mut().filter(|_| name.is_none()) {
@@ -120,10 +132,11 @@ impl Decoder {
             if !has_partial && call.will_continue != Some(true) {
                 self.close_partial();
             }
-            return;
+            return None;
         }
-        let Some(name) = name else { return };
+        let name = name?;
         self.close_partial();
+        let started = ProviderChunk::ToolCallStarted { name: name.clone() };
         if call.will_continue == Some(true) && call.args.is_none() {
             self.partial = Some(Partial {
                 id: call.id,
@@ -131,10 +144,11 @@ impl Decoder {
                 args: Map::new(),
                 signature,
             });
-            return;
+            return Some(started);
         }
         let arguments = call.args.unwrap_or_else(|| json!({})).to_string();
         self.push_call(call.id, name, arguments, signature);
+        Some(started)
     }
 
     fn close_partial(&mut self) {

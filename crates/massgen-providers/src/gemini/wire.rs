@@ -77,7 +77,7 @@ pub(crate) struct PartialArgWire {
     pub bool_value: Option<bool>,
 }
 
-#[derive(Debug, Default, Clone, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub(crate) struct UsageWire {
     #[serde(default)]

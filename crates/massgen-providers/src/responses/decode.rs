@@ -68,8 +68,12 @@ impl Decoder {
                 // Summary parts are paragraphs; keep them apart in the live reasoning text.
                 out.push(ProviderChunk::Reasoning("\n\n".into()));
             }
-            "response.output_item.added" => self.on_item(event.output_index, event.item, false),
-            "response.output_item.done" => self.on_item(event.output_index, event.item, true),
+            "response.output_item.added" => {
+                out.extend(self.on_item(event.output_index, event.item, false));
+            }
+            "response.output_item.done" => {
+                out.extend(self.on_item(event.output_index, event.item, true));
+            }
             "response.function_call_arguments.delta" => {
                 let delta = event.delta.unwrap_or_default();
                 if let Some(call) = self.call_for(event.output_index, event.item_id.as_deref())
@@ -108,8 +112,14 @@ impl Decoder {
         Ok(Step::More(out))
     }
 
-    fn on_item(&mut self, output_index: Option<u32>, item: Option<Value>, done: bool) {
-        let Some(item) = item else { return };
+    /// Tracks a function-call item; a call seen for the first time is announced.
+    fn on_item(
+        &mut self,
+        output_index: Option<u32>,
+        item: Option<Value>,
+        done: bool,
+    ) -> Option<ProviderChunk> {
+        let item = item?;
         let field = |key: &str| item.get(key).and_then(Value::as_str).map(str::to_owned);
         match item.get("type").and_then(Value::as_str) {
             Some("function_call") => {
@@ -122,21 +132,26 @@ impl Decoder {
                         }
                         call.done = true;
                     }
-                    return;
+                    return None;
                 }
                 let reasoning = std::mem::take(&mut self.reasoning);
+                let name = field("name").unwrap_or_default();
                 self.calls.push(Call {
                     output_index,
                     item_id,
                     call_id: field("call_id").unwrap_or_default(),
-                    name: field("name").unwrap_or_default(),
+                    name: name.clone(),
                     arguments: arguments.unwrap_or_default(),
                     done,
                     reasoning,
                 });
+                Some(ProviderChunk::ToolCallStarted { name })
             }
-            Some("reasoning") if done => self.reasoning.push(item),
-            _ => {}
+            Some("reasoning") if done => {
+                self.reasoning.push(item);
+                None
+            }
+            _ => None,
         }
     }
 

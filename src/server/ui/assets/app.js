@@ -393,6 +393,13 @@ class SessionView {
       el("b", { text: v.voter.label }), ` → ${v.target_label} ignored: `, ev.why, this.at(ev)));
   }
 
+  on_turn_restarted(ev) {
+    const a = this.column(ev.agent);
+    this.endTurn(a, ev);
+    this.add(a, el("p", { class: "ignored" }, `turn ${ev.turn} cancelled: ${ev.newest} arrived before it answered`, this.at(ev)));
+    this.setState(a, "restarting");
+  }
+
   on_turn_invalid(ev) {
     const a = this.column(ev.agent);
     this.add(a, el("p", { class: "invalid" }, `invalid turn (attempt ${ev.attempt}, ${ev.check}): `, ev.message, this.at(ev)));
@@ -435,8 +442,18 @@ class SessionView {
   on_consensus(ev) {
     const w = ev.winner;
     const tally = ev.tally.filter((t) => t.votes > 0).map((t) => `${t.label}=${t.votes}`).join(", ");
-    const why = { converged: "every agent voted", single_agent: "single agent", timeout: "session timed out" }[ev.reason] || ev.reason;
-    $("winner").replaceChildren(`Winner: ${w.label} (${w.agent_id}) · ${why}${tally ? ` · ${tally}` : ""}`);
+    const why = {
+      converged: "every agent voted", single_agent: "single agent", timeout: "session timed out",
+      quorum: "voting quorum reached", budget: "cost budget reached",
+    }[ev.reason] || ev.reason;
+    const cut = (ev.cut || []).map((c) => c.label).join(", ");
+    $("winner").replaceChildren(`Winner: ${w.label} (${w.agent_id}) · ${why}${tally ? ` · ${tally}` : ""}${cut ? ` · cut: ${cut}` : ""}`);
+    for (const c of ev.cut || []) {
+      const a = this.column(c);
+      this.endTurn(a, ev);
+      this.add(a, el("p", { class: "ignored" }, `turn ${a.turns} cut: ${why}`, this.at(ev)));
+      this.setState(a, "cut");
+    }
     $("winner").dataset.label = w.label;
     this.renderTally(ev.tally);
     for (const a of this.agents.values()) if (a.stream) this.endTurn(a, ev);
