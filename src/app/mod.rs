@@ -12,5 +12,5 @@ mod tools;
 
 pub use caller::{Caller, KeyId};
 pub use providers::{HttpProviders, ProviderFactory};
-pub use sessions::{SessionRequest, Sessions, SessionsConfig, StartError, Started};
+pub use sessions::{Overrides, SessionRequest, Sessions, SessionsConfig, StartError, Started};
 pub use tools::{agent_tools, servers_of};

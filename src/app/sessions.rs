@@ -6,7 +6,9 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use massgen_core::coordination::{Clock, SessionAgent, SessionEvent, SessionInput, SessionSpec};
+use massgen_core::coordination::{
+    Clock, OrchestratorOptions, Quorum, SessionAgent, SessionEvent, SessionInput, SessionSpec,
+};
 use massgen_tools::ToolRegistry;
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
 use tokio_util::sync::{CancellationToken, DropGuard};
@@ -56,8 +58,26 @@ pub struct SessionRequest {
     pub input: SessionInput,
     /// Emit the agents' streamed text as events (`deliberation: full`).
     pub stream_agent_text: bool,
+    /// What the request changes of the panel's orchestrator options.
+    pub overrides: Overrides,
     /// The session's concurrency slot, held until the session ends.
     pub permit: Option<OwnedSemaphorePermit>,
+}
+
+/// What a request may change of the panel's `orchestrator:` options (the `massgen`
+/// extension, the same on every door).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Overrides {
+    /// `massgen.voting_quorum`.
+    pub voting_quorum: Option<Quorum>,
+}
+
+impl Overrides {
+    pub fn apply(&self, options: &mut OrchestratorOptions) {
+        if let Some(q) = self.voting_quorum {
+            options.voting_quorum = q;
+        }
+    }
 }
 
 /// A running session as its door sees it.
@@ -129,10 +149,12 @@ impl Sessions {
             agents = panel.agents.len(),
             "session started"
         );
+        let mut options = panel.orchestrator.clone();
+        request.overrides.apply(&mut options);
         let spec = SessionSpec {
             session_id: id.clone(),
             agents,
-            options: panel.orchestrator.clone(),
+            options,
             input: request.input,
             stream_agent_text: request.stream_agent_text,
         };

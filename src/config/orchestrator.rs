@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use massgen_core::coordination::{OrchestratorOptions, Strictness};
+use massgen_core::coordination::{OrchestratorOptions, Quorum, Strictness};
 use serde_json::{Map, Value};
 
 use super::ConfigError;
@@ -29,6 +29,7 @@ const ORCHESTRATOR_KEYS: &[&str] = &[
     "presentation_timeout_seconds",
     "present_tool_calls",
     "defer_voting_until_all_answered",
+    "voting_quorum",
 ];
 
 /// `timeout_settings:` keys this server implements (the round timeouts included).
@@ -133,6 +134,11 @@ impl Cx<'_> {
         let defer = "defer_voting_until_all_answered";
         if let Some(b) = self.boolean(orch.get(defer), &join("orchestrator", defer))? {
             options.defer_voting_until_all_answered = b;
+        }
+        if let Some(value) = orch.get("voting_quorum") {
+            let key = join("orchestrator", "voting_quorum");
+            let value = self.expanded(value, &key)?;
+            options.voting_quorum = Quorum::parse(&value).map_err(|e| self.err(&key, e))?;
         }
         Ok(())
     }

@@ -6,7 +6,7 @@ use std::time::Duration;
 use massgen::config::{
     ConfigError, PanelConfig, demo_panel, load_catalog, load_panel, parse_panel,
 };
-use massgen_core::coordination::Strictness;
+use massgen_core::coordination::{Quorum, Strictness};
 use massgen_providers::presets::PRESETS;
 use serde_json::json;
 
@@ -455,6 +455,7 @@ orchestrator:
   min_live_agents: 2
   agent_turn_timeout_seconds: 90
   defer_voting_until_all_answered: false
+  voting_quorum: majority
   snapshot_storage: snapshots
 timeout_settings:
   orchestrator_timeout_seconds: 600
@@ -472,7 +473,12 @@ timeout_settings:
     assert_eq!(o.agent_turn_timeout, Duration::from_secs(90));
     assert_eq!(o.presentation_timeout, Duration::from_millis(1500));
     assert!(!o.defer_voting_until_all_answered);
-    assert!(ok(GPT).orchestrator.defer_voting_until_all_answered);
+    assert_eq!(o.voting_quorum, Quorum::Majority);
+    let defaults = ok(GPT).orchestrator;
+    assert!(defaults.defer_voting_until_all_answered);
+    assert_eq!(defaults.voting_quorum, Quorum::All);
+    let k = ok(&format!("{GPT}orchestrator: {{voting_quorum: 2}}\n"));
+    assert_eq!(k.orchestrator.voting_quorum, Quorum::Votes(2));
 }
 
 #[test]
@@ -536,6 +542,16 @@ fn invalid_orchestrator_values() {
             "orchestrator: {skip_final_presentation: maybe}",
             "orchestrator.skip_final_presentation",
             &["true or false"],
+        ),
+        (
+            "orchestrator: {voting_quorum: most}",
+            "orchestrator.voting_quorum",
+            &["\"all\", \"majority\" or a whole number", "\"most\""],
+        ),
+        (
+            "orchestrator: {voting_quorum: 0}",
+            "orchestrator.voting_quorum",
+            &["(1 or more), got 0"],
         ),
         (
             "orchestrator: {defer_voting_until_all_answered: sometimes}",

@@ -250,3 +250,93 @@ async fn first_answer_turns_are_never_cancelled() {
     );
     assert_eq!(run.summary().answers.len(), 2);
 }
+
+/// Answers at t=1, 2, 3 (deferred), then votes taking `vote_after` seconds each, every
+/// vote for agent2 unless `split`.
+fn voting_panel(vote_after: [u64; 3], split: bool) -> [Scripted; 3] {
+    let one = |name: &'static str, text: &'static str, at: u64, vote_at: u64, to: &'static str| {
+        Scripted::new(name, move |req, _| {
+            if is_presentation(req) {
+                return present(&["Final"]);
+            }
+            if vote_enum(req).is_empty() {
+                return after(at, answer(text));
+            }
+            after(vote_at, vote(to, "best"))
+        })
+    };
+    [
+        one("a", "Alpha: four.", 1, vote_after[0], "agent2"),
+        one(
+            "b",
+            "Beta: 4 (arithmetic).",
+            2,
+            vote_after[1],
+            if split { "agent1" } else { "agent2" },
+        ),
+        one("c", "Gamma: 2+2 is 4.", 3, vote_after[2], "agent2"),
+    ]
+}
+
+fn with_quorum(quorum: Quorum) -> OrchestratorOptions {
+    OrchestratorOptions {
+        voting_quorum: quorum,
+        ..opts()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_majority_ends_the_vote_and_cuts_the_slow_voter() {
+    let [a, b, c] = voting_panel([1, 2, 10], false);
+    let run = run(spec(
+        &[("a", &a), ("b", &b), ("c", &c)],
+        with_quorum(Quorum::Majority),
+    ))
+    .await;
+    let s = run.summary();
+    assert_eq!(s.consensus_reason, ConsensusReason::Quorum);
+    assert_eq!(s.winner.label, "agent2");
+    let cut: Vec<_> = s.cut.iter().map(|a| a.label.as_str()).collect();
+    assert_eq!(cut, ["agent3"]);
+    assert!(run.kinds().iter().any(|k| matches!(
+        k,
+        EventKind::Consensus { reason: ConsensusReason::Quorum, cut, .. } if cut.len() == 1
+    )));
+    // Answers end at t=3, the second vote at t=5; agent3's vote (t=13) is not awaited.
+    assert_eq!(s.duration_ms, 5000);
+    assert_eq!(c.live_streams(), 0);
+    assert_eq!(s.votes.len(), 2);
+
+    // An integer quorum works the same way.
+    let [a, b, c] = voting_panel([1, 2, 10], false);
+    let run = crate::support::engine::run(spec(
+        &[("a", &a), ("b", &b), ("c", &c)],
+        with_quorum(Quorum::Votes(2)),
+    ))
+    .await;
+    assert_eq!(run.summary().consensus_reason, ConsensusReason::Quorum);
+    assert_eq!(run.summary().duration_ms, 5000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_quorum_not_reached_waits_for_every_vote() {
+    // agent1 and agent3 vote agent2, agent2 votes agent1: the majority (2) is only there
+    // once agent3 votes, which is also the last vote.
+    let [a, b, c] = voting_panel([1, 2, 10], true);
+    let run = run(spec(
+        &[("a", &a), ("b", &b), ("c", &c)],
+        with_quorum(Quorum::Majority),
+    ))
+    .await;
+    let s = run.summary();
+    assert_eq!(s.consensus_reason, ConsensusReason::Converged);
+    assert!(s.cut.is_empty());
+    assert_eq!(s.votes.len(), 3);
+    assert_eq!(s.duration_ms, 13_000);
+
+    // `all` (the default) never stops early.
+    let [a, b, c] = voting_panel([1, 2, 10], false);
+    let run = crate::support::engine::run(spec(&[("a", &a), ("b", &b), ("c", &c)], opts())).await;
+    assert_eq!(run.summary().consensus_reason, ConsensusReason::Converged);
+    assert_eq!(run.summary().duration_ms, 13_000);
+}

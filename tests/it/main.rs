@@ -19,6 +19,7 @@ mod engine_opaque;
 mod engine_tools;
 mod http_blackbox;
 mod http_doors;
+mod http_efficiency;
 mod http_inprocess;
 mod http_messages;
 mod http_native_providers;

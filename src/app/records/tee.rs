@@ -120,6 +120,7 @@ fn count_cancelled(reason: &str, calls: usize) {
 fn cut_reason(reason: ConsensusReason) -> &'static str {
     match reason {
         ConsensusReason::Timeout => "timeout",
+        ConsensusReason::Quorum => "quorum",
         ConsensusReason::Converged | ConsensusReason::SingleAgent => "converged",
     }
 }

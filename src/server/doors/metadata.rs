@@ -15,6 +15,7 @@ pub fn metadata_json(session_id: &str, s: &SessionSummary) -> Value {
         "session_id": session_id,
         "winner": {"agent_id": s.winner.agent_id, "label": s.winner.label},
         "consensus_reason": s.consensus_reason,
+        "cut_agents": s.cut,
         "presentation": s.presentation,
         "tally": s.tally,
         "votes": s.votes,

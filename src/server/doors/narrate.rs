@@ -3,7 +3,7 @@
 //! lines in its own idiom (`reasoning_content`, a reasoning summary, a thinking block).
 
 use massgen_core::coordination::client_tools::describe_calls;
-use massgen_core::coordination::{AnswerContent, EventKind};
+use massgen_core::coordination::{AnswerContent, ConsensusReason, EventKind};
 
 /// How much of the deliberation the client sees (`massgen.deliberation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -119,14 +119,21 @@ fn summary_line(event: &EventKind) -> Option<String> {
             )
         }
         EventKind::Consensus {
-            winner, tally, cut, ..
+            winner,
+            tally,
+            reason,
+            cut,
+            ..
         } => {
             let votes: Vec<String> = tally
                 .iter()
                 .filter(|t| t.votes > 0)
                 .map(|t| format!("{}={}", t.label, t.votes))
                 .collect();
-            let head = "consensus";
+            let head = match reason {
+                ConsensusReason::Quorum => "quorum",
+                _ => "consensus",
+            };
             let line = if votes.is_empty() {
                 format!("[massgen] {} selected (no votes)", winner.label)
             } else {
@@ -183,7 +190,7 @@ fn one_line(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use massgen_core::coordination::{AgentRef, ConsensusReason, VoteRecord};
+    use massgen_core::coordination::{AgentRef, VoteRecord};
 
     fn agent(label: &str) -> AgentRef {
         AgentRef {
@@ -242,6 +249,11 @@ mod tests {
             n.line(&consensus(ConsensusReason::Timeout, vec![agent("agent3")]))
                 .as_deref(),
             Some("[massgen] consensus: agent1 wins (agent1=2); cut: agent3\n")
+        );
+        assert_eq!(
+            n.line(&consensus(ConsensusReason::Quorum, vec![agent("agent3")]))
+                .as_deref(),
+            Some("[massgen] quorum: agent1 wins (agent1=2); cut: agent3\n")
         );
     }
 

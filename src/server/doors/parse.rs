@@ -4,7 +4,10 @@
 
 use serde_json::{Map, Value};
 
+use massgen_core::coordination::Quorum;
+
 use super::narrate::Deliberation;
+use crate::app::Overrides;
 use crate::server::error::ApiError;
 
 /// The body as a JSON object.
@@ -151,6 +154,27 @@ pub fn deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError> 
     }
 }
 
+/// The `massgen` fields that override the panel's orchestrator options
+/// (`massgen.voting_quorum`).
+pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
+    let massgen = match obj.get("massgen") {
+        None | Some(Value::Null) => return Ok(Overrides::default()),
+        Some(Value::Object(m)) => m,
+        Some(_) => return Err(type_error("massgen", "an object")),
+    };
+    let voting_quorum = match massgen.get("voting_quorum") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(Quorum::parse(v).map_err(|e| {
+            ApiError::invalid(
+                format!("'massgen.voting_quorum' {e}"),
+                Some("massgen.voting_quorum"),
+                "invalid_value",
+            )
+        })?),
+    };
+    Ok(Overrides { voting_quorum })
+}
+
 /// A required array with at least one entry (`messages`).
 pub fn required_list<'a>(
     value: Option<&'a Value>,
@@ -218,5 +242,32 @@ pub fn joined_text(
             Ok(texts.join("\n"))
         }
         Some(_) => Err(error("'content' must be a string or an array of parts")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use massgen_core::coordination::OrchestratorOptions;
+    use serde_json::json;
+
+    fn overrides_of(v: Value) -> Result<Overrides, ApiError> {
+        match v {
+            Value::Object(obj) => overrides(&obj),
+            _ => unreachable!("an object"),
+        }
+    }
+
+    #[test]
+    fn massgen_fields_override_the_panel() {
+        let o = overrides_of(json!({"massgen": {"voting_quorum": "majority"}})).unwrap();
+        let mut options = OrchestratorOptions::default();
+        o.apply(&mut options);
+        assert_eq!(options.voting_quorum, Quorum::Majority);
+        assert_eq!(overrides_of(json!({})).unwrap(), Overrides::default());
+        let bad = overrides_of(json!({"massgen": {"voting_quorum": 0}})).unwrap_err();
+        assert_eq!(bad.code(), "invalid_value");
+        let bad = overrides_of(json!({"massgen": 3})).unwrap_err();
+        assert_eq!(bad.code(), "invalid_type");
     }
 }

@@ -18,7 +18,7 @@ use tokio_util::sync::DropGuard;
 
 use super::narrate::{Deliberation, Narrator};
 use crate::app::records::SessionInfo;
-use crate::app::{Caller, SessionRequest, StartError};
+use crate::app::{Caller, Overrides, SessionRequest, StartError};
 use crate::server::error::ApiError;
 use crate::server::{AppState, routing};
 use crate::telemetry;
@@ -92,6 +92,8 @@ pub struct Ask {
     pub metadata: serde_json::Map<String, serde_json::Value>,
     pub input: SessionInput,
     pub deliberation: Deliberation,
+    /// The `massgen` fields that change the panel's options.
+    pub overrides: Overrides,
 }
 
 /// A started session, ready to render.
@@ -129,6 +131,7 @@ pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
                 },
                 input: ask.input,
                 stream_agent_text: ask.deliberation == Deliberation::Full,
+                overrides: ask.overrides,
                 permit,
             },
         )

@@ -142,6 +142,7 @@ impl Session {
                     min_live,
                     answer_cap: spec.options.max_new_answers_per_agent,
                     defer: spec.options.defer_voting_until_all_answered,
+                    quorum: spec.options.voting_quorum,
                 },
             ),
             own_tools: vec![Vec::new(); agents.len()],
@@ -194,7 +195,7 @@ impl Session {
             reason,
             tally: self.state.tally(),
             votes: self.state.counted_votes(),
-            cut,
+            cut: cut.clone(),
         };
         em.send(&self.state, consensus).await?;
         let presented = Presenter {
@@ -219,6 +220,7 @@ impl Session {
             answers: self.state.answers().to_vec(),
             votes: self.state.counted_votes(),
             tally: self.state.tally(),
+            cut,
             agents: self.state.summaries(),
             usage: self.state.usage(),
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
@@ -241,6 +243,9 @@ impl Session {
             }
             if self.state.converged() {
                 return Ok(ConsensusReason::Converged);
+            }
+            if self.state.quorum_reached() {
+                return Ok(ConsensusReason::Quorum);
             }
             if self.running.is_empty() {
                 // Unreachable by the rules above; fail rather than wait for the timeout.

@@ -85,6 +85,9 @@ pub enum ConsensusReason {
     SingleAgent,
     /// The session timed out; the winner comes from the votes counted so far.
     Timeout,
+    /// One answer reached `voting_quorum` before every live agent voted; the running
+    /// turns were cut.
+    Quorum,
 }
 
 /// Why an agent failed.
@@ -165,6 +168,9 @@ pub struct SessionSummary {
     /// The counted votes at consensus.
     pub votes: Vec<VoteRecord>,
     pub tally: Vec<TallyEntry>,
+    /// Agents whose running turn was cancelled to end the deliberation.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cut: Vec<AgentRef>,
     pub agents: Vec<AgentSummary>,
     /// Sum over every upstream call of the session.
     pub usage: Usage,

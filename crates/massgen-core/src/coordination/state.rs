@@ -8,6 +8,7 @@ use super::events::{
     AgentError, AgentErrorKind, AgentRef, AgentSummary, Answer, AnswerContent, SessionError,
     SessionErrorKind, TallyEntry, VoteRecord,
 };
+use super::options::Quorum;
 use super::prompt::ShownAnswer;
 use crate::provider::{ProviderError, Usage};
 
@@ -77,6 +78,7 @@ pub(super) struct SessionState {
     answer_cap: Option<u32>,
     /// `defer_voting_until_all_answered`.
     defer: bool,
+    quorum: Quorum,
 }
 
 /// The options the state's rules depend on.
@@ -87,6 +89,7 @@ pub(super) struct Rules {
     pub answer_cap: Option<u32>,
     /// `defer_voting_until_all_answered`.
     pub defer: bool,
+    pub quorum: Quorum,
 }
 
 impl SessionState {
@@ -120,6 +123,7 @@ impl SessionState {
             min_live: rules.min_live,
             answer_cap: rules.answer_cap,
             defer: rules.defer,
+            quorum: rules.quorum,
         }
     }
 
@@ -374,6 +378,16 @@ impl SessionState {
         live.peek().is_some() && live.all(|a| a.status == Status::Voted)
     }
 
+    /// One answer holds the quorum's votes while some live agent has not voted yet.
+    pub fn quorum_reached(&self) -> bool {
+        let Some(needed) = self.quorum.needed(self.live().count()) else {
+            return false;
+        };
+        self.tally()
+            .iter()
+            .any(|t| usize::try_from(t.votes).unwrap_or(usize::MAX) >= needed)
+    }
+
     /// Most counted votes; a tie goes to config order; no votes: the first agent with an
     /// answer.
     pub fn pick_winner(&self) -> Option<usize> {
@@ -499,6 +513,7 @@ mod tests {
             min_live: 1,
             answer_cap: None,
             defer,
+            quorum: Quorum::All,
         }
     }
 
@@ -635,6 +650,41 @@ mod tests {
         s.fail(2, AgentErrorKind::TurnTimeout, "slow".into(), None);
         assert!(s.converged());
         assert!(s.too_few_live().is_none());
+    }
+
+    #[test]
+    fn a_majority_for_one_answer_is_a_quorum() {
+        let majority = Rules {
+            quorum: Quorum::Majority,
+            ..rules(false)
+        };
+        let mut s = with(3, majority);
+        for i in 0..3 {
+            s.begin_turn(i);
+        }
+        s.record_answer(0, text("one"));
+        s.record_answer(1, text("two"));
+        for i in 0..3 {
+            s.begin_turn(i);
+        }
+        vote(&mut s, 0, "agent1");
+        vote(&mut s, 1, "agent2");
+        assert!(!s.quorum_reached(), "split votes are no quorum");
+        vote(&mut s, 2, "agent2");
+        assert!(s.quorum_reached());
+        assert_eq!(s.pick_winner(), Some(1));
+        // Once the other live agent fails, the two votes are everybody's: no early stop.
+        let mut s = with(3, majority);
+        s.begin_turn(0);
+        s.record_answer(0, text("one"));
+        s.fail(2, AgentErrorKind::TurnTimeout, "slow".into(), None);
+        s.begin_turn(0);
+        s.begin_turn(1);
+        vote(&mut s, 0, "agent1");
+        assert!(!s.quorum_reached());
+        vote(&mut s, 1, "agent1");
+        assert!(!s.quorum_reached());
+        assert!(s.converged());
     }
 
     #[test]

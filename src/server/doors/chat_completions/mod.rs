@@ -43,6 +43,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
             metadata: Default::default(),
             input: request.input.clone(),
             deliberation: request.deliberation,
+            overrides: request.overrides,
         },
     )?;
     let header = ChunkHeader {

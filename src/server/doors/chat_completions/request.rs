@@ -7,6 +7,7 @@ use massgen_core::coordination::{ClientTools, SessionInput};
 use massgen_core::provider::{Message, ToolCall, ToolChoice, ToolSpec};
 use serde_json::{Map, Value};
 
+use crate::app::Overrides;
 use crate::server::doors::conversation;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, optional_bool, optional_count, type_error, unsupported};
@@ -21,6 +22,7 @@ pub struct ChatRequest {
     pub stream: bool,
     pub include_usage: bool,
     pub deliberation: Deliberation,
+    pub overrides: Overrides,
     pub input: SessionInput,
     /// Bounds the final answer (estimated tokens): `max_completion_tokens`, or the older
     /// `max_tokens`.
@@ -45,6 +47,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         Some(_) => return Err(type_error("stream_options", "an object")),
     };
     let deliberation = parse::deliberation(&obj)?;
+    let overrides = parse::overrides(&obj)?;
     let tools = parse_client_tools(&obj)?;
     let (system, messages) = parse_messages(obj.get("messages"))?;
     let input = conversation::session_input(system, messages, tools, "messages")?;
@@ -54,6 +57,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         stream,
         include_usage,
         deliberation,
+        overrides,
         input,
         max_tokens: match optional_count(&obj, "max_completion_tokens")? {
             Some(n) => Some(n),

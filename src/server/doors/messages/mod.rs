@@ -58,6 +58,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
             metadata,
             input,
             deliberation: request.deliberation,
+            overrides: request.overrides,
         },
     )?;
     let header = Header {

@@ -8,6 +8,7 @@ use massgen_core::coordination::ClientTools;
 use massgen_core::provider::{Message, ToolCall, ToolChoice};
 use serde_json::{Map, Value};
 
+use crate::app::Overrides;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, optional_bool, optional_count, type_error};
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
@@ -25,6 +26,7 @@ pub struct MessagesRequest {
     pub model: String,
     pub stream: bool,
     pub deliberation: Deliberation,
+    pub overrides: Overrides,
     pub system: Vec<String>,
     pub messages: Vec<Message>,
     pub tools: ClientTools,
@@ -81,6 +83,7 @@ pub fn parse(body: &[u8], needs_max_tokens: bool) -> Result<MessagesRequest, Api
         model: parse::model(&obj)?,
         stream: optional_bool(&obj, "stream")?.unwrap_or(false),
         deliberation: parse::deliberation(&obj)?,
+        overrides: parse::overrides(&obj)?,
         system,
         messages,
         tools,

@@ -65,6 +65,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
             metadata: request.metadata.clone(),
             input,
             deliberation: request.deliberation,
+            overrides: request.overrides,
         },
     )?;
     let env = Envelope {

@@ -7,6 +7,7 @@ use massgen_core::coordination::ClientTools;
 use massgen_core::provider::{Message, Role, ToolCall, ToolChoice};
 use serde_json::{Map, Value};
 
+use crate::app::Overrides;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{
     self, optional_bool, optional_count, optional_str, type_error, unsupported,
@@ -35,6 +36,7 @@ pub struct ResponsesRequest {
     /// Keep the response for `GET /v1/responses/{id}` and `previous_response_id`.
     pub store: bool,
     pub deliberation: Deliberation,
+    pub overrides: Overrides,
     /// For this request only (not carried to the next one, as in OpenAI's API).
     pub instructions: Option<String>,
     /// System and developer messages of `input`.
@@ -60,6 +62,7 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
         stream: optional_bool(&obj, "stream")?.unwrap_or(false),
         store: optional_bool(&obj, "store")?.unwrap_or(true),
         deliberation: parse::deliberation(&obj)?,
+        overrides: parse::overrides(&obj)?,
         instructions: optional_str(&obj, "instructions")?.map(str::to_string),
         system,
         messages,
