@@ -192,6 +192,16 @@ async fn a_stale_turn_restarts_at_once_and_keeps_the_usage_reported_so_far() {
             > position(&run, |k| matches!(k, EventKind::TurnRestarted { .. }))
     );
     assert_eq!(s.winner.label, "agent1");
+    // The cancelled call counts as a call and a restart; every call of either agent does.
+    assert_eq!(s.agents[1].restarts, 1);
+    assert_eq!(s.agents[0].restarts, 0);
+    assert_eq!(s.agents[1].calls as usize, b.requests().len());
+    assert_eq!(s.agents[0].calls as usize, a.requests().len());
+    assert_eq!(
+        b.requests().len(),
+        3,
+        "answer, the cancelled vote, the fresh vote"
+    );
     // The cancelled call's reported usage counts: one event for it, and in the sums.
     let usage: Vec<_> = run
         .kinds()
@@ -232,6 +242,7 @@ async fn a_turn_that_has_begun_an_answer_finishes_and_its_answer_counts() {
         .map(|a| a.answer_label.as_str())
         .collect();
     assert_eq!(labels, ["agent2.1", "agent1.1", "agent2.2"]);
+    assert_eq!(run.summary().agents[1].restarts, 0);
     // Its answer, written at t=5 without seeing agent1's, restarted agent1 in turn.
     assert!(answered(&run, "agent2.2") > answered(&run, "agent1.1"));
 }

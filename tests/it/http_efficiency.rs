@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Setup, chat, panel_yaml};
+use crate::support::{Setup, chat, get, get_json, panel_yaml, post, sample};
 
 /// agent3 is slow: its vote comes long after the other two.
 const STAGGERED: [&str; 3] = [
@@ -58,4 +58,81 @@ async fn a_request_can_ask_for_a_majority_quorum() {
     let error: Value = bad.json().await.unwrap();
     assert_eq!(error["error"]["code"], "invalid_value");
     assert_eq!(error["error"]["param"], "massgen.voting_quorum");
+}
+
+/// Without deferral agent1's vote turn (from about 0.25 s to 0.45 s) sees only its own
+/// answer; agent2's answer at about 0.35 s makes it stale.
+const RESTARTING: [&str; 2] = [
+    "alpha:ttft_ms=200,token_ms=1,vote=agent1",
+    "beta:ttft_ms=300,token_ms=1,vote=agent1",
+];
+
+/// The same question on every door, each response's `massgen_metadata`.
+async fn on_every_door(url: &str) -> Vec<(&'static str, Value)> {
+    let question = "Why is the sky blue?";
+    let bodies = [
+        (
+            "/v1/chat/completions",
+            json!({"model": "massgen", "messages": [{"role": "user", "content": question}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "massgen", "input": question}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "massgen", "max_tokens": 1000, "messages": [{"role": "user", "content": question}]}),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (path, body) in bodies {
+        let response = post(url, path, None, &body).await;
+        assert_eq!(response.status(), 200, "{path}");
+        let body: Value = response.json().await.unwrap();
+        out.push((path, body["massgen_metadata"].clone()));
+    }
+    out
+}
+
+#[tokio::test]
+async fn a_stale_turn_restart_is_counted_alike_on_every_door_in_the_record_and_metrics() {
+    let s = Setup::with_panel(
+        |url| {
+            panel_yaml(
+                url,
+                &RESTARTING,
+                "orchestrator:\n  defer_voting_until_all_answered: false\n",
+            )
+        },
+        &[],
+    );
+    let metas = on_every_door(&s.server.url).await;
+    for (door, meta) in &metas {
+        let agents = meta["agents"].as_array().unwrap();
+        let (a1, a2) = (&agents[0], &agents[1]);
+        assert_eq!(a1["label"], "agent1", "{door}: {meta}");
+        assert_eq!(a1["restarts"], 1, "{door}: {meta}");
+        assert_eq!(a2["restarts"], 0, "{door}: {meta}");
+        // agent1: its answer, the cancelled vote, the fresh vote and the presentation.
+        assert_eq!(a1["calls"], 4, "{door}: {meta}");
+        assert_eq!(a2["calls"], 2, "{door}: {meta}");
+        assert_eq!(meta["winner"]["label"], "agent1");
+        let id = meta["session_id"].as_str().unwrap();
+        let record = get_json(&format!("{}/v1/sessions/{id}", s.server.url)).await;
+        assert_eq!(record["agents"][0]["restarts"], 1, "{door}: {record}");
+    }
+    let text = get(&format!("{}/metrics", s.server.url), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(
+        sample(
+            &text,
+            "massgen_upstream_calls_cancelled_total",
+            &[("reason", "restart")]
+        ),
+        Some(3.0),
+        "{text}"
+    );
 }

@@ -9,7 +9,9 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support;
-use crate::support::{chat, client, get, mock_upstream, panel_yaml, parse_sse, question, write};
+use crate::support::{
+    chat, client, get, mock_upstream, panel_yaml, parse_sse, question, sample, write,
+};
 
 const FAST: [&str; 3] = [
     "alpha:ttft_ms=20,token_ms=1",
@@ -288,23 +290,6 @@ async fn upstream_call_budget_stops_a_session_fast_with_a_clear_error() {
         .unwrap();
     let served = stats["completed"].as_u64().unwrap() + stats["cancelled"].as_u64().unwrap();
     assert_eq!(served, 1, "one call reached the upstream: {stats}");
-}
-
-/// Value of the first sample of `name` whose labels contain every `labels` pair.
-fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .find(|l| {
-            labels
-                .iter()
-                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
-        })
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
 }
 
 #[tokio::test]

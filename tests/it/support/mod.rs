@@ -584,3 +584,20 @@ pub fn startup_log(dir: &Path, vars: &[(&str, &str)]) -> String {
     );
     std::fs::read_to_string(log_path).unwrap()
 }
+
+/// Value of the first sample of `name` whose labels contain every `labels` pair.
+pub fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .find(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+}

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use futures::StreamExt;
 use futures::future::join_all;
@@ -61,6 +61,8 @@ pub struct Progress {
     answering: AtomicBool,
     reported: AtomicBool,
     usage: [AtomicU64; 5],
+    /// Upstream calls the attempt has started (its tool loop makes more than one).
+    calls: AtomicU32,
 }
 
 impl Progress {
@@ -74,6 +76,11 @@ impl Progress {
     /// The model has begun (or made) a call that answers.
     pub fn answering(&self) -> bool {
         self.answering.load(Ordering::Relaxed)
+    }
+
+    /// Upstream calls started so far, cancelled ones included.
+    pub fn calls(&self) -> u32 {
+        self.calls.load(Ordering::Relaxed)
     }
 
     /// Usage reported so far by the attempt's calls, if any reported some.
@@ -317,6 +324,7 @@ async fn one_call(
     report: &Report,
     before: Option<Usage>,
 ) -> (Gathered, Result<(), CallError>) {
+    report.progress.calls.fetch_add(1, Ordering::Relaxed);
     let mut stream = provider.stream(request);
     let mut gathered = Gathered::default();
     let result = loop {

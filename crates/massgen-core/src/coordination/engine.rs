@@ -480,6 +480,7 @@ impl Session {
         let number = self.state.abandon_turn(i);
         if let Some(turn) = self.turns[i].take() {
             turn.cancel.cancel();
+            self.state.add_calls(i, turn.progress.calls());
             if let Some(usage) = turn.progress.usage() {
                 em.usage(&mut self.state, i, CallPhase::Coordination, usage)
                     .await?;
@@ -498,6 +499,7 @@ impl Session {
             .unwrap_or_default()
             .to_string();
         let turn = self.cancel_turn(i, em).await?;
+        self.state.count_restart(i);
         let agent = self.state.who(i).clone();
         em.send(
             &self.state,
@@ -528,6 +530,9 @@ impl Session {
         em: &mut Emitter,
     ) -> Result<(), SessionError> {
         let i = done.agent;
+        if let Some(turn) = &self.turns[i] {
+            self.state.add_calls(i, turn.progress.calls());
+        }
         if let Some(usage) = done.gathered.usage {
             em.usage(&mut self.state, i, CallPhase::Coordination, usage)
                 .await?;

@@ -145,6 +145,10 @@ pub struct AgentSummary {
     pub provider: String,
     pub model: String,
     pub usage: Usage,
+    /// Upstream calls made (cancelled ones and the presentation included).
+    pub calls: u32,
+    /// Turns cancelled because a newer answer made them stale.
+    pub restarts: u32,
     pub answers: u32,
     pub failed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]

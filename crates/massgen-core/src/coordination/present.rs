@@ -211,6 +211,7 @@ impl Presenter<'_> {
         let shown = self.state.shown_answers();
         let user = prompt::presentation_user(self.input, &shown, &who.label, &votes);
         request.messages = vec![Message::system(system), Message::user(user)];
+        self.state.add_calls(self.winner, 1);
         let mut stream = self.agent.provider.stream(request);
         let deadline = Instant::now() + self.options.presentation_timeout;
         let mut gathered = Gathered::default();

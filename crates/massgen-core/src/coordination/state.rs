@@ -44,6 +44,8 @@ struct AgentState {
     model: String,
     status: Status,
     turns: u32,
+    calls: u32,
+    restarts: u32,
     answers: u32,
     /// Index of the latest answer in `SessionState::answers`.
     latest: Option<usize>,
@@ -109,6 +111,8 @@ impl SessionState {
                     model: m.model,
                     status: Status::Idle,
                     turns: 0,
+                    calls: 0,
+                    restarts: 0,
                     answers: 0,
                     latest: None,
                     vote: None,
@@ -253,6 +257,16 @@ impl SessionState {
             agent.status = Status::Idle;
         }
         agent.turns
+    }
+
+    /// Agent `i` made `n` more upstream calls.
+    pub fn add_calls(&mut self, i: usize, n: u32) {
+        self.agents[i].calls = self.agents[i].calls.saturating_add(n);
+    }
+
+    /// Agent `i`'s turn was cancelled to restart it (see [`Self::abandon_turn`]).
+    pub fn count_restart(&mut self, i: usize) {
+        self.agents[i].restarts += 1;
     }
 
     /// The label of the newest answer (`agent3.1`), once there is one.
@@ -488,6 +502,8 @@ impl SessionState {
                 provider: a.provider.clone(),
                 model: a.model.clone(),
                 usage: a.usage,
+                calls: a.calls,
+                restarts: a.restarts,
                 answers: a.answers,
                 failed: a.status == Status::Failed,
                 error: a.error.clone(),
