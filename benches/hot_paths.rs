@@ -166,6 +166,7 @@ async fn session(agents: usize, options: OrchestratorOptions) -> usize {
                 system_message: None,
                 provider: provider.clone(),
                 tools: None,
+                price: None,
             })
             .collect(),
         options,

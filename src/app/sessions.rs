@@ -60,6 +60,9 @@ pub struct SessionRequest {
     pub stream_agent_text: bool,
     /// What the request changes of the panel's orchestrator options.
     pub overrides: Overrides,
+    /// The request replaced the panel's models (`massgen/model:<name>`): metrics do not
+    /// take that name as a label value.
+    pub model_chosen: bool,
     /// The session's concurrency slot, held until the session ends.
     pub permit: Option<OwnedSemaphorePermit>,
 }
@@ -133,11 +136,15 @@ impl Sessions {
                     agent: agent.id.clone(),
                     reason,
                 })?;
+            let b = &agent.backend;
+            let meter =
+                telemetry::CallMeter::new(&b.backend_type, &b.model, b.price, request.model_chosen);
             agents.push(SessionAgent {
                 id: agent.id.clone(),
                 system_message: agent.system_message.clone(),
-                provider: telemetry::instrument(provider, &agent.id, &tracker),
+                provider: telemetry::instrument(provider, &agent.id, &tracker, meter),
                 tools: super::agent_tools(&self.tools, agent),
+                price: b.price,
             });
         }
         if self.log_prompts {

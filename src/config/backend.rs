@@ -3,7 +3,7 @@
 //! that go into the upstream body.
 //!
 //! What reaches the upstream body: every key except the server's own (`type`, `model`,
-//! `api_key`, `base_url`, the tool keys), MassGen's own options
+//! `api_key`, `base_url`, `pricing`, the tool keys), MassGen's own options
 //! (`massgen_keys::BACKEND_DROPPED`, one warning per key) and the fields each request sets
 //! (`messages`, `stream`, `tools`, …). `extra_body` is merged into the body (the SDKs'
 //! meaning); `betas` becomes Anthropic's `anthropic-beta` header.
@@ -22,7 +22,7 @@ use super::tools::TOOL_KEYS;
 use super::{BackendConfig, ConfigError};
 
 /// Backend keys the server itself interprets; everything else may become a param.
-const SERVER_KEYS: &[&str] = &["type", "model", "api_key", "base_url"];
+const SERVER_KEYS: &[&str] = &["type", "model", "api_key", "base_url", "pricing"];
 
 /// Request fields the server sets itself: a config value would break the protocol.
 const REQUEST_OWNED_KEYS: &[&str] = &[
@@ -66,6 +66,7 @@ impl Cx<'_> {
             None
         };
         let params = self.params(path, map, preset, &base_url)?;
+        let price = self.pricing(path, map.get("pricing"), &model)?;
         Ok(BackendConfig {
             backend_type: preset.name.to_string(),
             model,
@@ -73,6 +74,7 @@ impl Cx<'_> {
             base_url,
             params,
             api_version,
+            price,
         })
     }
 

@@ -27,6 +27,8 @@ pub fn demo_panel(mock_base_url: &str) -> PanelConfig {
             base_url: base_url.to_string(),
             params: Map::new(),
             api_version: None,
+            // The simulator charges nothing, and says so by having no price.
+            price: None,
         },
         tools: None,
     };

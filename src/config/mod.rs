@@ -14,6 +14,7 @@ pub mod expand;
 mod load;
 pub mod massgen_keys;
 mod orchestrator;
+mod pricing;
 mod production;
 mod read;
 mod retry;
@@ -61,6 +62,8 @@ pub struct BackendConfig {
     /// Azure OpenAI's `api-version` (`api_version` key, `AZURE_OPENAI_API_VERSION`, or a
     /// default); `None` for every other type.
     pub api_version: Option<String>,
+    /// What the model costs (`pricing`, else the built-in list price); `None`: unknown.
+    pub price: Option<massgen_core::provider::Price>,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -315,6 +315,7 @@ mod tests {
             message: "every agent failed".into(),
             agent_errors,
             usage: Usage::default(),
+            cost_usd: None,
         })
     }
 

@@ -21,6 +21,12 @@ fn available(catalog: &PanelCatalog) -> Vec<String> {
     model_ids(catalog)
 }
 
+/// The request names the agents' model itself (`massgen/model:<name>`), a value no
+/// operator chose.
+pub fn model_chosen(model: &str) -> bool {
+    model.starts_with("massgen/model:")
+}
+
 /// Resolves `model` to a panel. `default_model` replaces every agent's model of the
 /// default panel when set (`MASSGEN_SERVER_DEFAULT_MODEL`).
 pub fn resolve(
@@ -98,10 +104,13 @@ pub fn resolve(
     })
 }
 
+/// The panel with every agent's model replaced; a configured `pricing` was for the old
+/// model, so the price is the new model's list price (or unknown).
 fn with_model(panel: &PanelConfig, model: &str) -> PanelConfig {
     let mut panel = panel.clone();
     for agent in &mut panel.agents {
         agent.backend.model = model.to_string();
+        agent.backend.price = massgen_providers::pricing::list_price(model);
     }
     panel
 }

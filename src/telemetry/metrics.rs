@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use massgen_core::provider::{ProviderErrorKind, Usage};
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts,
+    Registry, TextEncoder,
 };
 
 /// Buckets for whole sessions and upstream calls: 50 ms … 30 min.
@@ -36,6 +36,7 @@ pub struct Metrics {
     pub input_tokens: IntCounterVec,
     pub output_tokens: IntCounterVec,
     pub total_tokens: IntCounterVec,
+    pub cost_usd: CounterVec,
     pub agents_failed: IntCounterVec,
     pub calls_cancelled: IntCounterVec,
     pub votes_per_session: Histogram,
@@ -73,6 +74,14 @@ impl Metrics {
                 registry.register(Box::new(h.clone()))?;
                 Ok(h)
             };
+        let cost_usd = CounterVec::new(
+            Opts::new(
+                "massgen_cost_usd_total",
+                "USD spent on upstream calls with a known price, by the agent's backend type and configured model.",
+            ),
+            &["agent_backend", "model"],
+        )?;
+        registry.register(Box::new(cost_usd.clone()))?;
         let active_sessions = IntGauge::new(
             "massgen_active_sessions",
             "Coordination sessions running now.",
@@ -144,6 +153,7 @@ impl Metrics {
                 "Total tokens reported by upstreams, by provider and model.",
                 &["provider", "model"],
             )?,
+            cost_usd,
             agents_failed: counter(
                 "massgen_agents_failed_total",
                 "Agents that dropped out of a session, by reason.",

@@ -7,7 +7,7 @@ pub mod provider;
 pub mod tracker;
 
 pub use metrics::{metrics, record_retry};
-pub use provider::instrument;
+pub use provider::{CallMeter, instrument};
 pub use tracker::SessionTracker;
 
 use std::io::IsTerminal;

@@ -1,5 +1,5 @@
 //! A [`Provider`] wrapper that measures every upstream call (latency, time to first token,
-//! errors, tokens), opens its trace span with GenAI attributes, keeps the session's
+//! errors, tokens, cost), opens its trace span with GenAI attributes, keeps the session's
 //! in-flight time, and enforces the session's upstream call budget. The engine cannot
 //! know the budget, so a spent budget surfaces as a fast [`ProviderError`] on the call.
 
@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use massgen_core::provider::{
-    ChunkStream, FinishReason, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
+    ChunkStream, FinishReason, Price, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
     ProviderRequest, Usage,
 };
 use tracing::Span;
@@ -24,6 +24,38 @@ pub struct InstrumentedProvider {
     inner: Arc<dyn Provider>,
     agent_id: String,
     tracker: Arc<SessionTracker>,
+    meter: CallMeter,
+}
+
+/// How one agent's calls count in the metrics: the label values, taken from the server's
+/// config only (a model a request chose is not a label value: it would make the label set
+/// unbounded), and the price for `massgen_cost_usd_total`.
+#[derive(Debug, Clone)]
+pub struct CallMeter {
+    price: Option<Price>,
+    backend: String,
+    model: String,
+}
+
+impl CallMeter {
+    /// `model_from_request`: the request replaced the configured model
+    /// (`massgen/model:<model>`), so the label says so instead of naming it.
+    pub fn new(
+        backend_type: &str,
+        model: &str,
+        price: Option<Price>,
+        model_from_request: bool,
+    ) -> Self {
+        Self {
+            price,
+            backend: backend_type.to_string(),
+            model: if model_from_request {
+                "(set by request)".to_string()
+            } else {
+                model.to_string()
+            },
+        }
+    }
 }
 
 /// Wraps `inner` for one agent of the session that `tracker` follows.
@@ -31,11 +63,13 @@ pub fn instrument(
     inner: Arc<dyn Provider>,
     agent_id: &str,
     tracker: &Arc<SessionTracker>,
+    meter: CallMeter,
 ) -> Arc<dyn Provider> {
     Arc::new(InstrumentedProvider {
         inner,
         agent_id: agent_id.to_string(),
         tracker: tracker.clone(),
+        meter,
     })
 }
 
@@ -89,11 +123,12 @@ impl Provider for InstrumentedProvider {
             span: span.clone(),
         };
         let tracker = self.tracker.clone();
+        let meter = self.meter.clone();
         Box::pin(async_stream::stream! {
             // Runs on first poll: the call starts when the engine first polls it.
             let mut call = Call {
                 provider,
-                model,
+                meter,
                 started: Instant::now(),
                 first_token: None,
                 ended: None,
@@ -132,7 +167,7 @@ impl Stream for InSpan {
 /// One upstream call's measurements, recorded once when it ends or is dropped.
 struct Call {
     provider: String,
-    model: String,
+    meter: CallMeter,
     started: Instant,
     first_token: Option<Duration>,
     ended: Option<Duration>,
@@ -187,9 +222,9 @@ impl Drop for Call {
         };
         let elapsed = self.ended.unwrap_or_else(|| self.started.elapsed());
         if let Some(m) = metrics() {
-            let labels = [self.provider.as_str(), self.model.as_str()];
+            let labels = [self.provider.as_str(), self.meter.model.as_str()];
             m.upstream_duration
-                .with_label_values(&[&self.provider, &self.model, outcome])
+                .with_label_values(&[&self.provider, &self.meter.model, outcome])
                 .observe(elapsed.as_secs_f64());
             if let Some(ttft) = self.first_token {
                 m.upstream_ttft
@@ -202,7 +237,13 @@ impl Drop for Call {
                     .inc();
             }
             if let Some(usage) = &self.usage {
-                m.record_usage(&self.provider, &self.model, usage);
+                m.record_usage(&self.provider, &self.meter.model, usage);
+                // Usage reported before a cancel counts too: the upstream bills it.
+                if let Some(price) = self.meter.price {
+                    m.cost_usd
+                        .with_label_values(&[&self.meter.backend, &self.meter.model])
+                        .inc_by(price.cost(usage));
+                }
             }
         }
         if let Some(usage) = &self.usage {

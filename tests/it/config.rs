@@ -878,3 +878,67 @@ agents:
         "missing server name",
     );
 }
+
+#[test]
+fn prices_come_from_the_list_or_backend_pricing_which_stays_out_of_the_request() {
+    let list = ok(GPT).agents[0]
+        .backend
+        .price
+        .expect("gpt-4o-mini is listed");
+    assert_eq!(list.input_per_million, 0.15);
+    assert_eq!(list.cached_input_per_million, 0.075);
+    assert_eq!(list.output_per_million, 0.60);
+    let panel = ok("
+agents:
+  - id: local
+    backend:
+      type: chatcompletion
+      base_url: http://127.0.0.1:8000/v1
+      model: my-model
+      temperature: 0.1
+      pricing: {input_per_million: 0.5, output_per_million: \"1.5\"}
+  - id: unknown
+    backend: {type: chatcompletion, base_url: http://127.0.0.1:8000/v1, model: my-model}
+");
+    let b = &panel.agents[0].backend;
+    let price = b.price.expect("configured");
+    assert_eq!(price.input_per_million, 0.5);
+    assert_eq!(price.output_per_million, 1.5);
+    assert_eq!(
+        price.cached_input_per_million, 0.5,
+        "cached defaults to input"
+    );
+    assert!(!b.params.contains_key("pricing"), "{:?}", b.params);
+    assert!(b.params.contains_key("temperature"));
+    assert_eq!(panel.agents[1].backend.price, None);
+}
+
+#[test]
+fn invalid_pricing() {
+    let agent = |pricing: &str| {
+        format!(
+            "agents:\n  - id: a\n    backend: {{type: chatcompletion, base_url: http://h/v1, model: m, pricing: {pricing}}}\n"
+        )
+    };
+    let cases: &[(&str, &str, &[&str])] = &[
+        (
+            "{input_per_million: 1}",
+            "agents[0].backend.pricing.output_per_million",
+            &["missing (USD per million tokens)"],
+        ),
+        (
+            "{input_per_million: -1, output_per_million: 1}",
+            "agents[0].backend.pricing.input_per_million",
+            &["must be 0 or more USD, got -1"],
+        ),
+        (
+            "{input_per_million: 1, output_per_million: 1, output: 2}",
+            "agents[0].backend.pricing.output",
+            &["unknown key", "cached_input_per_million"],
+        ),
+        ("3", "agents[0].backend.pricing", &["must be a mapping"]),
+    ];
+    for (pricing, key, parts) in cases {
+        fails(&agent(pricing), &with_keys(), key, parts);
+    }
+}

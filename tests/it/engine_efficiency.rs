@@ -351,3 +351,46 @@ async fn a_quorum_not_reached_waits_for_every_vote() {
     assert_eq!(run.summary().consensus_reason, ConsensusReason::Converged);
     assert_eq!(run.summary().duration_ms, 13_000);
 }
+
+#[tokio::test(start_paused = true)]
+async fn cost_prices_cached_input_and_reasoning_and_is_unknown_without_a_price() {
+    let a = member("a", "Alpha: four.", 1, "agent1");
+    let b = member("b", "Beta: 4 (arithmetic).", 2, "agent1");
+    // Every scripted call reports CALL_USAGE: 10 input (1 cached), 5 output (2 reasoning).
+    let price = massgen_core::provider::Price {
+        input_per_million: 3_000_000.0,
+        output_per_million: 10_000_000.0,
+        cached_input_per_million: 1_000_000.0,
+    };
+    let per_call = 9.0 * 3.0 + 1.0 * 1.0 + 5.0 * 10.0;
+    let mut both = spec(&[("a", &a), ("b", &b)], opts());
+    both.agents[0].price = Some(price);
+    both.agents[1].price = Some(price);
+    let run = run(both).await;
+    let s = run.summary();
+    let calls = (a.requests().len() + b.requests().len()) as f64;
+    for k in run.kinds() {
+        if let EventKind::Usage { cost_usd, .. } = k {
+            assert_eq!(*cost_usd, Some(per_call));
+        }
+    }
+    assert_eq!(s.cost_usd, Some(per_call * calls));
+    assert_eq!(
+        s.agents[1].cost_usd,
+        Some(per_call * b.requests().len() as f64)
+    );
+
+    // agent2's model has no price: its cost and the session's are unknown, never 0.
+    let a = member("a", "Alpha: four.", 1, "agent1");
+    let b = member("b", "Beta: 4 (arithmetic).", 2, "agent1");
+    let mut one = spec(&[("a", &a), ("b", &b)], opts());
+    one.agents[0].price = Some(price);
+    let run = crate::support::engine::run(one).await;
+    let s = run.summary();
+    assert_eq!(
+        s.agents[0].cost_usd,
+        Some(per_call * a.requests().len() as f64)
+    );
+    assert_eq!(s.agents[1].cost_usd, None);
+    assert_eq!(s.cost_usd, None);
+}

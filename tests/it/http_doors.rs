@@ -52,6 +52,7 @@ fn app(agents: &[(&str, Scripted)]) -> axum::Router {
                     base_url: String::new(),
                     params: Default::default(),
                     api_version: None,
+                    price: None,
                 },
                 tools: None,
             })

@@ -136,3 +136,79 @@ async fn a_stale_turn_restart_is_counted_alike_on_every_door_in_the_record_and_m
         "{text}"
     );
 }
+
+/// `panel_yaml` with the same `pricing` on every agent.
+fn priced_panel(url: &str, models: &[&str], orchestrator: &str) -> String {
+    panel_yaml(url, models, orchestrator).replace(
+        "\n      model: ",
+        "\n      pricing: {input_per_million: 2, output_per_million: 8, cached_input_per_million: 0.5}\n      model: ",
+    )
+}
+
+fn cost_of(usage: &Value) -> f64 {
+    let n = |k: &str| usage[k].as_u64().unwrap() as f64;
+    let cached = n("cached_input_tokens");
+    ((n("input_tokens") - cached) * 2.0 + cached * 0.5 + n("output_tokens") * 8.0) / 1e6
+}
+
+#[tokio::test]
+async fn cost_in_usd_per_agent_and_session_alike_on_every_door_in_the_record_and_metrics() {
+    let s = Setup::with_panel(|url| priced_panel(url, &STAGGERED, ""), &[]);
+    let mut spent = 0.0;
+    for (door, meta) in on_every_door(&s.server.url).await {
+        let mut total = 0.0;
+        for agent in meta["agents"].as_array().unwrap() {
+            let cost = agent["cost_usd"].as_f64().unwrap();
+            assert!(
+                (cost - cost_of(&agent["usage"])).abs() < 1e-12,
+                "{door}: {agent}"
+            );
+            total += cost;
+        }
+        let session = meta["cost_usd"].as_f64().unwrap();
+        assert!(
+            session > 0.0 && (session - total).abs() < 1e-12,
+            "{door}: {meta}"
+        );
+        spent += session;
+        let id = meta["session_id"].as_str().unwrap();
+        let record = get_json(&format!("{}/v1/sessions/{id}", s.server.url)).await;
+        let recorded = record["cost_usd"].as_f64().unwrap();
+        assert!((recorded - session).abs() < 1e-12, "{door}: {record}");
+    }
+
+    // A model chosen by the request is priced from the list (unknown here: null, not 0)
+    // and is not a label value of the cost metric.
+    let mut by_request = ask(json!({}));
+    by_request["model"] = json!("massgen/model:other-sim");
+    let body: Value = chat(&s.server.url, None, &by_request)
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["massgen_metadata"]["cost_usd"], Value::Null);
+    assert_eq!(
+        body["massgen_metadata"]["agents"][0]["cost_usd"],
+        Value::Null
+    );
+
+    let metrics = get(&format!("{}/metrics", s.server.url), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let family = "massgen_cost_usd_total";
+    let by_model: f64 = STAGGERED
+        .iter()
+        .map(|m| {
+            sample(
+                &metrics,
+                family,
+                &[("agent_backend", "chatcompletion"), ("model", m)],
+            )
+        })
+        .map(|v| v.unwrap_or_else(|| panic!("no {family} line in:\n{metrics}")))
+        .sum();
+    assert!((by_model - spent).abs() < 1e-9, "{by_model} vs {spent}");
+    assert!(!metrics.contains("other-sim"), "{metrics}");
+}

@@ -131,12 +131,14 @@ fn fixture_stream() -> String {
                 total_tokens: 120,
                 ..Usage::default()
             },
+            cost_usd: Some(0.0004),
         },
         EventKind::SessionFailed {
             error: SessionError {
                 kind: SessionErrorKind::Cancelled,
                 message: "the client went away".into(),
                 agent_errors: vec![],
+                cost_usd: Some(0.0004),
                 usage: Usage {
                     input_tokens: 100,
                     output_tokens: 20,

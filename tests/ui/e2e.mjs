@@ -295,6 +295,8 @@ async function main() {
     check(f.phase.includes("Failed (cancelled): the client went away"), "a failed session shows why");
     check(f.usage.length === 3 && !f.usage[0].includes("(failed)") && f.usage[1].includes("flaky (failed)") && f.usage[2].includes("120"),
       `a failed session shows usage, marking only the agent that failed (${f.usage.join(" | ")})`);
+    check(f.usage[0].includes("$0.000400") && f.usage[2].includes("$0.000400"),
+      `the usage table shows the cost in USD per agent and in total (${f.usage.join(" | ")})`);
     if (shots) await page.screenshot({ path: `${shots}/tools-and-failures.png` });
   } else {
     console.log("e2e: MASSGEN_UI_FIXTURE not set: the fixture session is not checked");

@@ -128,6 +128,29 @@ impl Usage {
     }
 }
 
+/// What one model costs, in USD per million tokens. Usage counts cached input tokens inside
+/// the input and reasoning tokens inside the output (see [`Usage`]), so cached tokens are
+/// priced at the cached rate instead of the input rate, and reasoning tokens at the output
+/// rate, each exactly once.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Price {
+    pub input_per_million: f64,
+    pub output_per_million: f64,
+    pub cached_input_per_million: f64,
+}
+
+impl Price {
+    pub fn cost(&self, usage: &Usage) -> f64 {
+        let cached = usage.cached_input_tokens.min(usage.input_tokens);
+        let uncached = usage.input_tokens - cached;
+        // Token counts stay far below 2^53: the conversions are exact.
+        let per_token = |n: u64, per_million: f64| n as f64 * per_million / 1e6;
+        per_token(uncached, self.input_per_million)
+            + per_token(cached, self.cached_input_per_million)
+            + per_token(usage.output_tokens, self.output_per_million)
+    }
+}
+
 /// Why the upstream model stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -248,4 +271,29 @@ pub trait Provider: Send + Sync + fmt::Debug {
     /// Model name sent upstream.
     fn model(&self) -> &str;
     fn stream(&self, request: ProviderRequest) -> ChunkStream;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cached_input_is_priced_at_its_rate_and_reasoning_as_output() {
+        let price = Price {
+            input_per_million: 2.0,
+            output_per_million: 8.0,
+            cached_input_per_million: 0.5,
+        };
+        let usage = Usage {
+            input_tokens: 1_000_000,
+            output_tokens: 500_000,
+            total_tokens: 1_500_000,
+            cached_input_tokens: 400_000,
+            // Inside output_tokens already: not charged a second time.
+            reasoning_tokens: 300_000,
+        };
+        // 600k uncached × 2 + 400k cached × 0.5 + 500k output × 8, per million.
+        assert!((price.cost(&usage) - (1.2 + 0.2 + 4.0)).abs() < 1e-12);
+        assert_eq!(price.cost(&Usage::default()), 0.0);
+    }
 }

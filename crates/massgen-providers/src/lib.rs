@@ -18,6 +18,7 @@ mod connect;
 pub(crate) mod errors;
 pub mod gemini;
 pub mod presets;
+pub mod pricing;
 pub mod responses;
 pub mod retry;
 pub(crate) mod sse;
@@ -28,8 +29,8 @@ mod upstream;
 /// The neutral types every wire format speaks, re-exported from `massgen-core` so a user
 /// of this crate needs one import path.
 pub use massgen_core::provider::{
-    ChunkStream, FinishReason, Message, Provider, ProviderChunk, ProviderError, ProviderErrorKind,
-    ProviderRequest, Role, ToolCall, ToolChoice, ToolSpec, Usage,
+    ChunkStream, FinishReason, Message, Price, Provider, ProviderChunk, ProviderError,
+    ProviderErrorKind, ProviderRequest, Role, ToolCall, ToolChoice, ToolSpec, Usage,
 };
 
 pub use client::http_client;

@@ -278,6 +278,7 @@ mod tests {
                 message: "gone".into(),
                 agent_errors: vec![],
                 usage: Usage::default(),
+                cost_usd: None,
             },
         }
     }
@@ -352,6 +353,7 @@ mod tests {
                 agent,
                 phase: massgen_core::coordination::CallPhase::Coordination,
                 usage,
+                cost_usd: None,
             },
         ));
         r.push(event(2, failed()));

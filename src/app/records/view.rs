@@ -9,10 +9,32 @@ use serde_json::{Value, json};
 
 use super::SessionRecord;
 
+/// USD of a run of calls: `None` once one call with tokens had no known price.
+#[derive(Clone, Copy)]
+struct Cost(Option<f64>);
+
+impl Default for Cost {
+    fn default() -> Self {
+        Self(Some(0.0))
+    }
+}
+
+impl Cost {
+    fn add(&mut self, call: Option<f64>, usage: &Usage) {
+        self.0 = match (self.0, call) {
+            (Some(sum), Some(c)) => Some(sum + c),
+            // A call that used nothing costs nothing, priced or not.
+            (sum, None) if usage.total_tokens == 0 && usage.input_tokens == 0 => sum,
+            _ => None,
+        };
+    }
+}
+
 #[derive(Default)]
 struct AgentView {
     label: String,
     usage: Usage,
+    cost: Cost,
     turns: u32,
     answers: u32,
     errors: Vec<Value>,
@@ -36,6 +58,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
     let mut outcome = Value::Null;
     let mut status = "running";
     let mut usage = Usage::default();
+    let mut cost = Cost::default();
     let mut first_answer_ms = None;
     for SessionEvent { at_ms, kind, .. } in &events {
         match kind {
@@ -78,10 +101,16 @@ pub fn record_json(record: &SessionRecord) -> Value {
                     .push(json!({"kind": "presentation", "message": message}));
             }
             EventKind::Usage {
-                agent: a, usage: u, ..
+                agent: a,
+                usage: u,
+                cost_usd,
+                ..
             } => {
-                agents.entry(a.agent_id.clone()).or_default().usage.add(u);
+                let view = agents.entry(a.agent_id.clone()).or_default();
+                view.usage.add(u);
+                view.cost.add(*cost_usd, u);
                 usage.add(u);
+                cost.add(*cost_usd, u);
             }
             EventKind::Consensus {
                 winner,
@@ -133,7 +162,8 @@ pub fn record_json(record: &SessionRecord) -> Value {
         .into_iter()
         .map(|(id, a)| {
             json!({
-                "agent_id": id, "label": a.label, "usage": a.usage, "turns": a.turns,
+                "agent_id": id, "label": a.label, "usage": a.usage, "cost_usd": a.cost.0,
+                "turns": a.turns,
                 "answers": a.answers, "invalid_turns": a.invalid_turns, "restarts": a.restarts,
                 "failed": !a.errors.is_empty(), "errors": a.errors, "tool_calls": a.tool_calls,
             })
@@ -164,6 +194,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
         "consensus": consensus,
         "agents": agents,
         "usage": usage,
+        "cost_usd": cost.0,
         "timings": {
             "started_at_ms": started_ms,
             "first_answer_at_ms": first_answer_ms,

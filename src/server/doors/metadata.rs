@@ -21,6 +21,7 @@ pub fn metadata_json(session_id: &str, s: &SessionSummary) -> Value {
         "votes": s.votes,
         "answers": s.answers,
         "agents": s.agents,
+        "cost_usd": s.cost_usd,
         "failed_agents": failed,
         "duration_ms": s.duration_ms,
     })

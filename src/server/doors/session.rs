@@ -115,6 +115,7 @@ pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
     )?;
     // Held by the session until it ends; over the cap the request is refused at once.
     let permit = state.production.limits.try_session()?;
+    let model_chosen = routing::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model));
     let sessions = &state.sessions;
     let started = sessions
         .start(
@@ -132,6 +133,7 @@ pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
                 input: ask.input,
                 stream_agent_text: ask.deliberation == Deliberation::Full,
                 overrides: ask.overrides,
+                model_chosen,
                 permit,
             },
         )

@@ -250,6 +250,7 @@ pub fn spec(agents: &[(&str, &Scripted)], options: OrchestratorOptions) -> Sessi
                 system_message: None,
                 provider: Arc::new((*p).clone()),
                 tools: None,
+                price: None,
             })
             .collect(),
         options,

@@ -70,12 +70,13 @@ impl Emitter {
         phase: CallPhase,
         usage: Usage,
     ) -> Result<(), SessionError> {
-        state.add_usage(i, &usage);
+        let cost_usd = state.add_usage(i, &usage);
         let agent = state.who(i).clone();
         let event = EventKind::Usage {
             agent,
             phase,
             usage,
+            cost_usd,
         };
         self.send(state, event).await
     }

@@ -132,6 +132,7 @@ impl Session {
                 id: a.id.clone(),
                 provider: a.provider.provider_name().to_string(),
                 model: a.provider.model().to_string(),
+                price: a.price,
             })
             .collect();
         let (side_tx, side_rx) = mpsc::channel(64);
@@ -223,6 +224,7 @@ impl Session {
             cut,
             agents: self.state.summaries(),
             usage: self.state.usage(),
+            cost_usd: self.state.cost_usd(),
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
     }

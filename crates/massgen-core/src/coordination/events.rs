@@ -138,7 +138,7 @@ pub enum PresentationMode {
     Fallback,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AgentSummary {
     #[serde(flatten)]
     pub agent: AgentRef,
@@ -149,6 +149,8 @@ pub struct AgentSummary {
     pub calls: u32,
     /// Turns cancelled because a newer answer made them stale.
     pub restarts: u32,
+    /// USD; `None` when the model's price is unknown.
+    pub cost_usd: Option<f64>,
     pub answers: u32,
     pub failed: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -178,6 +180,9 @@ pub struct SessionSummary {
     pub agents: Vec<AgentSummary>,
     /// Sum over every upstream call of the session.
     pub usage: Usage,
+    /// USD over every upstream call; `None` when an agent without a known price used
+    /// tokens.
+    pub cost_usd: Option<f64>,
     pub duration_ms: u64,
 }
 
@@ -202,6 +207,8 @@ pub struct SessionError {
     pub agent_errors: Vec<AgentError>,
     /// Usage spent before the failure.
     pub usage: Usage,
+    /// What that usage cost, when every agent that used tokens has a price.
+    pub cost_usd: Option<f64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -292,6 +299,8 @@ pub enum EventKind {
         agent: AgentRef,
         phase: CallPhase,
         usage: Usage,
+        /// What the call cost in USD; `None` when the agent's price is unknown.
+        cost_usd: Option<f64>,
     },
     SessionCompleted {
         summary: Box<SessionSummary>,

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use super::agent_tools::AgentTools;
 use super::client_tools::ClientTools;
 use super::options::OrchestratorOptions;
-use crate::provider::{Message, Provider};
+use crate::provider::{Message, Price, Provider};
 
 /// Wall-clock seam (timestamps and the date in the prompt).
 pub trait Clock: Send + Sync {
@@ -31,6 +31,8 @@ pub struct SessionAgent {
     pub provider: Arc<dyn Provider>,
     /// The agent's own tools (MCP), used inside its turns; `None` for none.
     pub tools: Option<Arc<dyn AgentTools>>,
+    /// What its model costs; `None` when unknown (its cost is then reported as unknown).
+    pub price: Option<Price>,
 }
 
 /// What the client asked, split the way the prompt needs it.

@@ -10,14 +10,16 @@ use super::events::{
 };
 use super::options::Quorum;
 use super::prompt::ShownAnswer;
-use crate::provider::{ProviderError, Usage};
+use crate::provider::{Price, ProviderError, Usage};
 
 /// One participant as the state knows it: its real id, and what the summary reports.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) struct Member {
     pub id: String,
     pub provider: String,
     pub model: String,
+    /// `None`: the model's price is unknown, so is its cost.
+    pub price: Option<Price>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +44,9 @@ struct AgentState {
     who: AgentRef,
     provider: String,
     model: String,
+    price: Option<Price>,
+    /// USD spent so far (0 while unpriced).
+    cost: f64,
     status: Status,
     turns: u32,
     calls: u32,
@@ -74,6 +79,10 @@ pub(super) struct SessionState {
     /// Bumped on every new answer: a vote counts only if its turn saw the current version.
     version: u64,
     usage: Usage,
+    /// USD spent by the agents whose price is known.
+    spent: f64,
+    /// An agent without a price reported usage: the session's cost is unknown.
+    unpriced_usage: bool,
     /// Alone (one agent): answer once, no votes.
     single: bool,
     min_live: usize,
@@ -109,6 +118,8 @@ impl SessionState {
                     },
                     provider: m.provider,
                     model: m.model,
+                    price: m.price,
+                    cost: 0.0,
                     status: Status::Idle,
                     turns: 0,
                     calls: 0,
@@ -124,6 +135,8 @@ impl SessionState {
             answers: Vec::new(),
             version: 0,
             usage: Usage::default(),
+            spent: 0.0,
+            unpriced_usage: false,
             min_live: rules.min_live,
             answer_cap: rules.answer_cap,
             defer: rules.defer,
@@ -343,9 +356,31 @@ impl SessionState {
         error
     }
 
-    pub fn add_usage(&mut self, i: usize, usage: &Usage) {
-        self.agents[i].usage.add(usage);
+    /// Adds one call's usage to agent `i` and the session; returns what the call cost
+    /// (`None` when the agent's price is unknown).
+    pub fn add_usage(&mut self, i: usize, usage: &Usage) -> Option<f64> {
+        let agent = &mut self.agents[i];
+        agent.usage.add(usage);
         self.usage.add(usage);
+        let cost = agent.price.map(|p| p.cost(usage));
+        match cost {
+            Some(c) => {
+                agent.cost += c;
+                self.spent += c;
+            }
+            None => self.unpriced_usage |= usage.total_tokens > 0 || usage.input_tokens > 0,
+        }
+        cost
+    }
+
+    /// USD spent by the agents whose price is known (what a budget counts).
+    pub fn spent(&self) -> f64 {
+        self.spent
+    }
+
+    /// The session's cost in USD; `None` when an agent without a price used tokens.
+    pub fn cost_usd(&self) -> Option<f64> {
+        (!self.unpriced_usage).then(|| self.spent())
     }
 
     fn live(&self) -> impl Iterator<Item = &AgentState> {
@@ -491,6 +526,7 @@ impl SessionState {
             message,
             agent_errors: self.agents.iter().filter_map(|a| a.error.clone()).collect(),
             usage: self.usage,
+            cost_usd: self.cost_usd(),
         }
     }
 
@@ -504,6 +540,7 @@ impl SessionState {
                 usage: a.usage,
                 calls: a.calls,
                 restarts: a.restarts,
+                cost_usd: a.price.map(|_| a.cost),
                 answers: a.answers,
                 failed: a.status == Status::Failed,
                 error: a.error.clone(),
@@ -521,6 +558,7 @@ mod tests {
             id: id.into(),
             provider: "p".into(),
             model: "m".into(),
+            price: None,
         }
     }
 
@@ -784,5 +822,39 @@ mod tests {
         let summaries = s.summaries();
         assert_eq!(summaries[1].usage.total_tokens, 10);
         assert_eq!(summaries[0].provider, "p");
+    }
+
+    #[test]
+    fn cost_is_known_only_where_the_price_is() {
+        let price = Price {
+            input_per_million: 1_000_000.0,
+            output_per_million: 2_000_000.0,
+            cached_input_per_million: 0.0,
+        };
+        let priced = Member {
+            price: Some(price),
+            ..member("a")
+        };
+        let mut s = SessionState::new(vec![priced, member("b")], rules(true));
+        let u = Usage {
+            input_tokens: 3,
+            output_tokens: 2,
+            total_tokens: 5,
+            cached_input_tokens: 1,
+            reasoning_tokens: 1,
+        };
+        assert_eq!(s.add_usage(0, &u), Some(2.0 + 4.0));
+        assert_eq!(s.cost_usd(), Some(6.0));
+        // The unpriced agent's call has no cost, and makes the session's unknown (never 0).
+        assert_eq!(s.add_usage(1, &u), None);
+        assert_eq!(s.cost_usd(), None);
+        assert_eq!(s.spent(), 6.0);
+        let summaries = s.summaries();
+        assert_eq!(summaries[0].cost_usd, Some(6.0));
+        assert_eq!(summaries[1].cost_usd, None);
+        assert_eq!(
+            s.error(SessionErrorKind::Timeout, "t".into()).cost_usd,
+            None
+        );
     }
 }

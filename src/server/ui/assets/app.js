@@ -35,6 +35,12 @@ function tokens(n) {
   return n === null || n === undefined ? "–" : Number(n).toLocaleString();
 }
 
+/** USD with enough digits for a cent's fractions; "–" where the price is unknown. */
+function usd(n) {
+  if (n === null || n === undefined) return "–";
+  return `$${Number(n).toFixed(n < 0.01 ? 6 : 4)}`;
+}
+
 function clock(ms) {
   if (!ms) return "–";
   const d = new Date(ms);
@@ -288,7 +294,7 @@ class SessionView {
       feed,
       foot,
     );
-    a = { ref, node, state, feed, foot, stream: null, turns: 0, answers: 0, failed: false, busyMs: 0, firstAnswerMs: null, usage: null, turnAt: null };
+    a = { ref, node, state, feed, foot, stream: null, turns: 0, answers: 0, failed: false, busyMs: 0, firstAnswerMs: null, usage: null, cost: 0, turnAt: null };
     this.agents.set(ref.agent_id, a);
     $("agents").append(node);
     return a;
@@ -493,6 +499,8 @@ class SessionView {
     const a = this.column(ev.agent);
     if (!a.usage) a.usage = { input_tokens: 0, output_tokens: 0, total_tokens: 0 };
     for (const k of ["input_tokens", "output_tokens", "total_tokens"]) a.usage[k] += ev.usage[k] || 0;
+    // null: the model's price is unknown, and so is every sum it is part of.
+    if (a.cost !== null) a.cost = ev.cost_usd == null ? null : (a.cost || 0) + ev.cost_usd;
     this.foot(a);
   }
 
@@ -514,19 +522,19 @@ class SessionView {
     }
     if (s.presentation !== "presented") $("final-by").append(` · ${s.presentation}`);
     this.status("completed", `Completed in ${seconds(s.duration_ms)} · ${s.winner.label} won`);
-    this.renderUsage(s.agents, s.usage, s.duration_ms, ev);
+    this.renderUsage(s.agents, s.usage, s.cost_usd, s.duration_ms, ev);
   }
 
   on_session_failed(ev) {
     const e = ev.error;
     for (const a of this.agents.values()) if (a.stream) this.endTurn(a, ev);
     this.status("failed", `Failed (${e.kind}): ${e.message}`);
-    const agents = [...this.agents.values()].map((a) => ({ ...a.ref, usage: a.usage || {}, answers: a.answers, failed: a.failed }));
-    this.renderUsage(agents, e.usage, ev.at_ms - this.t0, ev);
+    const agents = [...this.agents.values()].map((a) => ({ ...a.ref, usage: a.usage || {}, cost_usd: a.cost, answers: a.answers, failed: a.failed }));
+    this.renderUsage(agents, e.usage, e.cost_usd, ev.at_ms - this.t0, ev);
   }
 
-  renderUsage(agents, total, durationMs, ev) {
-    const head = el("tr", {}, ...["agent", "provider · model", "turns", "answers", "first answer", "busy", "input", "output", "total tokens"]
+  renderUsage(agents, total, totalCost, durationMs, ev) {
+    const head = el("tr", {}, ...["agent", "provider · model", "turns", "answers", "first answer", "busy", "input", "output", "total tokens", "cost"]
       .map((h, i) => el("th", { class: i >= 2 ? "num" : null, text: h })));
     const rows = agents.map((s) => {
       const a = this.agents.get(s.agent_id);
@@ -540,14 +548,16 @@ class SessionView {
         el("td", { class: "num", text: seconds(a ? a.busyMs : null) }),
         el("td", { class: "num", text: tokens(u.input_tokens) }),
         el("td", { class: "num", text: tokens(u.output_tokens) }),
-        el("td", { class: "num", text: tokens(u.total_tokens) }));
+        el("td", { class: "num", text: tokens(u.total_tokens) }),
+        el("td", { class: "num", text: usd(s.cost_usd) }));
     });
     const t = total || {};
     rows.push(el("tr", { class: "total" },
       el("td", { text: "total" }), el("td", { text: `session ${seconds(durationMs)}` }), el("td"), el("td"), el("td"), el("td"),
       el("td", { class: "num", text: tokens(t.input_tokens) }),
       el("td", { class: "num", text: tokens(t.output_tokens) }),
-      el("td", { class: "num", text: tokens(t.total_tokens) })));
+      el("td", { class: "num", text: tokens(t.total_tokens) }),
+      el("td", { class: "num", text: usd(totalCost) })));
     $("usage").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
     $("usage-panel").hidden = false;
     void ev;
