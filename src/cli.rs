@@ -144,6 +144,9 @@ pub struct ProductionArgs {
     /// Upstream calls one session may make [default: no cap]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_UPSTREAM_CALLS", value_parser = Number::<u32>::new())]
     pub max_upstream_calls: Option<u32>,
+    /// USD one session may spend; panels and requests may only set less [default: no limit]
+    #[arg(long, value_name = "USD", env = "MASSGEN_SERVER_MAX_SESSION_COST_USD", value_parser = Number::<f64>::new())]
+    pub max_session_cost_usd: Option<f64>,
     /// Time to receive a request's headers [default: 30]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
     pub header_timeout_seconds: Option<u64>,
@@ -298,6 +301,13 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             return Err(Fatal::usage(format!("{name} must be at least 1")));
         }
     }
+    if let Some(usd) = args.max_session_cost_usd
+        && !(usd.is_finite() && usd > 0.0)
+    {
+        return Err(Fatal::usage(format!(
+            "--max-session-cost-usd must be above 0, got {usd}"
+        )));
+    }
     Ok(ProductionSettings {
         api_keys,
         protect_metrics: args.protect_metrics,
@@ -308,6 +318,7 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         rate_limit_per_minute: args.rate_limit_per_minute,
         rate_limit_burst: args.rate_limit_burst,
         max_upstream_calls: args.max_upstream_calls,
+        max_session_cost_usd: args.max_session_cost_usd,
         header_read_timeout: args
             .header_timeout_seconds
             .map_or(defaults.header_read_timeout, Duration::from_secs),

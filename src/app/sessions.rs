@@ -31,6 +31,8 @@ pub struct SessionsConfig {
     pub records: RecordStore,
     /// Upstream calls one session may make (`--max-upstream-calls`).
     pub max_upstream_calls: Option<u32>,
+    /// USD one session may spend at most (`--max-session-cost-usd`).
+    pub max_session_cost_usd: Option<f64>,
     /// Log the question at debug level (`--debug`).
     pub log_prompts: bool,
 }
@@ -42,6 +44,7 @@ pub struct Sessions {
     clock: Arc<dyn Clock>,
     records: RecordStore,
     max_upstream_calls: Option<u32>,
+    max_session_cost_usd: Option<f64>,
     log_prompts: bool,
     /// Every running session (engine and records tee), so shutdown can wait for them.
     tasks: TaskTracker,
@@ -73,6 +76,8 @@ pub struct SessionRequest {
 pub struct Overrides {
     /// `massgen.voting_quorum`.
     pub voting_quorum: Option<Quorum>,
+    /// `massgen.max_cost_usd`: lowers the panel's limit, never raises it.
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Overrides {
@@ -80,6 +85,15 @@ impl Overrides {
         if let Some(q) = self.voting_quorum {
             options.voting_quorum = q;
         }
+        options.max_cost_usd = smaller(options.max_cost_usd, self.max_cost_usd);
+    }
+}
+
+/// The smaller of two optional limits (`None`: no limit).
+fn smaller(a: Option<f64>, b: Option<f64>) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 
@@ -93,13 +107,21 @@ pub struct Started {
 }
 
 /// Why a session could not start.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum StartError {
     /// An agent's backend has no provider (unknown type, bad settings).
     Provider {
         panel: String,
         agent: String,
         reason: String,
+    },
+    /// The session has a cost limit and an agent's model has no price, so the limit could
+    /// not be kept.
+    Unpriced {
+        panel: String,
+        agent: String,
+        model: String,
+        limit: f64,
     },
 }
 
@@ -111,6 +133,7 @@ impl Sessions {
             clock: config.clock,
             records: config.records,
             max_upstream_calls: config.max_upstream_calls,
+            max_session_cost_usd: config.max_session_cost_usd,
             log_prompts: config.log_prompts,
             tasks: TaskTracker::new(),
             cancel_all: CancellationToken::new(),
@@ -124,6 +147,19 @@ impl Sessions {
         panel: &PanelConfig,
         request: SessionRequest,
     ) -> Result<Started, StartError> {
+        let mut options = panel.orchestrator.clone();
+        request.overrides.apply(&mut options);
+        options.max_cost_usd = smaller(options.max_cost_usd, self.max_session_cost_usd);
+        if let Some(limit) = options.max_cost_usd
+            && let Some(agent) = panel.agents.iter().find(|a| a.backend.price.is_none())
+        {
+            return Err(StartError::Unpriced {
+                panel: panel.name.clone(),
+                agent: agent.id.clone(),
+                model: agent.backend.model.clone(),
+                limit,
+            });
+        }
         let id: Arc<str> = format!("sess_{}", uuid::Uuid::now_v7().simple()).into();
         let tracker = SessionTracker::new(id.clone(), self.max_upstream_calls);
         let mut agents = Vec::with_capacity(panel.agents.len());
@@ -156,8 +192,6 @@ impl Sessions {
             agents = panel.agents.len(),
             "session started"
         );
-        let mut options = panel.orchestrator.clone();
-        request.overrides.apply(&mut options);
         let spec = SessionSpec {
             session_id: id.clone(),
             agents,

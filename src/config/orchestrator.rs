@@ -30,6 +30,7 @@ const ORCHESTRATOR_KEYS: &[&str] = &[
     "present_tool_calls",
     "defer_voting_until_all_answered",
     "voting_quorum",
+    "max_cost_usd",
 ];
 
 /// `timeout_settings:` keys this server implements (the round timeouts included).
@@ -139,6 +140,12 @@ impl Cx<'_> {
             let key = join("orchestrator", "voting_quorum");
             let value = self.expanded(value, &key)?;
             options.voting_quorum = Quorum::parse(&value).map_err(|e| self.err(&key, e))?;
+        }
+        let key = join("orchestrator", "max_cost_usd");
+        match self.number(orch.get("max_cost_usd"), &key)? {
+            Some(n) if n.is_finite() && n > 0.0 => options.max_cost_usd = Some(n),
+            Some(n) => return Err(self.err(&key, format!("must be above 0 USD, got {n}"))),
+            None => {}
         }
         Ok(())
     }

@@ -24,6 +24,8 @@ pub struct ProductionSettings {
     pub rate_limit_burst: Option<u32>,
     /// Upstream calls one session may make (every agent turn, retry attempts excluded).
     pub max_upstream_calls: Option<u32>,
+    /// USD one session may spend at most; a panel's or request's limit may only be lower.
+    pub max_session_cost_usd: Option<f64>,
     /// Time a client has to send the request headers (HTTP/1).
     pub header_read_timeout: Duration,
     /// Session records kept in memory (oldest dropped first).
@@ -44,6 +46,7 @@ impl Default for ProductionSettings {
             rate_limit_per_minute: None,
             rate_limit_burst: None,
             max_upstream_calls: None,
+            max_session_cost_usd: None,
             header_read_timeout: Duration::from_secs(30),
             records_max_sessions: 1000,
             records_max_age: Duration::from_secs(3600),

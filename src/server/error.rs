@@ -100,6 +100,7 @@ impl ApiError {
                 SessionErrorKind::NoUsableAgent => "server_error",
                 SessionErrorKind::Timeout => "timeout_error",
                 SessionErrorKind::Cancelled => "server_error",
+                SessionErrorKind::BudgetExhausted => "invalid_request_error",
             },
             Self::Internal => "server_error",
             Self::Unauthorized { .. }
@@ -124,6 +125,7 @@ impl ApiError {
                 SessionErrorKind::NoUsableAgent => "no_usable_agent",
                 SessionErrorKind::Timeout => "session_timeout",
                 SessionErrorKind::Cancelled => "session_cancelled",
+                SessionErrorKind::BudgetExhausted => "budget_exhausted",
             },
             Self::Internal => "internal_error",
             Self::Unauthorized { .. } => "invalid_api_key",
@@ -247,6 +249,8 @@ fn session_status(e: &SessionError) -> StatusCode {
         SessionErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
         // The client is gone; nobody reads this status.
         SessionErrorKind::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
+        // Not 429: SDKs retry that, and the same request would hit the same limit.
+        SessionErrorKind::BudgetExhausted => StatusCode::PAYMENT_REQUIRED,
     }
 }
 
@@ -332,5 +336,23 @@ mod tests {
         // Without a hint from any upstream, one second.
         let e = session(vec![limited("agent1", None)]);
         assert_eq!(e.retry_after(), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_spent_budget_is_402_budget_exhausted_and_not_retried() {
+        let e = ApiError::Session(SessionError {
+            kind: SessionErrorKind::BudgetExhausted,
+            message: "the session spent $0.5 of its $0.5 limit".into(),
+            agent_errors: Vec::new(),
+            usage: Usage::default(),
+            cost_usd: Some(0.5),
+        });
+        assert_eq!(e.status(), StatusCode::PAYMENT_REQUIRED);
+        assert_eq!(e.code(), "budget_exhausted");
+        assert!(!e.retryable());
+        assert_eq!(
+            crate::server::doors::messages::error::error_type(&e),
+            "billing_error"
+        );
     }
 }

@@ -113,6 +113,7 @@ impl AppState {
                 records.records_dir.clone(),
             ),
             max_upstream_calls: records.max_upstream_calls,
+            max_session_cost_usd: records.max_session_cost_usd,
             log_prompts: settings.debug,
         });
         let responses = ResponseStore::new(

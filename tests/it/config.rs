@@ -479,6 +479,9 @@ timeout_settings:
     assert_eq!(defaults.voting_quorum, Quorum::All);
     let k = ok(&format!("{GPT}orchestrator: {{voting_quorum: 2}}\n"));
     assert_eq!(k.orchestrator.voting_quorum, Quorum::Votes(2));
+    assert_eq!(defaults.max_cost_usd, None);
+    let limited = ok(&format!("{GPT}orchestrator: {{max_cost_usd: \"0.25\"}}\n"));
+    assert_eq!(limited.orchestrator.max_cost_usd, Some(0.25));
 }
 
 #[test]
@@ -552,6 +555,11 @@ fn invalid_orchestrator_values() {
             "orchestrator: {voting_quorum: 0}",
             "orchestrator.voting_quorum",
             &["(1 or more), got 0"],
+        ),
+        (
+            "orchestrator: {max_cost_usd: 0}",
+            "orchestrator.max_cost_usd",
+            &["must be above 0 USD, got 0"],
         ),
         (
             "orchestrator: {defer_voting_until_all_answered: sometimes}",

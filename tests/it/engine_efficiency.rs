@@ -394,3 +394,95 @@ async fn cost_prices_cached_input_and_reasoning_and_is_unknown_without_a_price()
     assert_eq!(s.agents[1].cost_usd, None);
     assert_eq!(s.cost_usd, None);
 }
+
+/// 1 USD per token: every scripted call (CALL_USAGE, 15 tokens) costs 15 USD.
+const DOLLAR_A_TOKEN: massgen_core::provider::Price = massgen_core::provider::Price {
+    input_per_million: 1_000_000.0,
+    output_per_million: 1_000_000.0,
+    cached_input_per_million: 1_000_000.0,
+};
+
+fn budgeted(agents: &[(&str, &Scripted)], max_cost_usd: f64) -> SessionSpec {
+    let mut s = spec(
+        agents,
+        OrchestratorOptions {
+            max_cost_usd: Some(max_cost_usd),
+            ..opts()
+        },
+    );
+    for a in &mut s.agents {
+        a.price = Some(DOLLAR_A_TOKEN);
+    }
+    s
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_spent_budget_starts_no_turn_and_returns_the_best_answer_so_far() {
+    let a = member("a", "Alpha: four.", 1, "agent1");
+    let b = member("b", "Beta: 4 (arithmetic).", 2, "agent1");
+    // The two first answers spend 30 USD: no vote turn, no presentation call.
+    let run = run(budgeted(&[("a", &a), ("b", &b)], 30.0)).await;
+    let s = run.summary();
+    assert_eq!(s.consensus_reason, ConsensusReason::Budget);
+    assert_eq!(calls(&[&a, &b]), 2);
+    assert_eq!(s.presentation, PresentationMode::Skipped);
+    assert_eq!(s.final_answer, "Alpha: four.");
+    assert_eq!(s.cost_usd, Some(30.0));
+    assert_eq!(s.max_cost_usd, Some(30.0));
+    assert!(run.kinds().iter().any(|k| matches!(
+        k,
+        EventKind::BudgetExhausted { spent_usd, max_cost_usd } if *spent_usd == 30.0 && *max_cost_usd == 30.0
+    )));
+    assert_eq!(s.duration_ms, 2000);
+
+    // A budget not reached changes nothing.
+    let a = member("a", "Alpha: four.", 1, "agent1");
+    let b = member("b", "Beta: 4 (arithmetic).", 2, "agent1");
+    let run = crate::support::engine::run(budgeted(&[("a", &a), ("b", &b)], 1000.0)).await;
+    assert_eq!(run.summary().consensus_reason, ConsensusReason::Converged);
+    assert_eq!(run.summary().presentation, PresentationMode::Presented);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_spent_after_one_answer_cuts_the_running_turns() {
+    let a = member("a", "Alpha: four.", 1, "agent1");
+    let b = member("b", "Beta: 4 (arithmetic).", 5, "agent1");
+    let run = run(budgeted(&[("a", &a), ("b", &b)], 10.0)).await;
+    let s = run.summary();
+    assert_eq!(s.consensus_reason, ConsensusReason::Budget);
+    assert_eq!(s.winner.label, "agent1");
+    assert_eq!(
+        s.cut.iter().map(|c| c.label.as_str()).collect::<Vec<_>>(),
+        ["agent2"]
+    );
+    assert_eq!(
+        s.duration_ms, 1000,
+        "agent2's slow answer was not waited for"
+    );
+    assert_eq!(b.live_streams(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_budget_spent_before_any_answer_fails_the_session() {
+    // Each agent's first call writes text without a tool (invalid) and costs 15 USD.
+    let rambler = |name: &str| {
+        Scripted::new(name, |_, n| match n {
+            0 => text_then(&["Let me think."], Vec::new()),
+            _ => after(1, answer("Four.")),
+        })
+    };
+    let (a, b) = (rambler("a"), rambler("b"));
+    let run = run(budgeted(&[("a", &a), ("b", &b)], 20.0)).await;
+    let e = run.error();
+    assert_eq!(e.kind, SessionErrorKind::BudgetExhausted);
+    assert!(
+        e.message.contains("before any agent answered"),
+        "{}",
+        e.message
+    );
+    assert_eq!(e.cost_usd, Some(30.0));
+    // Both invalid attempts end at t=0; the second one's cost ends the session before
+    // either retry reaches its upstream.
+    assert_eq!(calls(&[&a, &b]), 2);
+    assert_eq!(a.live_streams() + b.live_streams(), 0);
+}

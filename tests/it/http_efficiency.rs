@@ -212,3 +212,54 @@ async fn cost_in_usd_per_agent_and_session_alike_on_every_door_in_the_record_and
     assert!((by_model - spent).abs() < 1e-9, "{by_model} vs {spent}");
     assert!(!metrics.contains("other-sim"), "{metrics}");
 }
+
+#[tokio::test]
+async fn a_spent_budget_presents_the_best_answer_so_far_on_every_door() {
+    // The first answer alone costs more than a millionth of a dollar at these prices.
+    let s = Setup::with_panel(
+        |url| priced_panel(url, &STAGGERED, ""),
+        &["--max-session-cost-usd", "0.000001"],
+    );
+    for (door, meta) in on_every_door(&s.server.url).await {
+        assert_eq!(meta["consensus_reason"], "budget", "{door}: {meta}");
+        assert_eq!(meta["budget_exhausted"], true, "{door}");
+        assert_eq!(meta["max_cost_usd"], 0.000001, "{door}");
+        assert_eq!(meta["presentation"], "skipped", "{door}");
+        assert_eq!(
+            meta["winner"]["label"], "agent1",
+            "{door}: the first to answer"
+        );
+        assert!(
+            meta["cost_usd"].as_f64().unwrap() >= 0.000001,
+            "{door}: {meta}"
+        );
+        let id = meta["session_id"].as_str().unwrap();
+        let record = get_json(&format!("{}/v1/sessions/{id}", s.server.url)).await;
+        assert_eq!(
+            record["budget_exhausted"]["max_cost_usd"], 0.000001,
+            "{record}"
+        );
+    }
+    // A request may lower the server's limit, never raise it.
+    let body: Value = chat(&s.server.url, None, &ask(json!({"max_cost_usd": 5})))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["massgen_metadata"]["max_cost_usd"], 0.000001);
+    let bad = chat(&s.server.url, None, &ask(json!({"max_cost_usd": -1}))).await;
+    assert_eq!(bad.status(), 400);
+}
+
+#[tokio::test]
+async fn a_limit_on_a_panel_without_prices_is_refused_not_ignored() {
+    let s = Setup::with_panel(|url| panel_yaml(url, &STAGGERED, ""), &[]);
+    let response = chat(&s.server.url, None, &ask(json!({"max_cost_usd": 1}))).await;
+    assert_eq!(response.status(), 503);
+    let error: Value = response.json().await.unwrap();
+    let message = error["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("has no price") && message.contains("backend.pricing"),
+        "{message}"
+    );
+}

@@ -94,6 +94,7 @@ fn outcome(kind: SessionErrorKind) -> &'static str {
         SessionErrorKind::NoUsableAgent => "no_usable_agent",
         SessionErrorKind::Timeout => "timeout",
         SessionErrorKind::Cancelled => "cancelled",
+        SessionErrorKind::BudgetExhausted => "budget_exhausted",
     }
 }
 
@@ -121,6 +122,7 @@ fn cut_reason(reason: ConsensusReason) -> &'static str {
     match reason {
         ConsensusReason::Timeout => "timeout",
         ConsensusReason::Quorum => "quorum",
+        ConsensusReason::Budget => "budget",
         ConsensusReason::Converged | ConsensusReason::SingleAgent => "converged",
     }
 }

@@ -60,6 +60,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
     let mut usage = Usage::default();
     let mut cost = Cost::default();
     let mut first_answer_ms = None;
+    let mut budget = Value::Null;
     for SessionEvent { at_ms, kind, .. } in &events {
         match kind {
             EventKind::SessionStarted { agents: list } => {
@@ -148,6 +149,13 @@ pub fn record_json(record: &SessionRecord) -> Value {
                         "duration_ms": duration_ms, "error": error,
                     }));
             }
+            EventKind::BudgetExhausted {
+                spent_usd,
+                max_cost_usd,
+            } => {
+                budget =
+                    json!({"at_ms": at_ms, "spent_usd": spent_usd, "max_cost_usd": max_cost_usd});
+            }
             EventKind::AgentDelta { .. }
             | EventKind::FinalDelta { .. }
             | EventKind::FinalToolCalls { .. }
@@ -195,6 +203,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
         "agents": agents,
         "usage": usage,
         "cost_usd": cost.0,
+        "budget_exhausted": budget,
         "timings": {
             "started_at_ms": started_ms,
             "first_answer_at_ms": first_answer_ms,

@@ -1,7 +1,7 @@
 //! `massgen_metadata`: the session's outcome as every door attaches it to its response
 //! (winner, tally, votes, answers, per-agent usage and errors, duration).
 
-use massgen_core::coordination::SessionSummary;
+use massgen_core::coordination::{ConsensusReason, SessionSummary};
 use serde_json::{Value, json};
 
 pub fn metadata_json(session_id: &str, s: &SessionSummary) -> Value {
@@ -22,6 +22,8 @@ pub fn metadata_json(session_id: &str, s: &SessionSummary) -> Value {
         "answers": s.answers,
         "agents": s.agents,
         "cost_usd": s.cost_usd,
+        "max_cost_usd": s.max_cost_usd,
+        "budget_exhausted": s.consensus_reason == ConsensusReason::Budget,
         "failed_agents": failed,
         "duration_ms": s.duration_ms,
     })

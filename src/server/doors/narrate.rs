@@ -101,6 +101,12 @@ fn summary_line(event: &EventKind) -> Option<String> {
             "[{}] restarting to see {newest} (turn {turn} cancelled before it answered)",
             agent.label
         ),
+        EventKind::BudgetExhausted {
+            spent_usd,
+            max_cost_usd,
+        } => format!(
+            "[massgen] budget exhausted: ${spent_usd:.6} spent of ${max_cost_usd}; no new turns"
+        ),
         EventKind::TurnInvalid {
             agent,
             attempt,
@@ -132,6 +138,7 @@ fn summary_line(event: &EventKind) -> Option<String> {
                 .collect();
             let head = match reason {
                 ConsensusReason::Quorum => "quorum",
+                ConsensusReason::Budget => "budget",
                 _ => "consensus",
             };
             let line = if votes.is_empty() {

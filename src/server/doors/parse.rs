@@ -155,7 +155,7 @@ pub fn deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError> 
 }
 
 /// The `massgen` fields that override the panel's orchestrator options
-/// (`massgen.voting_quorum`).
+/// (`massgen.voting_quorum`, `massgen.max_cost_usd`).
 pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
     let massgen = match obj.get("massgen") {
         None | Some(Value::Null) => return Ok(Overrides::default()),
@@ -172,7 +172,23 @@ pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
             )
         })?),
     };
-    Ok(Overrides { voting_quorum })
+    let max_cost_usd = match massgen.get("max_cost_usd") {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_f64().filter(|n| n.is_finite() && *n > 0.0) {
+            Some(n) => Some(n),
+            None => {
+                return Err(ApiError::invalid(
+                    "'massgen.max_cost_usd' must be a number of USD above 0",
+                    Some("massgen.max_cost_usd"),
+                    "invalid_value",
+                ));
+            }
+        },
+    };
+    Ok(Overrides {
+        voting_quorum,
+        max_cost_usd,
+    })
 }
 
 /// A required array with at least one entry (`messages`).
@@ -267,6 +283,24 @@ mod tests {
         assert_eq!(overrides_of(json!({})).unwrap(), Overrides::default());
         let bad = overrides_of(json!({"massgen": {"voting_quorum": 0}})).unwrap_err();
         assert_eq!(bad.code(), "invalid_value");
+        let o = overrides_of(json!({"massgen": {"max_cost_usd": 0.5}})).unwrap();
+        let mut options = OrchestratorOptions {
+            max_cost_usd: Some(2.0),
+            ..OrchestratorOptions::default()
+        };
+        o.apply(&mut options);
+        assert_eq!(options.max_cost_usd, Some(0.5), "the smaller wins");
+        let o = overrides_of(json!({"massgen": {"max_cost_usd": 5}})).unwrap();
+        o.apply(&mut options);
+        assert_eq!(
+            options.max_cost_usd,
+            Some(0.5),
+            "a request never raises the limit"
+        );
+        for bad in [json!(0), json!(-1), json!("1")] {
+            let e = overrides_of(json!({"massgen": {"max_cost_usd": bad}})).unwrap_err();
+            assert_eq!(e.param(), Some("massgen.max_cost_usd"));
+        }
         let bad = overrides_of(json!({"massgen": 3})).unwrap_err();
         assert_eq!(bad.code(), "invalid_type");
     }

@@ -160,6 +160,17 @@ fn start_error(error: StartError) -> ApiError {
             name: panel,
             reason: format!("agent '{agent}': {reason}"),
         },
+        StartError::Unpriced {
+            panel,
+            agent,
+            model,
+            limit,
+        } => ApiError::ConfigUnavailable {
+            name: panel,
+            reason: format!(
+                "the session may spend ${limit} (max_cost_usd) but agent '{agent}' has no price for model '{model}', so the limit could not be kept: set its backend.pricing"
+            ),
+        },
     }
 }
 

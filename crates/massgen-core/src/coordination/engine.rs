@@ -144,6 +144,7 @@ impl Session {
                     answer_cap: spec.options.max_new_answers_per_agent,
                     defer: spec.options.defer_voting_until_all_answered,
                     quorum: spec.options.voting_quorum,
+                    budget: spec.options.max_cost_usd,
                 },
             ),
             own_tools: vec![Vec::new(); agents.len()],
@@ -199,11 +200,14 @@ impl Session {
             cut: cut.clone(),
         };
         em.send(&self.state, consensus).await?;
+        // A spent budget allows no presentation call: the stored answer is returned.
+        let mut options = self.options.clone();
+        options.skip_final_presentation |= reason == ConsensusReason::Budget;
         let presented = Presenter {
             state: &mut self.state,
             winner,
             agent: &self.agents[winner],
-            options: &self.options,
+            options: &options,
             input: &self.input,
             clock: self.clock.as_ref(),
             em,
@@ -225,6 +229,7 @@ impl Session {
             agents: self.state.summaries(),
             usage: self.state.usage(),
             cost_usd: self.state.cost_usd(),
+            max_cost_usd: self.state.budget(),
             duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
         })
     }
@@ -238,6 +243,10 @@ impl Session {
         loop {
             if let Some(error) = self.state.too_few_live() {
                 return Err(error);
+            }
+            // Checked before any turn starts, so a spent budget starts nothing more.
+            if let Some(limit) = self.state.budget_spent() {
+                return self.budget_exhausted(limit, em).await;
             }
             self.start_due(em).await?;
             if self.state.is_single() && !self.state.answers().is_empty() {
@@ -279,6 +288,30 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// The spend reached `limit`: the best answer so far wins, or with none the session
+    /// fails.
+    async fn budget_exhausted(
+        &mut self,
+        limit: f64,
+        em: &mut Emitter,
+    ) -> Result<ConsensusReason, SessionError> {
+        let spent = self.state.spent();
+        let event = EventKind::BudgetExhausted {
+            spent_usd: spent,
+            max_cost_usd: limit,
+        };
+        em.send(&self.state, event).await?;
+        if self.state.answers().is_empty() {
+            return Err(self.state.error(
+                SessionErrorKind::BudgetExhausted,
+                format!(
+                    "the session spent ${spent:.6} of its ${limit} limit (max_cost_usd) before any agent answered"
+                ),
+            ));
+        }
+        Ok(ConsensusReason::Budget)
     }
 
     async fn send_side(

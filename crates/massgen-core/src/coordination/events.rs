@@ -88,6 +88,9 @@ pub enum ConsensusReason {
     /// One answer reached `voting_quorum` before every live agent voted; the running
     /// turns were cut.
     Quorum,
+    /// The session's spend reached `max_cost_usd`: no new turn started, the running ones
+    /// were cut, and the best answer so far is returned without a presentation call.
+    Budget,
 }
 
 /// Why an agent failed.
@@ -183,6 +186,8 @@ pub struct SessionSummary {
     /// USD over every upstream call; `None` when an agent without a known price used
     /// tokens.
     pub cost_usd: Option<f64>,
+    /// The session's spending limit, if it had one.
+    pub max_cost_usd: Option<f64>,
     pub duration_ms: u64,
 }
 
@@ -198,6 +203,8 @@ pub enum SessionErrorKind {
     Timeout,
     /// The client went away.
     Cancelled,
+    /// The session's spend reached `max_cost_usd` before any agent answered.
+    BudgetExhausted,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -247,6 +254,11 @@ pub enum EventKind {
         turn: u32,
         /// The answer it had not seen (`agent3.1`).
         newest: String,
+    },
+    /// The session's spend reached its limit (`max_cost_usd`): no new turn starts.
+    BudgetExhausted {
+        spent_usd: f64,
+        max_cost_usd: f64,
     },
     TurnInvalid {
         agent: AgentRef,

@@ -86,6 +86,9 @@ pub struct OrchestratorOptions {
     pub defer_voting_until_all_answered: bool,
     /// Converge as soon as one answer holds this many counted votes.
     pub voting_quorum: Quorum,
+    /// USD the session may spend; once reached no new turn starts (every agent needs a
+    /// price, which the caller checks).
+    pub max_cost_usd: Option<f64>,
 }
 
 impl Default for OrchestratorOptions {
@@ -104,6 +107,7 @@ impl Default for OrchestratorOptions {
             present_tool_calls: false,
             defer_voting_until_all_answered: true,
             voting_quorum: Quorum::All,
+            max_cost_usd: None,
         }
     }
 }

@@ -90,6 +90,7 @@ pub(super) struct SessionState {
     /// `defer_voting_until_all_answered`.
     defer: bool,
     quorum: Quorum,
+    budget: Option<f64>,
 }
 
 /// The options the state's rules depend on.
@@ -101,6 +102,8 @@ pub(super) struct Rules {
     /// `defer_voting_until_all_answered`.
     pub defer: bool,
     pub quorum: Quorum,
+    /// `max_cost_usd`.
+    pub budget: Option<f64>,
 }
 
 impl SessionState {
@@ -141,6 +144,7 @@ impl SessionState {
             answer_cap: rules.answer_cap,
             defer: rules.defer,
             quorum: rules.quorum,
+            budget: rules.budget,
         }
     }
 
@@ -378,6 +382,16 @@ impl SessionState {
         self.spent
     }
 
+    /// The spending limit, if any.
+    pub fn budget(&self) -> Option<f64> {
+        self.budget
+    }
+
+    /// The limit, once the spend has reached it.
+    pub fn budget_spent(&self) -> Option<f64> {
+        self.budget.filter(|&limit| self.spent >= limit)
+    }
+
     /// The session's cost in USD; `None` when an agent without a price used tokens.
     pub fn cost_usd(&self) -> Option<f64> {
         (!self.unpriced_usage).then(|| self.spent())
@@ -568,6 +582,7 @@ mod tests {
             answer_cap: None,
             defer,
             quorum: Quorum::All,
+            budget: None,
         }
     }
 

@@ -21,6 +21,7 @@ pub fn error_type(error: &ApiError) -> &'static str {
     match error.status().as_u16() {
         400 | 405 | 422 => "invalid_request_error",
         401 => "authentication_error",
+        402 => "billing_error",
         403 => "permission_error",
         404 => "not_found_error",
         413 => "request_too_large",
