@@ -32,6 +32,11 @@ if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
   flags+=(--python "$venv/bin/python")
 fi
 
+# (6) efficiency: a massgen binary from before issue 10 to compare with, side by side.
+if [[ -n "${MASSGEN_BASELINE:-}" ]]; then
+  flags+=(--baseline "$MASSGEN_BASELINE")
+fi
+
 cpus=$(nproc --all)
 server_cpus=0
 driver_cpus=1

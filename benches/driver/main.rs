@@ -58,9 +58,15 @@ struct Args {
     python_sessions: usize,
     #[arg(long, default_value_t = 20)]
     reference_rust_sessions: usize,
-    /// Comma-separated subset: coordination, pass, scale, reference (default: all).
+    /// Comma-separated subset: coordination, pass, scale, reference, efficiency (default: all).
     #[arg(long, value_delimiter = ',')]
     only: Vec<String>,
+    /// Sessions per row of the efficiency table (6); 0 leaves it out.
+    #[arg(long, default_value_t = 5)]
+    efficiency_sessions: usize,
+    /// A massgen binary from before issue 10, measured side by side in (6).
+    #[arg(long)]
+    baseline: Option<PathBuf>,
     /// The command line to print in the results.
     #[arg(long, default_value = "benches/run.sh")]
     command: String,
@@ -101,6 +107,8 @@ async fn main() -> std::process::ExitCode {
         reference_rust_sessions: a.reference_rust_sessions,
         command: a.command,
         only: a.only,
+        efficiency_sessions: a.efficiency_sessions,
+        baseline: a.baseline,
     };
     match driver::run(&settings).await {
         Ok(results) => {

@@ -3,6 +3,7 @@
 //! calls [`run`] at tiny sizes.
 
 pub mod client;
+pub mod efficiency;
 pub mod mock;
 pub mod passthrough;
 pub mod reference;
@@ -39,8 +40,13 @@ pub struct Settings {
     /// Sessions of our server on the reference panel.
     pub reference_rust_sessions: usize,
     pub command: String,
-    /// Run only these measurements (`coordination`, `pass`, `scale`, `reference`); empty: all.
+    /// Run only these measurements (`coordination`, `pass`, `scale`, `reference`,
+    /// `efficiency`); empty: all.
     pub only: Vec<String>,
+    /// Sessions per row of (6); 0 leaves it out.
+    pub efficiency_sessions: usize,
+    /// The server before issue 10, measured side by side in (6).
+    pub baseline: Option<PathBuf>,
 }
 
 impl Settings {
@@ -121,6 +127,27 @@ pub async fn run(s: &Settings) -> Result<report::Results, String> {
         }
         _ => None,
     };
+    let efficiency = if s.wants("efficiency") && s.efficiency_sessions > 0 {
+        eprintln!("(6) efficiency: {} sessions per row", s.efficiency_sessions);
+        let mut subjects = Vec::new();
+        if let Some(b) = &s.baseline {
+            subjects.push(efficiency::Subject {
+                name: "baseline".into(),
+                massgen: b.clone(),
+                quorums: vec![""],
+            });
+        }
+        subjects.push(efficiency::Subject {
+            name: "this build".into(),
+            massgen: s.massgen.clone(),
+            quorums: vec!["all", "majority"],
+        });
+        let rows = efficiency::run(&env, &subjects, s.efficiency_sessions, 1).await?;
+        eprintln!("{}", efficiency::table(&rows));
+        Some(rows)
+    } else {
+        None
+    };
     let results = report::Results {
         name: s.name.clone(),
         command: s.command.clone(),
@@ -131,6 +158,7 @@ pub async fn run(s: &Settings) -> Result<report::Results, String> {
         pass_through: pass,
         scale,
         reference,
+        efficiency,
     };
     report::write(&results, &s.results)?;
     Ok(results)

@@ -30,6 +30,7 @@ pub struct Results {
     pub pass_through: Option<PassThrough>,
     pub scale: Option<Scale>,
     pub reference: Option<Reference>,
+    pub efficiency: Option<Vec<super::efficiency::Row>>,
 }
 
 fn read(path: &str) -> String {
@@ -180,6 +181,13 @@ pub fn markdown(r: &Results) -> String {
             lat(&x.latency),
             ours,
             theirs
+        );
+    }
+    if let Some(rows) = &r.efficiency {
+        let _ = writeln!(
+            m,
+            "\n## 6. Efficiency: the protocol's shape (non-streamed, sequential sessions)\n\n{}",
+            super::efficiency::table(rows)
         );
     }
     let _ = writeln!(m, "\n## Details\n");

@@ -50,6 +50,9 @@ async fn the_benchmark_runs_at_tiny_sizes() {
         reference_rust_sessions: 0,
         command: "smoke".into(),
         only: Vec::new(),
+        // Seconds per session by design (0.4–1.0 s calls): run by benches/run.sh only.
+        efficiency_sessions: 0,
+        baseline: None,
     };
     let results = driver::run(&settings).await.unwrap();
     let c = results.coordination.as_ref().unwrap();
