@@ -27,6 +27,8 @@ pub enum ApiError {
         name: String,
         available: Vec<String>,
     },
+    /// 404: `GET /v1/models/{id}` for an id `GET /v1/models` does not list.
+    ModelNotFound { id: String, available: Vec<String> },
     /// 503: `massgen/<name>` exists but failed to load.
     ConfigUnavailable { name: String, reason: String },
     /// 503: the server has no default configuration.
@@ -69,7 +71,9 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         match self {
             Self::InvalidRequest { .. } => StatusCode::BAD_REQUEST,
-            Self::ConfigNotFound { .. } | Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
+            Self::ConfigNotFound { .. }
+            | Self::ModelNotFound { .. }
+            | Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             Self::ConfigUnavailable { .. } | Self::NoDefaultConfig { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -90,6 +94,7 @@ impl ApiError {
         match self {
             Self::InvalidRequest { .. }
             | Self::ConfigNotFound { .. }
+            | Self::ModelNotFound { .. }
             | Self::RouteNotFound { .. }
             | Self::MethodNotAllowed
             | Self::PayloadTooLarge { .. } => "invalid_request_error",
@@ -113,7 +118,7 @@ impl ApiError {
     pub fn code(&self) -> &'static str {
         match self {
             Self::InvalidRequest { code, .. } => code,
-            Self::ConfigNotFound { .. } => "model_not_found",
+            Self::ConfigNotFound { .. } | Self::ModelNotFound { .. } => "model_not_found",
             Self::ConfigUnavailable { .. } => "config_unavailable",
             Self::NoDefaultConfig { .. } => "no_default_config",
             Self::RouteNotFound { .. } => "not_found",
@@ -139,7 +144,9 @@ impl ApiError {
     pub fn param(&self) -> Option<&'static str> {
         match self {
             Self::InvalidRequest { param, .. } => *param,
-            Self::ConfigNotFound { .. } | Self::ConfigUnavailable { .. } => Some("model"),
+            Self::ConfigNotFound { .. }
+            | Self::ModelNotFound { .. }
+            | Self::ConfigUnavailable { .. } => Some("model"),
             _ => None,
         }
     }
@@ -149,6 +156,10 @@ impl ApiError {
             Self::InvalidRequest { message, .. } => message.clone(),
             Self::ConfigNotFound { name, available } => format!(
                 "The model 'massgen/{name}' does not exist. Available: {}",
+                list_or_none(available)
+            ),
+            Self::ModelNotFound { id, available } => format!(
+                "The model '{id}' does not exist. Available: {}",
                 list_or_none(available)
             ),
             Self::ConfigUnavailable { name, reason } => {

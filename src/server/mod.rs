@@ -151,6 +151,9 @@ pub fn router(state: AppState) -> Router {
         .route("/health", get(health))
         .route("/metrics", get(observe::metrics_text))
         .route("/v1/models", get(models))
+        // A catch-all: `massgen/<name>` arrives with its slash as is or as `%2F` (the
+        // openai SDK encodes it); both decode to the same id.
+        .route("/v1/models/{*id}", get(model))
         .route(
             "/v1/chat/completions",
             post(doors::chat_completions::handle),
@@ -242,9 +245,27 @@ async fn health() -> impl IntoResponse {
 async fn models(State(state): State<AppState>) -> impl IntoResponse {
     let data: Vec<_> = routing::model_ids(&state.catalog)
         .into_iter()
-        .map(|id| json!({"id": id, "object": "model", "created": 0, "owned_by": "massgen"}))
+        .map(model_object)
         .collect();
     axum::Json(json!({"object": "list", "data": data}))
+}
+
+/// `GET /v1/models/{id}`: the ids `GET /v1/models` lists, nothing else (clients call
+/// `models.retrieve` to check a name before using it).
+async fn model(
+    State(state): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<String>,
+) -> Result<axum::Json<serde_json::Value>, ApiError> {
+    let ids = routing::model_ids(&state.catalog);
+    if ids.contains(&id) {
+        return Ok(axum::Json(model_object(id)));
+    }
+    Err(ApiError::ModelNotFound { id, available: ids })
+}
+
+/// OpenAI's model object.
+fn model_object(id: String) -> serde_json::Value {
+    json!({"id": id, "object": "model", "created": 0, "owned_by": "massgen"})
 }
 
 async fn not_found(request: Request) -> ApiError {

@@ -491,6 +491,45 @@ async fn health_and_models_list_every_configuration() {
 }
 
 #[tokio::test]
+async fn a_listed_model_is_retrieved_by_id_and_any_other_is_a_404() {
+    let s = setup(&FAST, "", &[]);
+    let c = client();
+    let get = |path: &str| c.get(format!("{}/v1/models/{path}", s.server.url)).send();
+    // The slash of `massgen/<name>` as is and percent-encoded (the openai SDK's form).
+    for (path, id) in [
+        ("massgen", "massgen"),
+        ("massgen/fast", "massgen/fast"),
+        ("massgen%2Ftimeout", "massgen/timeout"),
+    ] {
+        let r = get(path).await.unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        let model: Value = r.json().await.unwrap();
+        assert_eq!(
+            model,
+            json!({"id": id, "object": "model", "created": 0, "owned_by": "massgen"})
+        );
+    }
+    for path in [
+        "massgen/nope",
+        "gpt-4o",
+        "massgen/fast/extra",
+        "massgen%2Fmodel:x",
+    ] {
+        let r = get(path).await.unwrap();
+        assert_eq!(r.headers()["x-should-retry"], "false", "{path}");
+        let body = expect_error(r, 404, "model_not_found").await;
+        assert_eq!(body["error"]["param"], "model");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("Available: massgen, massgen/fast, massgen/timeout"),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn sigterm_lets_a_running_session_finish() {
     let slow = ["t1:ttft_ms=800,token_ms=1", "t2:ttft_ms=900,token_ms=1"];
     let mut s = setup(&slow, "", &["--shutdown-grace-seconds", "20"]);

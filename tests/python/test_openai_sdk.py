@@ -105,6 +105,13 @@ def test_health_and_models_match_openapi(client):
     models = httpx.get(f"{BASE}/v1/models").json()
     check("ModelList", models)
     assert "massgen" in [m.id for m in client.models.list()]
+    model = client.models.retrieve("massgen")
+    assert (model.id, model.object, model.owned_by) == ("massgen", "model", "massgen")
+    check("Model", httpx.get(f"{BASE}/v1/models/massgen").json())
+    with pytest.raises(openai.NotFoundError) as err:
+        client.models.retrieve("massgen/does-not-exist")
+    assert err.value.code == "model_not_found"
+    check("ErrorResponse", err.value.response.json())
 
 
 def test_session_list_and_record_match_openapi(client):
