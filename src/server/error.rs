@@ -11,6 +11,8 @@ use massgen_core::coordination::{SessionError, SessionErrorKind};
 use massgen_core::provider::ProviderErrorKind;
 use serde_json::json;
 
+mod upstream;
+
 /// Tells clients (the OpenAI and Anthropic SDKs, Claude Code) whether retrying can help.
 pub const SHOULD_RETRY: &str = "x-should-retry";
 
@@ -193,12 +195,25 @@ impl ApiError {
 
     /// The error object (the value of the `error` key).
     pub fn body(&self) -> serde_json::Value {
-        json!({
+        let mut body = json!({
             "message": self.message(),
             "type": self.error_type(),
             "param": self.param(),
             "code": self.code(),
-        })
+        });
+        self.add_upstream(&mut body);
+        body
+    }
+
+    /// Adds `upstream` (each failed upstream's agent, status and words; see
+    /// [`upstream`]) to a door's error object, when the session had upstream failures.
+    pub fn add_upstream(&self, object: &mut serde_json::Value) {
+        if let Self::Session(e) = self {
+            let details = upstream::details(e);
+            if !details.is_empty() {
+                object["upstream"] = details.into();
+            }
+        }
     }
 
     /// Whether the same request may succeed if sent again (`x-should-retry`): limits, and
@@ -266,15 +281,7 @@ fn session_status(e: &SessionError) -> StatusCode {
 }
 
 fn session_message(e: &SessionError) -> String {
-    if e.agent_errors.is_empty() {
-        return e.message.clone();
-    }
-    let details: Vec<String> = e
-        .agent_errors
-        .iter()
-        .map(|a| format!("{} ({}): {}", a.agent.label, a.agent.agent_id, a.message))
-        .collect();
-    format!("{} [{}]", e.message, details.join("; "))
+    upstream::message(e)
 }
 
 impl IntoResponse for ApiError {

@@ -281,8 +281,11 @@ async fn upstream_call_budget_stops_a_session_fast_with_a_clear_error() {
     assert_eq!(response.status(), 502);
     let body: Value = response.json().await.unwrap();
     assert_openai_error(&body, "upstream_failed");
-    let message = body["error"]["message"].as_str().unwrap();
-    assert!(message.contains("upstream call budget"), "{message}");
+    // Refused before it was sent, it counts as that agent's upstream failure.
+    let refused = &body["error"]["upstream"][0];
+    let message = refused["message"].as_str().unwrap();
+    assert!(message.contains("upstream call budget"), "{body}");
+    assert!(refused["status"].is_null(), "{body}");
     let stats: Value = get(&format!("{}/mock/stats", mock.url), None)
         .await
         .json()

@@ -18,6 +18,7 @@ mod engine_efficiency;
 mod engine_opaque;
 mod engine_tools;
 mod http_blackbox;
+mod http_client_habits;
 mod http_doors;
 mod http_efficiency;
 mod http_inprocess;

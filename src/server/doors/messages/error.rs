@@ -33,7 +33,9 @@ pub fn error_type(error: &ApiError) -> &'static str {
 
 /// The error object (the value of `error`).
 pub fn error_object(error: &ApiError) -> Value {
-    json!({"type": error_type(error), "message": error.message()})
+    let mut object = json!({"type": error_type(error), "message": error.message()});
+    error.add_upstream(&mut object);
+    object
 }
 
 /// Re-renders an [`ApiError`] response on this door's paths in Anthropic's shape, keeping

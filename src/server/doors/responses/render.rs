@@ -92,6 +92,7 @@ impl Envelope {
     pub fn failed(&self, error: &ApiError, output: Vec<Value>) -> Value {
         let mut object = self.object("failed", output);
         object["error"] = json!({"code": error.code(), "message": error.message()});
+        error.add_upstream(&mut object["error"]);
         object
     }
 
@@ -468,12 +469,11 @@ impl Live {
         let mut out = self.close_reasoning();
         out.extend(self.close_message());
         let object = self.env.failed(error, self.done.clone());
+        let mut body = json!({"type": error.error_type(), "code": error.code(),
+            "message": error.message(), "param": error.param()});
+        error.add_upstream(&mut body);
         out.extend([
-            self.event(
-                "error",
-                json!({"error": {"type": error.error_type(), "code": error.code(),
-                    "message": error.message(), "param": error.param()}}),
-            ),
+            self.event("error", json!({ "error": body })),
             self.event("response.failed", json!({"response": object})),
         ]);
         out

@@ -1,0 +1,141 @@
+//! What real clients and the proxies in front of them rely on, on all three doors:
+//! `x-should-retry` only where a retry can help, upstream words kept out of the top-level
+//! error message (a proxy classifies errors by it) and given per agent in `upstream`.
+
+use serde_json::{Value, json};
+
+use crate::support::{Setup, client, panel_yaml, parse_named_sse, parse_sse, post, write};
+
+/// Agent 1 rate limited, agent 2 a server error: both transient, not all rate limits (a
+/// 502), and "Rate limit reached" among the upstreams' words.
+const MIXED: [&str; 2] = ["limited:fault=429,retry_after=0", "down:fault=500"];
+
+fn setup(models: &[&str]) -> Setup {
+    Setup::start(|mock_url, dir| {
+        let team = write(dir, "team.yaml", &panel_yaml(mock_url, models, ""));
+        vec!["--config".to_string(), team.display().to_string()]
+    })
+}
+
+/// `path` on the door, `body` as that door wants it.
+async fn send(url: &str, path: &str, body: &Value) -> reqwest::Response {
+    if path == "/v1/messages" {
+        return client()
+            .post(format!("{url}{path}"))
+            .header("x-api-key", "k")
+            .header("anthropic-version", "2023-06-01")
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+    }
+    post(url, path, None, body).await
+}
+
+fn ask(path: &str, model: &str, stream: bool) -> Value {
+    match path {
+        "/v1/responses" => json!({"model": model, "input": "Hi", "stream": stream}),
+        "/v1/messages" => json!({"model": model, "max_tokens": 64, "stream": stream,
+            "messages": [{"role": "user", "content": "Hi"}]}),
+        _ => json!({"model": model, "stream": stream,
+            "messages": [{"role": "user", "content": "Hi"}]}),
+    }
+}
+
+const DOORS: [&str; 3] = ["/v1/chat/completions", "/v1/responses", "/v1/messages"];
+
+/// The error object's message has none of the upstreams' words; `upstream` has them,
+/// one entry per agent, with status and kind.
+fn check_upstream_split(error: &Value, expect: &[(&str, u64, &str, &str)]) {
+    let message = error["message"].as_str().unwrap();
+    let lower = message.to_lowercase();
+    for word in ["rate limit", "[simulated]", "context length", "429", "500"] {
+        assert!(!lower.contains(word), "{word} in {message}");
+    }
+    let upstream = error["upstream"].as_array().expect("upstream list");
+    assert_eq!(upstream.len(), expect.len(), "{error}");
+    for (entry, (agent, status, kind, words)) in upstream.iter().zip(expect) {
+        assert_eq!(entry["agent_id"], *agent, "{entry}");
+        assert!(message.contains(agent), "{message} names {agent}");
+        assert_eq!(entry["status"], *status, "{entry}");
+        assert_eq!(entry["kind"], *kind, "{entry}");
+        assert_eq!(entry["provider"], "chatcompletion", "{entry}");
+        let text = entry["message"].as_str().unwrap();
+        assert!(
+            text.contains(words) && text.chars().count() <= 301,
+            "{entry}"
+        );
+    }
+}
+
+const MIXED_EXPECT: [(&str, u64, &str, &str); 2] = [
+    ("sim1", 429, "rate_limited", "Rate limit reached"),
+    ("sim2", 500, "server", "The server had an error"),
+];
+
+#[tokio::test]
+async fn a_502_keeps_upstream_words_in_error_upstream_on_every_door() {
+    let s = setup(&MIXED);
+    for path in DOORS {
+        let r = send(&s.server.url, path, &ask(path, "massgen", false)).await;
+        assert_eq!(r.status(), 502, "{path}");
+        // Transient upstream failures: a retry may succeed.
+        assert_eq!(r.headers()["x-should-retry"], "true", "{path}");
+        let body: Value = r.json().await.unwrap();
+        check_upstream_split(&body["error"], &MIXED_EXPECT);
+    }
+}
+
+#[tokio::test]
+async fn a_stream_failure_carries_error_upstream_on_every_door() {
+    let s = setup(&MIXED);
+    let url = &s.server.url;
+    let chat = send(url, DOORS[0], &ask(DOORS[0], "massgen", true)).await;
+    let sse = parse_sse(&chat.text().await.unwrap());
+    check_upstream_split(&sse.events.last().unwrap()["error"], &MIXED_EXPECT);
+
+    let responses = send(url, DOORS[1], &ask(DOORS[1], "massgen", true)).await;
+    let (events, _) = parse_named_sse(&responses.text().await.unwrap());
+    let n = events.len();
+    assert_eq!(events[n - 2].event, "error");
+    check_upstream_split(&events[n - 2].data["error"], &MIXED_EXPECT);
+    assert_eq!(events[n - 1].event, "response.failed");
+    check_upstream_split(&events[n - 1].data["response"]["error"], &MIXED_EXPECT);
+
+    let messages = send(url, DOORS[2], &ask(DOORS[2], "massgen", true)).await;
+    let (events, _) = parse_named_sse(&messages.text().await.unwrap());
+    let last = events.last().unwrap();
+    assert_eq!(last.event, "error");
+    check_upstream_split(&last.data["error"], &MIXED_EXPECT);
+}
+
+#[tokio::test]
+async fn no_retry_where_the_same_request_fails_the_same_way() {
+    let s = setup(&MIXED);
+    let url = &s.server.url;
+    // The upstream rejects the prompt itself: every retry would too.
+    let context = "massgen/model:long:fault=context";
+    // Agents that never follow the protocol: 503 no_usable_agent.
+    let mute = "massgen/model:mute:policy=no_tool";
+    for path in DOORS {
+        let r = send(url, path, &ask(path, context, false)).await;
+        assert_eq!(r.status(), 502, "{path}");
+        assert_eq!(r.headers()["x-should-retry"], "false", "{path}");
+        let body: Value = r.json().await.unwrap();
+        let expect = [
+            ("sim1", 400, "context_length", "maximum context length"),
+            ("sim2", 400, "context_length", "maximum context length"),
+        ];
+        check_upstream_split(&body["error"], &expect);
+
+        let r = send(url, path, &ask(path, mute, false)).await;
+        assert_eq!(r.status(), 503, "{path}");
+        assert_eq!(r.headers()["x-should-retry"], "false", "{path}");
+        let body: Value = r.json().await.unwrap();
+        assert!(body["error"].get("upstream").is_none(), "{body}");
+
+        let r = send(url, path, &json!({"model": "massgen"})).await;
+        assert_eq!(r.status(), 400, "{path}");
+        assert_eq!(r.headers()["x-should-retry"], "false", "{path}");
+    }
+}
