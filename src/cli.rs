@@ -20,9 +20,9 @@ use tokio::sync::watch;
 
 use crate::app::HttpProviders;
 use crate::config::{
-    AUTO_SOURCE, ConfigError, Env, PanelCatalog, PanelConfig, ProductionSettings, Secret,
-    ServerSettings, auto_panel, auto_panel_yaml, check_panel, demo_panel, find_default_config,
-    load_catalog, process_env,
+    AUTO_SOURCE, ConfigError, DeliberationFormat, Env, PanelCatalog, PanelConfig,
+    ProductionSettings, Secret, ServerSettings, auto_panel, auto_panel_yaml, check_panel,
+    demo_panel, find_default_config, load_catalog, process_env,
 };
 use crate::server::AppState;
 
@@ -115,6 +115,11 @@ pub struct ServeArgs {
         env = "MASSGEN_SERVER_MESSAGES_DEFAULT_PANEL"
     )]
     pub messages_default_panel: Option<String>,
+    /// Where Chat Completions sends the deliberation: reasoning (`reasoning_content`),
+    /// think_tags (`<think>…</think>` before the answer in `content`) or none [default:
+    /// reasoning]
+    #[arg(long, value_name = "FORMAT", env = "MASSGEN_SERVER_DELIBERATION_FORMAT", value_parser = deliberation_format)]
+    pub deliberation_format: Option<DeliberationFormat>,
     #[command(flatten)]
     pub production: ProductionArgs,
 }
@@ -236,6 +241,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         debug: args.debug,
         default_model: given(&args.default_model),
         messages_default_panel: messages_default_panel(args)?,
+        deliberation_format: args.deliberation_format.unwrap_or_default(),
         production: resolve_production(&args.production, env)?,
     };
     Ok(ServePlan {
@@ -244,6 +250,11 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         configs_dir: given_path(&args.configs_dir),
         demo: args.demo,
     })
+}
+
+fn deliberation_format(name: &str) -> Result<DeliberationFormat, String> {
+    DeliberationFormat::from_name(name.trim())
+        .ok_or_else(|| format!("expected one of {}", DeliberationFormat::NAMES.join(", ")))
 }
 
 /// `--messages-default-panel`: a panel name (as in `massgen/<name>`).

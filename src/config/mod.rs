@@ -108,8 +108,40 @@ pub struct ServerSettings {
     /// The named panel for `/v1/messages` requests whose model is not `massgen` or
     /// `massgen/<name>` (`--messages-default-panel`); `None`: the default config.
     pub messages_default_panel: Option<String>,
+    /// Where Chat Completions puts the deliberation unless a request says
+    /// (`--deliberation-format`).
+    pub deliberation_format: DeliberationFormat,
     /// Auth, limits, records and timeouts (`production.rs`).
     pub production: ProductionSettings,
+}
+
+/// Where the Chat Completions door puts the deliberation (`--deliberation-format`,
+/// `massgen.deliberation_format`). Clients that drop `reasoning_content` (LangChain, the
+/// AI SDK's OpenAI provider, `llm`) show nothing while a panel deliberates; chat UIs
+/// (Open WebUI, LibreChat, LM Studio) render `<think>…</think>` at the start of `content`
+/// as reasoning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DeliberationFormat {
+    /// `reasoning_content`, beside `content`.
+    #[default]
+    Reasoning,
+    /// `<think>…</think>` at the start of `content`, the answer after the closing tag.
+    ThinkTags,
+    /// Not sent.
+    None,
+}
+
+impl DeliberationFormat {
+    pub const NAMES: [&'static str; 3] = ["reasoning", "think_tags", "none"];
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "reasoning" => Some(Self::Reasoning),
+            "think_tags" => Some(Self::ThinkTags),
+            "none" => Some(Self::None),
+            _ => None,
+        }
+    }
 }
 
 impl Default for ServerSettings {
@@ -124,6 +156,7 @@ impl Default for ServerSettings {
             debug: false,
             default_model: None,
             messages_default_panel: None,
+            deliberation_format: DeliberationFormat::Reasoning,
             production: ProductionSettings::default(),
         }
     }

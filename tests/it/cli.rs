@@ -145,6 +145,31 @@ fn bad_switch_values_are_usage_errors() {
 }
 
 #[test]
+fn deliberation_format_from_env_or_flag_and_bad_values_refused() {
+    use massgen::config::DeliberationFormat;
+    let e = [("MASSGEN_SERVER_DELIBERATION_FORMAT", "think_tags")];
+    in_child_env(
+        "cli::deliberation_format_from_env_or_flag_and_bad_values_refused",
+        &e,
+        || {
+            let format = |argv: &[&str]| plan_of(argv).map(|p| p.settings.deliberation_format);
+            assert_eq!(format(&[]), Ok(DeliberationFormat::ThinkTags));
+            assert_eq!(
+                format(&["--deliberation-format", "none"]),
+                Ok(DeliberationFormat::None)
+            );
+            let err = format(&["--deliberation-format", "tags"]).err();
+            assert!(
+                err.as_ref().is_some_and(
+                    |f| f.code == 2 && f.message.contains("reasoning, think_tags, none")
+                ),
+                "{err:?}"
+            );
+        },
+    );
+}
+
+#[test]
 fn catalog_from_plan_demo_and_hint() {
     in_child_env("cli::catalog_from_plan_demo_and_hint", &[], || {
         let none = env_of(&[]);

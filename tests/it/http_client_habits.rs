@@ -139,3 +139,176 @@ async fn no_retry_where_the_same_request_fails_the_same_way() {
         assert_eq!(r.headers()["x-should-retry"], "false", "{path}");
     }
 }
+
+/// The answer text of a `chat.completion`, and its `reasoning_content`.
+fn message_of(completion: &Value) -> (String, Option<String>) {
+    let message = &completion["choices"][0]["message"];
+    (
+        message["content"].as_str().unwrap_or_default().to_string(),
+        message["reasoning_content"].as_str().map(str::to_string),
+    )
+}
+
+/// `content` and `reasoning_content` of a Chat Completions stream, each concatenated.
+fn streamed_text(raw: &str) -> (String, String) {
+    let sse = parse_sse(raw);
+    assert!(sse.done, "{raw}");
+    let mut content = String::new();
+    let mut reasoning = String::new();
+    for chunk in &sse.events {
+        let delta = &chunk["choices"][0]["delta"];
+        content.push_str(delta["content"].as_str().unwrap_or_default());
+        reasoning.push_str(delta["reasoning_content"].as_str().unwrap_or_default());
+    }
+    (content, reasoning)
+}
+
+/// `<think>\n…</think>\n\n` then the answer: returns (deliberation, answer).
+fn split_think(content: &str) -> (&str, &str) {
+    let inner = content
+        .strip_prefix("<think>\n")
+        .unwrap_or_else(|| panic!("no opening tag: {content}"));
+    inner
+        .split_once("</think>\n\n")
+        .unwrap_or_else(|| panic!("no closing tag: {content}"))
+}
+
+fn chat_body(stream: bool, format: Option<&str>) -> Value {
+    let mut body = ask(DOORS[0], "massgen", stream);
+    if let Some(format) = format {
+        body["massgen"] = json!({"deliberation_format": format});
+    }
+    body
+}
+
+const SIMULATED: &str = "[simulated final answer]";
+
+#[tokio::test]
+async fn think_tags_put_the_deliberation_in_content_before_the_answer() {
+    let s = setup(&crate::support::FAST);
+    let url = &s.server.url;
+    let r = send(url, DOORS[0], &chat_body(true, Some("think_tags"))).await;
+    let (content, reasoning) = streamed_text(&r.text().await.unwrap());
+    assert_eq!(reasoning, "", "no reasoning_content beside the tags");
+    let (deliberation, answer) = split_think(&content);
+    assert!(
+        deliberation.contains("answered (agent") && deliberation.contains("voted for"),
+        "{deliberation}"
+    );
+    assert!(deliberation.ends_with('\n') && !deliberation.contains("<think>"));
+    assert!(answer.starts_with(SIMULATED), "{answer}");
+
+    let r = send(url, DOORS[0], &chat_body(false, Some("think_tags"))).await;
+    let (content, reasoning) = message_of(&r.json().await.unwrap());
+    assert_eq!(reasoning, None);
+    let (deliberation, answer) = split_think(&content);
+    assert!(deliberation.contains("voted for"), "{deliberation}");
+    assert!(answer.starts_with(SIMULATED), "{answer}");
+
+    // `max_completion_tokens` and `stop` bound the answer, never the deliberation.
+    let mut bounded = chat_body(false, Some("think_tags"));
+    bounded["stop"] = json!(["final"]);
+    let r = send(url, DOORS[0], &bounded).await;
+    let (content, _) = message_of(&r.json().await.unwrap());
+    assert_eq!(split_think(&content).1, "[simulated ");
+
+    // Without a deliberation to show, no tags.
+    let mut quiet = chat_body(false, Some("think_tags"));
+    quiet["massgen"]["deliberation"] = json!("off");
+    let r = send(url, DOORS[0], &quiet).await;
+    let (content, _) = message_of(&r.json().await.unwrap());
+    assert!(content.starts_with(SIMULATED), "{content}");
+}
+
+#[tokio::test]
+async fn the_server_default_format_applies_to_chat_completions_unless_the_request_says() {
+    let s = Setup::start(|mock_url, dir| {
+        let team = write(
+            dir,
+            "team.yaml",
+            &panel_yaml(mock_url, &crate::support::FAST, ""),
+        );
+        [
+            "--config",
+            &team.display().to_string(),
+            "--deliberation-format",
+            "think_tags",
+        ]
+        .map(str::to_string)
+        .to_vec()
+    });
+    let url = &s.server.url;
+    let r = send(url, DOORS[0], &chat_body(true, None)).await;
+    let (content, reasoning) = streamed_text(&r.text().await.unwrap());
+    assert_eq!(reasoning, "");
+    assert!(split_think(&content).1.starts_with(SIMULATED));
+
+    let r = send(url, DOORS[0], &chat_body(true, Some("reasoning"))).await;
+    let (content, reasoning) = streamed_text(&r.text().await.unwrap());
+    assert!(reasoning.contains("voted for"), "{reasoning}");
+    assert!(content.starts_with(SIMULATED), "{content}");
+
+    for stream in [true, false] {
+        let r = send(url, DOORS[0], &chat_body(stream, Some("none"))).await;
+        let (content, reasoning) = if stream {
+            streamed_text(&r.text().await.unwrap())
+        } else {
+            let (c, r) = message_of(&r.json().await.unwrap());
+            (c, r.unwrap_or_default())
+        };
+        assert_eq!(reasoning, "");
+        assert!(content.starts_with(SIMULATED), "{content}");
+    }
+
+    // The Responses door keeps its reasoning items: the default is Chat Completions'.
+    let r = send(url, DOORS[1], &ask(DOORS[1], "massgen", false)).await;
+    let body: Value = r.json().await.unwrap();
+    let types: Vec<&str> = body["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["type"].as_str().unwrap())
+        .collect();
+    assert_eq!(types, ["reasoning", "message"], "{body}");
+    let text = body["output"][1]["content"][0]["text"].as_str().unwrap();
+    assert!(text.starts_with(SIMULATED), "{text}");
+}
+
+#[tokio::test]
+async fn doors_with_native_reasoning_refuse_think_tags_and_honour_none() {
+    let s = setup(&crate::support::FAST);
+    let url = &s.server.url;
+    for path in [DOORS[1], DOORS[2]] {
+        let mut body = ask(path, "massgen", false);
+        body["massgen"] = json!({"deliberation_format": "think_tags"});
+        let r = send(url, path, &body).await;
+        assert_eq!(r.status(), 400, "{path}");
+        let error: Value = r.json().await.unwrap();
+        let message = error["error"]["message"].as_str().unwrap();
+        assert!(message.contains("Chat Completions only"), "{message}");
+
+        body["massgen"] = json!({"deliberation_format": "none"});
+        let r = send(url, path, &body).await;
+        assert_eq!(r.status(), 200, "{path}");
+        let body: Value = r.json().await.unwrap();
+        let kinds: Vec<&str> = body
+            .get("output")
+            .or(body.get("content"))
+            .and_then(Value::as_array)
+            .unwrap()
+            .iter()
+            .map(|i| i["type"].as_str().unwrap())
+            .collect();
+        assert!(
+            !kinds.contains(&"reasoning") && !kinds.contains(&"thinking"),
+            "{body}"
+        );
+    }
+    let mut bad = chat_body(false, Some("tags"));
+    bad["massgen"]["deliberation_format"] = json!("tags");
+    let r = send(url, DOORS[0], &bad).await;
+    assert_eq!(r.status(), 400);
+    let error: Value = r.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "invalid_value");
+    assert_eq!(error["error"]["param"], "massgen.deliberation_format");
+}

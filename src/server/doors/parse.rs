@@ -1,6 +1,6 @@
 //! JSON reading shared by every door's request parser: the body as an object, typed
-//! optional fields, and the `massgen` extension (`{"massgen": {"deliberation": …}}`), which
-//! every door accepts in the same form.
+//! optional fields, and the `massgen` extension (`{"massgen": {"deliberation": …,
+//! "deliberation_format": …}}`), which every door accepts in the same form.
 
 use serde_json::{Map, Value};
 
@@ -8,6 +8,7 @@ use massgen_core::coordination::Quorum;
 
 use super::narrate::Deliberation;
 use crate::app::Overrides;
+use crate::config::DeliberationFormat;
 use crate::server::error::ApiError;
 
 /// The body as a JSON object.
@@ -131,18 +132,24 @@ pub fn model(obj: &Map<String, Value>) -> Result<String, ApiError> {
         .to_string())
 }
 
+/// A field of the `massgen` extension object.
+fn massgen_field<'a>(
+    obj: &'a Map<String, Value>,
+    key: &str,
+) -> Result<Option<&'a Value>, ApiError> {
+    match obj.get("massgen") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::Object(m)) => Ok(m.get(key).filter(|v| !v.is_null())),
+        Some(_) => Err(type_error("massgen", "an object")),
+    }
+}
+
 /// `massgen.deliberation`: how much of the deliberation the client sees.
 pub fn deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError> {
-    let Some(massgen) = obj.get("massgen") else {
+    let Some(value) = massgen_field(obj, "deliberation")? else {
         return Ok(Deliberation::default());
     };
-    let value = match massgen {
-        Value::Null => return Ok(Deliberation::default()),
-        Value::Object(m) => m.get("deliberation"),
-        _ => return Err(type_error("massgen", "an object")),
-    };
-    match value.and_then(Value::as_str) {
-        None if value.is_none_or(Value::is_null) => Ok(Deliberation::default()),
+    match value.as_str() {
         Some("summary") => Ok(Deliberation::Summary),
         Some("full") => Ok(Deliberation::Full),
         Some("off") => Ok(Deliberation::Off),
@@ -157,13 +164,8 @@ pub fn deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError> 
 /// The `massgen` fields that override the panel's orchestrator options
 /// (`massgen.voting_quorum`, `massgen.max_cost_usd`).
 pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
-    let massgen = match obj.get("massgen") {
-        None | Some(Value::Null) => return Ok(Overrides::default()),
-        Some(Value::Object(m)) => m,
-        Some(_) => return Err(type_error("massgen", "an object")),
-    };
-    let voting_quorum = match massgen.get("voting_quorum") {
-        None | Some(Value::Null) => None,
+    let voting_quorum = match massgen_field(obj, "voting_quorum")? {
+        None => None,
         Some(v) => Some(Quorum::parse(v).map_err(|e| {
             ApiError::invalid(
                 format!("'massgen.voting_quorum' {e}"),
@@ -172,8 +174,8 @@ pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
             )
         })?),
     };
-    let max_cost_usd = match massgen.get("max_cost_usd") {
-        None | Some(Value::Null) => None,
+    let max_cost_usd = match massgen_field(obj, "max_cost_usd")? {
+        None => None,
         Some(v) => match v.as_f64().filter(|n| n.is_finite() && *n > 0.0) {
             Some(n) => Some(n),
             None => {
@@ -189,6 +191,53 @@ pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
         voting_quorum,
         max_cost_usd,
     })
+}
+
+/// `massgen.deliberation_format`: where the deliberation goes; `None` when not sent.
+pub fn deliberation_format(
+    obj: &Map<String, Value>,
+) -> Result<Option<DeliberationFormat>, ApiError> {
+    let Some(value) = massgen_field(obj, "deliberation_format")? else {
+        return Ok(None);
+    };
+    value
+        .as_str()
+        .and_then(DeliberationFormat::from_name)
+        .map(Some)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                format!(
+                    "'massgen.deliberation_format' must be one of {}",
+                    DeliberationFormat::NAMES
+                        .map(|n| format!("\"{n}\""))
+                        .join(", ")
+                ),
+                Some("massgen.deliberation_format"),
+                "invalid_value",
+            )
+        })
+}
+
+/// `massgen.deliberation` on a door with a native place for reasoning (`native`, e.g. the
+/// Responses API's reasoning items): `massgen.deliberation_format` `reasoning` is that
+/// place, `none` hides the deliberation, and `think_tags` is refused: tags in the answer
+/// text would duplicate what the native items carry and corrupt the answer for clients
+/// that show those items.
+pub fn native_deliberation(
+    obj: &Map<String, Value>,
+    native: &str,
+) -> Result<Deliberation, ApiError> {
+    let deliberation = deliberation(obj)?;
+    match deliberation_format(obj)? {
+        None | Some(DeliberationFormat::Reasoning) => Ok(deliberation),
+        Some(DeliberationFormat::None) => Ok(Deliberation::Off),
+        Some(DeliberationFormat::ThinkTags) => Err(unsupported(
+            "massgen.deliberation_format",
+            &format!(
+                "'massgen.deliberation_format' \"think_tags\" is for Chat Completions only: this API carries the deliberation in {native}; use \"reasoning\" (the default) or \"none\""
+            ),
+        )),
+    }
 }
 
 /// A required array with at least one entry (`messages`).

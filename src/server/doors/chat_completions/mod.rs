@@ -4,6 +4,7 @@
 
 pub mod render;
 pub mod request;
+mod think;
 
 use std::convert::Infallible;
 use std::time::Duration;
@@ -16,11 +17,14 @@ use serde_json::{Value, json};
 
 use super::limit::{AnswerLimit, Cut};
 use super::metadata::metadata_json;
+use super::narrate::Deliberation;
 use super::session::{self, Ask, Beat, Incoming, Opened, Step, Steps};
+use crate::config::DeliberationFormat;
 use crate::server::error::ApiError;
 use crate::server::sse::{self, data};
 use render::ChunkHeader;
 use request::ChatRequest;
+use think::ThinkTags;
 
 /// This door's name in session records.
 pub const DOOR: &str = "chat_completions";
@@ -32,7 +36,15 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         received,
         body,
     } = incoming;
-    let request = request::parse(&body)?;
+    let mut request = request::parse(&body)?;
+    // The server's default when the request does not say.
+    let format = *request
+        .deliberation_format
+        .get_or_insert(state.settings.deliberation_format);
+    let deliberation = match format {
+        DeliberationFormat::None => Deliberation::Off,
+        _ => request.deliberation,
+    };
     let Opened { id, created, steps } = session::open(
         &state,
         Ask {
@@ -42,7 +54,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
             route_as: None,
             metadata: Default::default(),
             input: request.input.clone(),
-            deliberation: request.deliberation,
+            deliberation,
             overrides: request.overrides,
         },
     )?;
@@ -63,7 +75,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
             received,
         )
     } else {
-        collect_response(header, steps, limit, &id).await?
+        collect_response(header, steps, limit, &id, format).await?
     };
     Ok(session::with_session_header(response, &id))
 }
@@ -73,11 +85,16 @@ async fn collect_response(
     steps: Steps,
     mut limit: AnswerLimit,
     session_id: &str,
+    format: DeliberationFormat,
 ) -> Result<Response, ApiError> {
-    let (reasoning, mut summary) = steps.collect().await?;
+    let (mut reasoning, mut summary) = steps.collect().await?;
     let metadata = metadata_json(session_id, &summary);
     summary.final_answer = limit.apply(&summary.final_answer);
     summary.finish_reason = finish_reason(&limit, summary.finish_reason);
+    if format == DeliberationFormat::ThinkTags {
+        summary.final_answer = think::wrap(&reasoning, &summary.final_answer);
+        reasoning.clear();
+    }
     let body = header.completion(&summary, &reasoning, metadata);
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
@@ -101,6 +118,8 @@ fn stream_response(
     received: std::time::Instant,
 ) -> Response {
     let session_id = session_id.to_string();
+    let mut think = (request.deliberation_format == Some(DeliberationFormat::ThinkTags))
+        .then(ThinkTags::default);
     let body = async_stream::stream! {
         session::observe_first_byte(received);
         yield Ok::<Bytes, Infallible>(data(&header.role()));
@@ -112,8 +131,22 @@ fn stream_response(
                     continue;
                 }
             };
+            // Whatever follows the deliberation closes its think block first.
+            if !matches!(step, Step::Reasoning(_))
+                && let Some(close) = think.as_mut().and_then(ThinkTags::close)
+            {
+                yield Ok(data(&header.content(&close)));
+            }
             match step {
-                Step::Reasoning(line) => yield Ok(data(&header.reasoning(&line))),
+                Step::Reasoning(line) => match think.as_mut() {
+                    Some(tags) => {
+                        let text = tags.line(&line);
+                        if !text.is_empty() {
+                            yield Ok(data(&header.content(&text)));
+                        }
+                    }
+                    None => yield Ok(data(&header.reasoning(&line))),
+                },
                 Step::Text(text) => {
                     let text = limit.push(&text);
                     if !text.is_empty() {

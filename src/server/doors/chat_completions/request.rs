@@ -8,6 +8,7 @@ use massgen_core::provider::{Message, ToolCall, ToolChoice, ToolSpec};
 use serde_json::{Map, Value};
 
 use crate::app::Overrides;
+use crate::config::DeliberationFormat;
 use crate::server::doors::conversation;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, optional_bool, optional_count, type_error, unsupported};
@@ -23,6 +24,8 @@ pub struct ChatRequest {
     pub include_usage: bool,
     pub deliberation: Deliberation,
     pub overrides: Overrides,
+    /// `massgen.deliberation_format`, when sent.
+    pub deliberation_format: Option<DeliberationFormat>,
     pub input: SessionInput,
     /// Bounds the final answer (estimated tokens): `max_completion_tokens`, or the older
     /// `max_tokens`.
@@ -58,6 +61,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         include_usage,
         deliberation,
         overrides,
+        deliberation_format: parse::deliberation_format(&obj)?,
         input,
         max_tokens: match optional_count(&obj, "max_completion_tokens")? {
             Some(n) => Some(n),

@@ -82,7 +82,7 @@ pub fn parse(body: &[u8], needs_max_tokens: bool) -> Result<MessagesRequest, Api
     Ok(MessagesRequest {
         model: parse::model(&obj)?,
         stream: optional_bool(&obj, "stream")?.unwrap_or(false),
-        deliberation: parse::deliberation(&obj)?,
+        deliberation: parse::native_deliberation(&obj, "thinking blocks")?,
         overrides: parse::overrides(&obj)?,
         system,
         messages,

@@ -61,7 +61,7 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
         model: parse::model(&obj)?,
         stream: optional_bool(&obj, "stream")?.unwrap_or(false),
         store: optional_bool(&obj, "store")?.unwrap_or(true),
-        deliberation: parse::deliberation(&obj)?,
+        deliberation: parse::native_deliberation(&obj, "reasoning items")?,
         overrides: parse::overrides(&obj)?,
         instructions: optional_str(&obj, "instructions")?.map(str::to_string),
         system,
