@@ -34,7 +34,7 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::sensitive_headers::SetSensitiveRequestHeadersLayer;
 use tower_http::trace::TraceLayer;
 
-pub use doors::session::SESSION_HEADER;
+pub use doors::session::{SESSION_HEADER, WINNER_HEADER};
 use error::ApiError;
 
 use crate::app::records::RecordStore;
@@ -219,6 +219,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
         .expose_headers([
             HeaderName::from_static("x-request-id"),
             HeaderName::from_static(SESSION_HEADER),
+            HeaderName::from_static(WINNER_HEADER),
             header::RETRY_AFTER,
             HeaderName::from_static(error::SHOULD_RETRY),
         ]);

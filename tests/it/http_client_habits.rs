@@ -312,3 +312,55 @@ async fn doors_with_native_reasoning_refuse_think_tags_and_honour_none() {
     assert_eq!(error["error"]["code"], "invalid_value");
     assert_eq!(error["error"]["param"], "massgen.deliberation_format");
 }
+
+#[tokio::test]
+async fn session_id_and_winner_ride_in_headers_where_proxies_keep_them() {
+    let s = setup(&crate::support::FAST);
+    let url = &s.server.url;
+    for path in DOORS {
+        let r = send(url, path, &ask(path, "massgen", false)).await;
+        assert_eq!(r.status(), 200, "{path}");
+        let session = r.headers()["x-massgen-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let winner = r.headers()["x-massgen-winner"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let body: Value = r.json().await.unwrap();
+        let metadata = &body["massgen_metadata"];
+        assert_eq!(metadata["session_id"], session.as_str(), "{path}");
+        assert_eq!(metadata["winner"]["agent_id"], winner.as_str(), "{path}");
+        assert!(winner.starts_with("sim"), "{winner}");
+
+        // Streamed, the headers leave before a winner exists: the last metadata has it.
+        let r = send(url, path, &ask(path, "massgen", true)).await;
+        assert!(r.headers().contains_key("x-massgen-session-id"), "{path}");
+        assert!(!r.headers().contains_key("x-massgen-winner"), "{path}");
+        let raw = r.text().await.unwrap();
+        let last_metadata = raw
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+            .filter_map(|v| find_metadata(&v).cloned())
+            .next_back()
+            .unwrap_or_else(|| panic!("no massgen_metadata in {raw}"));
+        assert!(
+            last_metadata["winner"]["agent_id"]
+                .as_str()
+                .is_some_and(|w| w.starts_with("sim")),
+            "{last_metadata}"
+        );
+    }
+}
+
+/// `massgen_metadata` wherever a door's final event carries it.
+fn find_metadata(event: &Value) -> Option<&Value> {
+    [
+        &event["massgen_metadata"],
+        &event["response"]["massgen_metadata"],
+    ]
+    .into_iter()
+    .find(|m| m.is_object())
+}

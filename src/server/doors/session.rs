@@ -24,6 +24,10 @@ use crate::server::{AppState, routing};
 use crate::telemetry;
 
 pub const SESSION_HEADER: &str = "x-massgen-session-id";
+/// The winning agent's id, on non-streamed responses: proxies (LiteLLM) drop unknown body
+/// fields such as `massgen_metadata` but keep response headers. A streamed response's
+/// headers go out before there is a winner; its final event's metadata names it.
+pub const WINNER_HEADER: &str = "x-massgen-winner";
 
 /// Reads the whole body, refusing more than `limit` bytes.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
@@ -178,6 +182,15 @@ fn start_error(error: StartError) -> ApiError {
 pub fn with_session_header(mut response: Response, id: &str) -> Response {
     if let Ok(v) = HeaderValue::from_str(id) {
         response.headers_mut().insert(SESSION_HEADER, v);
+    }
+    response
+}
+
+/// Puts the winner's agent id on a non-streamed response (left out if the id cannot be a
+/// header value).
+pub fn with_winner_header(mut response: Response, summary: &SessionSummary) -> Response {
+    if let Ok(v) = HeaderValue::from_str(&summary.winner.agent_id) {
+        response.headers_mut().insert(WINNER_HEADER, v);
     }
     response
 }

@@ -96,7 +96,8 @@ async fn collect_response(
         reasoning.clear();
     }
     let body = header.completion(&summary, &reasoning, metadata);
-    Ok((StatusCode::OK, axum::Json(body)).into_response())
+    let response = (StatusCode::OK, axum::Json(body)).into_response();
+    Ok(session::with_winner_header(response, &summary))
 }
 
 /// `length` or `stop` when the client's bounds cut the answer.

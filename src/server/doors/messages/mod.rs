@@ -104,7 +104,8 @@ async fn collect_response(
     let metadata = metadata_json(session_id, &summary);
     let mut limit = limit_of(request);
     let body = render::message(&header, &summary, &reasoning, &mut limit, metadata);
-    Ok((StatusCode::OK, axum::Json(body)).into_response())
+    let response = (StatusCode::OK, axum::Json(body)).into_response();
+    Ok(session::with_winner_header(response, &summary))
 }
 
 fn stream_response(

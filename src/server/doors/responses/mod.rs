@@ -186,7 +186,8 @@ async fn collect_response(mut finish: Finish, steps: Steps) -> Result<Response, 
         finish.sessions.now_secs(),
     );
     finish.store(&object, &summary.final_tool_calls);
-    Ok((StatusCode::OK, axum::Json(object)).into_response())
+    let response = (StatusCode::OK, axum::Json(object)).into_response();
+    Ok(session::with_winner_header(response, &summary))
 }
 
 fn stream_response(
