@@ -273,9 +273,19 @@ fn messages_default_panel(args: &ServeArgs) -> Result<Option<String>, Fatal> {
 /// The production part of [`resolve_serve`], over [`ProductionSettings::default`].
 pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<ProductionSettings, Fatal> {
     let defaults = ProductionSettings::default();
-    let mut api_keys: Vec<Secret> = env("MASSGEN_SERVER_API_KEYS")
-        .map(|list| split_list(&list).map(Secret::new).collect())
-        .unwrap_or_default();
+    // A key source that was given but holds no key is an operator's mistake that would
+    // leave the API open: refuse to start instead (fail closed). An empty variable counts
+    // as not given, as everywhere else.
+    let mut api_keys: Vec<Secret> = Vec::new();
+    if let Some(list) = env("MASSGEN_SERVER_API_KEYS").filter(|l| !l.trim().is_empty()) {
+        api_keys.extend(split_list(&list).map(Secret::new));
+        if api_keys.is_empty() {
+            return Err(Fatal::usage(
+                "MASSGEN_SERVER_API_KEYS is set but holds no key (only commas and spaces): \
+                 set real keys or unset it",
+            ));
+        }
+    }
     if let Some(path) = given_path(&args.api_keys_file) {
         // The error names the file only: its content is secret.
         let text = std::fs::read_to_string(&path).map_err(|e| {
@@ -284,12 +294,20 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
                 path.display()
             ))
         })?;
+        let before = api_keys.len();
         api_keys.extend(
             text.lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty() && !l.starts_with('#'))
                 .map(Secret::new),
         );
+        if api_keys.len() == before {
+            return Err(Fatal::usage(format!(
+                "the API keys file {} holds no key (only blank or # lines): add keys or drop \
+                 --api-keys-file",
+                path.display()
+            )));
+        }
     }
     for (value, name) in [
         (

@@ -17,6 +17,7 @@ mod engine;
 mod engine_efficiency;
 mod engine_opaque;
 mod engine_tools;
+mod hardening;
 mod http_blackbox;
 mod http_client_habits;
 mod http_doors;
