@@ -28,6 +28,7 @@ use massgen_tools::ToolRegistry;
 use serde_json::json;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tower::util::MapRequestLayer;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -137,9 +138,10 @@ impl AppState {
 }
 
 pub fn router(state: AppState) -> Router {
-    let request_id = HeaderName::from_static("x-request-id");
+    let request_id = HeaderName::from_static(observe::REQUEST_ID);
     let cors = cors_layer(&state.settings.production.cors_origins);
-    // Layers run outside-in from the last one added: request id, trace span, panic guard,
+    // Layers run outside-in from the last one added: request id (a client's unsafe one
+    // dropped, then one generated where missing), trace span, panic guard,
     // request metrics, CORS, authentication, rate limit, then the handler.
     let router = Router::new()
         .route("/", get(ui::index))
@@ -198,6 +200,7 @@ pub fn router(state: AppState) -> Router {
         ]))
         .layer(PropagateRequestIdLayer::new(request_id.clone()))
         .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
+        .layer(MapRequestLayer::new(observe::safe_request_id))
 }
 
 /// CORS only when origins are configured: `*` allows any origin, otherwise the list.

@@ -15,11 +15,43 @@ use tracing_opentelemetry::OpenTelemetrySpanExt;
 use super::error::ApiError;
 use crate::telemetry::{metrics, remote_context};
 
+/// The request id header, read by the span, echoed in the response and in Anthropic errors.
+pub const REQUEST_ID: &str = "x-request-id";
+
+/// Longest client-sent request id kept; longer ones are replaced.
+pub const MAX_REQUEST_ID_LEN: usize = 128;
+
+/// Drops a client's `x-request-id` unless it is one short, safe value (at most
+/// [`MAX_REQUEST_ID_LEN`] of `A-Z a-z 0-9 . _ : -`), so that the id layer behind it
+/// generates one instead. Runs before anything reads the header: a forged id could
+/// otherwise add fields to log lines (`a path=/admin`) or make them huge.
+pub fn safe_request_id<B>(mut request: axum::http::Request<B>) -> axum::http::Request<B> {
+    let mut values = request.headers().get_all(REQUEST_ID).iter();
+    let keep = match (values.next(), values.next()) {
+        (None, _) => return request,
+        (Some(value), None) => is_safe_request_id(value.as_bytes()),
+        (Some(_), Some(_)) => false,
+    };
+    if !keep {
+        request.headers_mut().remove(REQUEST_ID);
+        tracing::debug!("replacing an unusable x-request-id");
+    }
+    request
+}
+
+fn is_safe_request_id(id: &[u8]) -> bool {
+    !id.is_empty()
+        && id.len() <= MAX_REQUEST_ID_LEN
+        && id
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
 /// The span of one HTTP request; every log line of the request carries its `request_id`.
 pub fn request_span(request: &axum::http::Request<Body>) -> Span {
     let request_id = request
         .headers()
-        .get("x-request-id")
+        .get(REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
     // OpenTelemetry fixes a span's name when it starts, before routing: name it from the

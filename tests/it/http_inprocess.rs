@@ -1,4 +1,5 @@
-//! The router in-process (no sockets): CORS, authentication order, /metrics protection.
+//! The router in-process (no sockets): CORS, authentication order, /metrics protection,
+//! request ids.
 
 use std::sync::Arc;
 
@@ -154,4 +155,46 @@ async fn metrics_are_open_unless_protected_and_health_always_is() {
     let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["error"]["code"], "session_not_found");
+}
+
+/// The `x-request-id` the server uses for `sent` (echoed in the response, logged, put in
+/// Anthropic errors), with the Messages error's `request_id`.
+async fn request_id_for(app: &axum::Router, sent: &[&str]) -> (String, serde_json::Value) {
+    let mut b = Request::post("/v1/messages").header(header::CONTENT_TYPE, "application/json");
+    for id in sent {
+        b = b.header("x-request-id", *id);
+    }
+    let r = send(app, b.body(Body::from("{")).unwrap()).await;
+    assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+    let echoed = r.headers()["x-request-id"].to_str().unwrap().to_string();
+    let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    (echoed, v["request_id"].clone())
+}
+
+#[tokio::test]
+async fn only_short_safe_request_ids_are_kept() {
+    let app = app(ProductionSettings::default());
+    let good = "req-42_a.b:c";
+    let (echoed, in_error) = request_id_for(&app, &[good]).await;
+    assert_eq!(echoed, good);
+    assert_eq!(in_error, good);
+    let long = "a".repeat(129);
+    let forged = [
+        "a path=/admin http.response.status_code=200",
+        long.as_str(),
+        "x\ty",
+        "id\"}{",
+        "",
+    ];
+    for bad in forged {
+        let (echoed, in_error) = request_id_for(&app, &[bad]).await;
+        assert_ne!(echoed, bad);
+        assert!(uuid::Uuid::parse_str(&echoed).is_ok(), "{echoed}");
+        assert_eq!(in_error, echoed.as_str());
+    }
+    assert_eq!(request_id_for(&app, &[&"b".repeat(128)]).await.0.len(), 128);
+    // Two ids, even safe ones: which one would be logged is ambiguous.
+    let (echoed, _) = request_id_for(&app, &["one", "two"]).await;
+    assert!(uuid::Uuid::parse_str(&echoed).is_ok(), "{echoed}");
 }
