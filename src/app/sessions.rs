@@ -248,6 +248,12 @@ impl Sessions {
         self.cancel_all.cancel();
     }
 
+    /// Whether [`Sessions::cancel_all`] ran: a session cancelled now was cancelled by the
+    /// shutdown, not by its client.
+    pub fn shutting_down(&self) -> bool {
+        self.cancel_all.is_cancelled()
+    }
+
     /// Unix time in milliseconds, from the clock seam.
     pub fn now_ms(&self) -> u64 {
         unix_millis(self.clock.now())

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use massgen_core::coordination::{SessionError, SessionErrorKind};
+use massgen_core::coordination::{AgentErrorKind, SessionError, SessionErrorKind};
 use massgen_core::provider::ProviderErrorKind;
 use serde_json::json;
 
@@ -102,6 +102,7 @@ impl ApiError {
             | Self::PayloadTooLarge { .. } => "invalid_request_error",
             Self::ConfigUnavailable { .. } | Self::NoDefaultConfig { .. } => "server_error",
             Self::Session(e) => match e.kind {
+                _ if all_timed_out(e) => "timeout_error",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_error",
                 SessionErrorKind::UpstreamFailed => "upstream_error",
                 SessionErrorKind::NoUsableAgent => "server_error",
@@ -127,6 +128,7 @@ impl ApiError {
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "request_too_large",
             Self::Session(e) => match e.kind {
+                _ if all_timed_out(e) => "agents_timed_out",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_exceeded",
                 SessionErrorKind::UpstreamFailed => "upstream_failed",
                 SessionErrorKind::NoUsableAgent => "no_usable_agent",
@@ -252,6 +254,28 @@ impl ApiError {
     }
 }
 
+/// The `{id}` of a route, as a string: an id that is not UTF-8 once percent-decoded is a
+/// 400 in the server's error shape (axum's own rejection is plain text).
+pub struct PathId(pub String);
+
+impl<S: Send + Sync> axum::extract::FromRequestParts<S> for PathId {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        parts: &mut axum::http::request::Parts,
+        state: &S,
+    ) -> Result<Self, ApiError> {
+        match axum::extract::Path::<String>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(id)) => Ok(Self(id)),
+            Err(e) => Err(ApiError::invalid(
+                format!("The id in the URL is not usable: {}", e.body_text()),
+                Some("id"),
+                "invalid_value",
+            )),
+        }
+    }
+}
+
 fn list_or_none(items: &[String]) -> String {
     if items.is_empty() {
         "none".to_string()
@@ -267,13 +291,28 @@ fn all_rate_limited(e: &SessionError) -> bool {
             .all(|a| a.upstream_kind == Some(ProviderErrorKind::RateLimited))
 }
 
+/// Every agent that failed ran out of time (its turn's limit, or its upstream's): a
+/// gateway timeout, not a panel that cannot follow the protocol. Only session failures
+/// whose agents failed count: a cancelled or timed-out session keeps its own class.
+fn all_timed_out(e: &SessionError) -> bool {
+    matches!(
+        e.kind,
+        SessionErrorKind::NoUsableAgent | SessionErrorKind::UpstreamFailed
+    ) && !e.agent_errors.is_empty()
+        && e.agent_errors.iter().all(|a| {
+            a.kind == AgentErrorKind::TurnTimeout
+                || a.upstream_kind == Some(ProviderErrorKind::Timeout)
+        })
+}
+
 fn session_status(e: &SessionError) -> StatusCode {
     match e.kind {
+        _ if all_timed_out(e) => StatusCode::GATEWAY_TIMEOUT,
         SessionErrorKind::UpstreamFailed if all_rate_limited(e) => StatusCode::TOO_MANY_REQUESTS,
         SessionErrorKind::UpstreamFailed => StatusCode::BAD_GATEWAY,
         SessionErrorKind::NoUsableAgent => StatusCode::SERVICE_UNAVAILABLE,
         SessionErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
-        // The client is gone; nobody reads this status.
+        // The client is gone (nobody reads this status), or the server is shutting down.
         SessionErrorKind::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
         // Not 429: SDKs retry that, and the same request would hit the same limit.
         SessionErrorKind::BudgetExhausted => StatusCode::PAYMENT_REQUIRED,
@@ -313,7 +352,7 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use massgen_core::coordination::{AgentError, AgentErrorKind, AgentRef};
+    use massgen_core::coordination::{AgentError, AgentRef};
     use massgen_core::provider::Usage;
 
     fn limited(label: &str, retry_after_ms: Option<u64>) -> AgentError {

@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{Extension, Path, Query, State};
+use axum::extract::{Extension, Query, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{EventKind, SessionEvent};
@@ -13,7 +13,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use super::AppState;
 use super::auth::Caller;
-use super::error::ApiError;
+use super::error::{ApiError, PathId};
 use super::sse;
 use crate::app::records::{SessionRecord, list_entry_json, record_json};
 
@@ -77,7 +77,7 @@ fn record_of(
 pub async fn get_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Response, ApiError> {
     let record = record_of(&state, &caller, id)?;
     Ok(axum::Json(record_json(&record)).into_response())
@@ -88,7 +88,7 @@ pub async fn get_session(
 pub async fn session_events(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Response, ApiError> {
     let record = record_of(&state, &caller, id)?;
     let keepalive = state.settings.keepalive;

@@ -3,11 +3,12 @@
 //! labels, rate limits for traffic without a valid key, connection limits and timeouts.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
-use massgen::cli::ProductionArgs;
-use massgen::cli::{Fatal, resolve_production};
+use massgen::cli::{Fatal, ProductionArgs, resolve_production};
+use serde_json::{Value, json};
 
-use crate::support::{env_of, write};
+use crate::support::{Setup, client, env_of, panel_yaml, parse_sse, post, question, write};
 
 fn production(
     keys_file: Option<PathBuf>,
@@ -50,4 +51,74 @@ fn a_key_source_without_keys_is_a_start_up_error() {
     let keys = write(dir.path(), "keys", "# ops\nk-2\n");
     let p = production(Some(keys), &[("MASSGEN_SERVER_API_KEYS", "k-1, ,")]).unwrap();
     assert_eq!(p.api_keys.len(), 2);
+}
+
+/// Two agents whose first token comes long after their turn's time limit.
+fn too_slow(mock_url: &str) -> String {
+    panel_yaml(
+        mock_url,
+        &["a:ttft_ms=20000", "b:ttft_ms=20000"],
+        "orchestrator:\n  agent_turn_timeout_seconds: 0.3\n",
+    )
+}
+
+#[tokio::test]
+async fn every_agent_timed_out_is_a_504_on_every_door() {
+    let setup = Setup::with_panel(too_slow, &[]);
+    let url = &setup.server.url;
+    let text = "Why is the sky blue?";
+    let doors = [
+        ("/v1/chat/completions", question(false)),
+        ("/v1/responses", json!({"model": "massgen", "input": text})),
+        (
+            "/v1/messages",
+            json!({"model": "massgen", "max_tokens": 64, "messages": [{"role": "user", "content": text}]}),
+        ),
+    ];
+    for (path, body) in doors {
+        let r = post(url, path, None, &body).await;
+        assert_eq!(r.status(), 504, "{path}");
+        let v: Value = r.json().await.unwrap();
+        if path == "/v1/messages" {
+            assert_eq!(v["type"], "error", "{v}");
+            assert_eq!(v["error"]["type"], "timeout_error", "{v}");
+        } else {
+            assert_eq!(v["error"]["type"], "timeout_error", "{v}");
+            assert_eq!(v["error"]["code"], "agents_timed_out", "{v}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_session_cancelled_by_shutdown_says_so() {
+    let mut setup = Setup::with_panel(too_slow_for_grace, &["--shutdown-grace-seconds", "1"]);
+    let url = setup.server.url.clone();
+    let response = client()
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&question(true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let stop = tokio::task::spawn_blocking(move || {
+        let status = setup.server.terminate(Duration::from_secs(20));
+        (setup, status)
+    });
+    let sse = parse_sse(&response.text().await.unwrap());
+    let (_setup, status) = stop.await.unwrap();
+    assert!(status.is_some(), "the server did not stop");
+    let error = sse
+        .events
+        .iter()
+        .find_map(|e| e.get("error"))
+        .unwrap_or_else(|| panic!("no error chunk: {}", sse.raw));
+    assert_eq!(error["code"], "session_cancelled", "{error}");
+    let message = error["message"].as_str().unwrap();
+    assert!(message.contains("shutting down"), "{message}");
+    assert!(!message.contains("client went away"), "{message}");
+}
+
+/// Agents slower than the shutdown grace period (and with time to spare in their turn).
+fn too_slow_for_grace(mock_url: &str) -> String {
+    panel_yaml(mock_url, &["a:ttft_ms=15000", "b:ttft_ms=15000"], "")
 }

@@ -198,3 +198,21 @@ async fn only_short_safe_request_ids_are_kept() {
     let (echoed, _) = request_id_for(&app, &["one", "two"]).await;
     assert!(uuid::Uuid::parse_str(&echoed).is_ok(), "{echoed}");
 }
+
+#[tokio::test]
+async fn an_id_that_is_not_utf8_is_a_json_400() {
+    let app = app(ProductionSettings::default());
+    for path in [
+        "/v1/sessions/%FF%FE",
+        "/v1/sessions/%C3%28/events",
+        "/v1/responses/%FF",
+    ] {
+        let r = send(&app, Request::get(path).body(Body::empty()).unwrap()).await;
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST, "{path}");
+        let body = axum::body::to_bytes(r.into_body(), 1 << 16).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body)
+            .unwrap_or_else(|e| panic!("{path}: {e}: {}", String::from_utf8_lossy(&body)));
+        assert_eq!(v["error"]["code"], "invalid_value", "{v}");
+        assert_eq!(v["error"]["param"], "id", "{v}");
+    }
+}

@@ -18,7 +18,7 @@ use tokio_util::sync::DropGuard;
 
 use super::narrate::{Deliberation, Narrator};
 use crate::app::records::SessionInfo;
-use crate::app::{Caller, Overrides, SessionRequest, StartError};
+use crate::app::{Caller, Overrides, SessionRequest, Sessions, StartError};
 use crate::server::error::ApiError;
 use crate::server::{AppState, routing};
 use crate::telemetry;
@@ -148,6 +148,7 @@ pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
             events: started.events,
             narrator: Narrator::new(ask.deliberation),
             session_id: started.id.clone(),
+            sessions: Arc::clone(sessions),
             _cancel: started.cancel,
         },
         id: started.id,
@@ -215,6 +216,8 @@ pub struct Steps {
     events: mpsc::Receiver<SessionEvent>,
     narrator: Narrator,
     session_id: Arc<str>,
+    /// Tells a cancellation by shutdown from one by the client.
+    sessions: Arc<Sessions>,
     _cancel: DropGuard,
 }
 
@@ -238,7 +241,11 @@ impl Steps {
                     );
                     return Step::Completed(summary);
                 }
-                EventKind::SessionFailed { error } => {
+                EventKind::SessionFailed { mut error } => {
+                    // The engine cannot tell who cancelled it; the service can.
+                    if error.kind == SessionErrorKind::Cancelled && self.sessions.shutting_down() {
+                        error.message = SHUTDOWN_CANCELLED.to_string();
+                    }
                     log_failed(&self.session_id, &error);
                     return Step::Failed(error);
                 }
@@ -285,9 +292,12 @@ impl Steps {
     }
 }
 
+/// What a client reads when the shutdown's grace period ended its session.
+const SHUTDOWN_CANCELLED: &str = "the session was cancelled: the server is shutting down and its grace period for running sessions is over; send the request again";
+
 fn log_failed(session_id: &str, error: &SessionError) {
     if error.kind == SessionErrorKind::Cancelled {
-        tracing::info!(session_id = %session_id, "session cancelled");
+        tracing::info!(session_id = %session_id, reason = %error.message, "session cancelled");
     } else {
         tracing::warn!(session_id = %session_id, kind = ?error.kind, error = %error.message, "session failed");
     }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Extension, Path, State};
+use axum::extract::{Extension, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use massgen_core::provider::{Message, ToolCall};
@@ -24,7 +24,7 @@ use super::metadata::metadata_json;
 use super::session::{self, Ask, Beat, Incoming, Opened, Step, Steps};
 use crate::app::{Caller, Sessions};
 use crate::server::AppState;
-use crate::server::error::ApiError;
+use crate::server::error::{ApiError, PathId};
 use crate::server::sse;
 use render::{Envelope, Live};
 use request::ResponsesRequest;
@@ -242,7 +242,7 @@ fn stream_response(
 pub async fn get(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
-    Path(id): Path<String>,
+    PathId(id): PathId,
 ) -> Result<Response, ApiError> {
     let stored = state
         .responses
