@@ -41,6 +41,8 @@ pub enum ApiError {
     MethodNotAllowed,
     /// 413: body over the limit.
     PayloadTooLarge { limit: usize },
+    /// 415: a `Content-Encoding` on the request body (the server reads plain bodies only).
+    UnsupportedEncoding { encoding: String },
     /// The session failed (502 / 503 / 504 / 429).
     Session(SessionError),
     /// 500: a bug; the message is generic on purpose.
@@ -81,6 +83,7 @@ impl ApiError {
             }
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            Self::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             Self::Session(e) => session_status(e),
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -99,7 +102,8 @@ impl ApiError {
             | Self::ModelNotFound { .. }
             | Self::RouteNotFound { .. }
             | Self::MethodNotAllowed
-            | Self::PayloadTooLarge { .. } => "invalid_request_error",
+            | Self::PayloadTooLarge { .. }
+            | Self::UnsupportedEncoding { .. } => "invalid_request_error",
             Self::ConfigUnavailable { .. } | Self::NoDefaultConfig { .. } => "server_error",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "timeout_error",
@@ -127,6 +131,7 @@ impl ApiError {
             Self::RouteNotFound { .. } => "not_found",
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "request_too_large",
+            Self::UnsupportedEncoding { .. } => "unsupported_content_encoding",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "agents_timed_out",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_exceeded",
@@ -178,6 +183,9 @@ impl ApiError {
             Self::PayloadTooLarge { limit } => {
                 format!("Request body is larger than the limit of {limit} bytes")
             }
+            Self::UnsupportedEncoding { encoding } => format!(
+                "Request bodies with Content-Encoding '{encoding}' are not supported; send the body uncompressed"
+            ),
             Self::Session(e) => session_message(e),
             Self::Internal => "The server had an internal error".to_string(),
             Self::Unauthorized { message } => message.clone(),

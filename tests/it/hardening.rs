@@ -8,7 +8,7 @@ use std::time::Duration;
 use massgen::cli::{Fatal, ProductionArgs, resolve_production};
 use serde_json::{Value, json};
 
-use crate::support::{Setup, client, env_of, panel_yaml, parse_sse, post, question, write};
+use crate::support::{FAST, Setup, client, env_of, panel_yaml, parse_sse, post, question, write};
 
 fn production(
     keys_file: Option<PathBuf>,
@@ -121,4 +121,142 @@ async fn a_session_cancelled_by_shutdown_says_so() {
 /// Agents slower than the shutdown grace period (and with time to spare in their turn).
 fn too_slow_for_grace(mock_url: &str) -> String {
     panel_yaml(mock_url, &["a:ttft_ms=15000", "b:ttft_ms=15000"], "")
+}
+
+/// Three fast agents; `extra` flags.
+fn fast(extra: &[&str]) -> Setup {
+    Setup::with_panel(|url| panel_yaml(url, &FAST, ""), extra)
+}
+
+/// Each door's path with a question whose only text part is `part`.
+fn with_part(part: Value) -> [(&'static str, Value); 3] {
+    [
+        (
+            "/v1/chat/completions",
+            json!({"model": "massgen", "messages": [{"role": "user", "content": [part.clone()]}]}),
+        ),
+        (
+            "/v1/responses",
+            json!({"model": "massgen", "input": [{"role": "user", "content": [part.clone()]}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "massgen", "max_tokens": 64, "messages": [{"role": "user", "content": [part]}]}),
+        ),
+    ]
+}
+
+/// The error's code (OpenAI shape) or type (Anthropic shape, on `/v1/messages`).
+async fn error_of(path: &str, response: reqwest::Response) -> (u16, String) {
+    let status = response.status().as_u16();
+    let v: Value = response.json().await.unwrap();
+    let what = if path == "/v1/messages" {
+        assert_eq!(v["type"], "error", "{v}");
+        v["error"]["type"].as_str().unwrap().to_string()
+    } else {
+        v["error"]["code"].as_str().unwrap().to_string()
+    };
+    (status, what)
+}
+
+/// What [`error_of`] says for a client error with `code`: Anthropic has one type for them.
+fn bad_request<'a>(path: &str, code: &'a str) -> &'a str {
+    if path == "/v1/messages" {
+        "invalid_request_error"
+    } else {
+        code
+    }
+}
+
+#[tokio::test]
+async fn compressed_bodies_are_refused_with_415_on_every_door() {
+    let setup = fast(&[]);
+    let url = &setup.server.url;
+    for (path, body) in with_part(json!({"type": "text", "text": "hi"})) {
+        for encoding in ["gzip", "br", "deflate, gzip"] {
+            let r = client()
+                .post(format!("{url}{path}"))
+                .header("content-type", "application/json")
+                .header("content-encoding", encoding)
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            let (status, what) = error_of(path, r).await;
+            assert_eq!(status, 415, "{path} {encoding}");
+            assert_eq!(what, bad_request(path, "unsupported_content_encoding"));
+        }
+        // `identity` is no encoding at all.
+        let r = client()
+            .post(format!("{url}{path}"))
+            .header("content-type", "application/json")
+            .header("content-encoding", "identity")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+    }
+}
+
+#[tokio::test]
+async fn a_text_part_whose_text_is_not_a_string_is_a_400_on_every_door() {
+    let setup = fast(&[]);
+    let url = &setup.server.url;
+    for text in [json!(42), json!(["a"]), json!(null), json!({"t": "x"})] {
+        for (path, body) in with_part(json!({"type": "text", "text": text})) {
+            let (status, what) = error_of(path, post(url, path, None, &body).await).await;
+            assert_eq!(status, 400, "{path} {text}");
+            assert_eq!(what, bad_request(path, "invalid_message"));
+        }
+    }
+    let system = json!({"model": "massgen", "max_tokens": 64,
+        "system": [{"type": "text", "text": 7}], "messages": [{"role": "user", "content": "hi"}]});
+    let r = post(url, "/v1/messages", None, &system).await;
+    assert_eq!(r.status(), 400);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn record_files_are_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let records = tempfile::tempdir().unwrap();
+    let dir = records.path().join("records");
+    let setup = fast(&["--records-dir", dir.to_str().unwrap()]);
+    let r = post(
+        &setup.server.url,
+        "/v1/chat/completions",
+        None,
+        &question(false),
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    // The files are written once the session's record is complete, just after the answer.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let session = loop {
+        let found = std::fs::read_dir(&dir)
+            .ok()
+            .and_then(|mut d| d.next())
+            .and_then(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.join("session.json").exists());
+        if let Some(path) = found {
+            break path;
+        }
+        assert!(std::time::Instant::now() < deadline, "no record files");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut stack = vec![dir];
+    let mut files = 0;
+    while let Some(path) = stack.pop() {
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        if path.is_dir() {
+            assert_eq!(mode, 0o700, "{}", path.display());
+            stack.extend(std::fs::read_dir(&path).unwrap().map(|e| e.unwrap().path()));
+        } else {
+            assert_eq!(mode, 0o600, "{}", path.display());
+            files += 1;
+        }
+    }
+    assert!(files >= 5, "{files} files under {}", session.display());
 }

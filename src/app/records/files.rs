@@ -17,9 +17,9 @@ pub fn write(
     let stamp = events.first().map_or(0, |e| e.at_ms / 1000);
     let root = dir.join(format!("log_{}_{id}", utc_stamp(stamp)));
     let outputs = root.join("agent_outputs");
-    std::fs::create_dir_all(&outputs)?;
-    std::fs::write(
-        root.join("coordination_events.json"),
+    create_private_dirs(&outputs)?;
+    write_private(
+        &root.join("coordination_events.json"),
         to_json(&json!(events)),
     )?;
     let mut per_agent: std::collections::BTreeMap<String, String> = Default::default();
@@ -50,18 +50,38 @@ pub fn write(
                 }
             })
             .collect();
-        std::fs::write(outputs.join(format!("{name}.txt")), text)?;
+        write_private(&outputs.join(format!("{name}.txt")), text)?;
     }
     let vote = json!({
         "votes": record["votes"], "ignored_votes": ignored,
         "consensus": record["consensus"], "winner": record["winner"],
     });
-    std::fs::write(root.join("vote.json"), to_json(&vote))?;
+    write_private(&root.join("vote.json"), to_json(&vote))?;
     if let Some(answer) = record["final_answer"].as_str() {
-        std::fs::write(root.join("final_answer.txt"), answer)?;
+        write_private(&root.join("final_answer.txt"), answer)?;
     }
-    std::fs::write(root.join("session.json"), to_json(record))?;
+    write_private(&root.join("session.json"), to_json(record))?;
     Ok(root)
+}
+
+// Records hold whole prompts and answers: only the server's user may read them (0700
+// folders, 0600 files on unix; elsewhere the folder's own permissions apply).
+
+fn create_private_dirs(path: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(path)
+}
+
+fn write_private(path: &Path, contents: impl AsRef<[u8]>) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options.open(path)?.write_all(contents.as_ref())
 }
 
 fn to_json(v: &Value) -> String {

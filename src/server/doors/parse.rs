@@ -297,12 +297,13 @@ pub fn joined_text(
                         "has a '{kind}' content part; only text parts are supported"
                     )));
                 };
-                texts.push(
-                    part.get(key)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default()
-                        .to_string(),
-                );
+                // A missing or non-string text is the client's mistake, not an empty text.
+                let Some(text) = part.get(key).and_then(Value::as_str) else {
+                    return Err(error(&format!(
+                        "has a '{kind}' content part whose '{key}' is not a string"
+                    )));
+                };
+                texts.push(text.to_string());
             }
             Ok(texts.join("\n"))
         }

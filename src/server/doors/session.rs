@@ -29,8 +29,24 @@ pub const SESSION_HEADER: &str = "x-massgen-session-id";
 /// headers go out before there is a winner; its final event's metadata names it.
 pub const WINNER_HEADER: &str = "x-massgen-winner";
 
-/// Reads the whole body, refusing more than `limit` bytes.
+/// Reads the whole body, refusing more than `limit` bytes and any `Content-Encoding` but
+/// `identity`: a compressed body read as plain JSON would fail in confusing ways, and
+/// decoding it would need a limit on the decoded size too.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    if let Some(encoding) = headers
+        .get_all(header::CONTENT_ENCODING)
+        .iter()
+        .map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .find(|e| !e.is_empty() && e != "identity")
+    {
+        return Err(ApiError::UnsupportedEncoding {
+            encoding: encoding.chars().take(64).collect(),
+        });
+    }
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())

@@ -19,7 +19,7 @@ pub fn is_door_path(path: &str) -> bool {
 /// Anthropic's error type for the status the error has on every door.
 pub fn error_type(error: &ApiError) -> &'static str {
     match error.status().as_u16() {
-        400 | 405 | 422 => "invalid_request_error",
+        400 | 405 | 415 | 422 => "invalid_request_error",
         401 => "authentication_error",
         402 => "billing_error",
         403 => "permission_error",

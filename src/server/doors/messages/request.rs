@@ -102,7 +102,13 @@ fn parse_system(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
             .iter()
             .enumerate()
             .map(|(i, b)| match b.get("type").and_then(Value::as_str) {
-                Some("text") => Ok(text_of(b)),
+                Some("text") => text_of(b).ok_or_else(|| {
+                    ApiError::invalid(
+                        format!("system[{i}]: {TEXT_NOT_A_STRING}"),
+                        Some("system"),
+                        "invalid_type",
+                    )
+                }),
                 _ => Err(ApiError::invalid(
                     format!("system[{i}]: only text blocks are supported"),
                     Some("system"),
@@ -114,12 +120,19 @@ fn parse_system(value: Option<&Value>) -> Result<Vec<String>, ApiError> {
     }
 }
 
-fn text_of(block: &Value) -> String {
+const TEXT_NOT_A_STRING: &str = "a text block's 'text' must be a string";
+
+/// A text block's `text`; a missing or non-string one is refused, not read as empty.
+fn text_of(block: &Value) -> Option<String> {
     block
         .get("text")
         .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
+        .map(str::to_string)
+}
+
+/// [`text_of`] for the `index`th message.
+fn message_text(index: usize, block: &Value) -> Result<String, ApiError> {
+    text_of(block).ok_or_else(|| message_error(index, TEXT_NOT_A_STRING))
 }
 
 /// `messages` as neutral messages; `role: "system"` entries (Claude Code's
@@ -172,7 +185,7 @@ fn plain_text(index: usize, blocks: &[Value]) -> Result<String, ApiError> {
     let mut texts = Vec::with_capacity(blocks.len());
     for block in blocks {
         match kind(block) {
-            "text" => texts.push(text_of(block)),
+            "text" => texts.push(message_text(index, block)?),
             other => return Err(unsupported_block(index, other)),
         }
     }
@@ -184,7 +197,7 @@ fn user_turn(index: usize, blocks: &[Value], out: &mut Vec<Message>) -> Result<(
     let mut texts = Vec::new();
     for block in blocks {
         match kind(block) {
-            "text" => texts.push(text_of(block)),
+            "text" => texts.push(message_text(index, block)?),
             "tool_result" => {
                 let id = block
                     .get("tool_use_id")
@@ -231,7 +244,7 @@ fn assistant_turn(index: usize, blocks: &[Value]) -> Result<Message, ApiError> {
     let mut calls = Vec::new();
     for block in blocks {
         match kind(block) {
-            "text" => texts.push(text_of(block)),
+            "text" => texts.push(message_text(index, block)?),
             "thinking" | "redacted_thinking" => {}
             "tool_use" => {
                 let text = |key: &str| {
