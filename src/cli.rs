@@ -92,6 +92,17 @@ pub struct ServeArgs {
     /// Allow `massgen/path:<file>` models
     #[arg(long, env = "MASSGEN_SERVER_ALLOW_CONFIG_PATHS", value_parser = Switch)]
     pub allow_config_paths: bool,
+    /// Allow `massgen/model:<model>` models (`--allow-model-override=false` turns them off)
+    /// [default: true]
+    #[arg(
+        long,
+        env = "MASSGEN_SERVER_ALLOW_MODEL_OVERRIDE",
+        value_parser = Switch,
+        num_args = 0..=1,
+        require_equals = true,
+        default_missing_value = "true"
+    )]
+    pub allow_model_override: Option<bool>,
     /// Period of SSE keep-alive comments [default: 15]
     #[arg(long, value_name = "N", value_parser = Number::<u64>::new())]
     pub keepalive_seconds: Option<u64>,
@@ -235,6 +246,9 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         keepalive,
         max_body_bytes: args.max_body_bytes.unwrap_or(defaults.max_body_bytes),
         allow_config_paths: args.allow_config_paths,
+        allow_model_override: args
+            .allow_model_override
+            .unwrap_or(defaults.allow_model_override),
         shutdown_grace: args
             .shutdown_grace_seconds
             .map_or(defaults.shutdown_grace, Duration::from_secs),

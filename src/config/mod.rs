@@ -98,6 +98,8 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// `massgen/path:<file>` routing.
     pub allow_config_paths: bool,
+    /// `massgen/model:<model>` routing (on unless the operator turns it off).
+    pub allow_model_override: bool,
     /// How long running sessions may go on after a shutdown signal.
     pub shutdown_grace: Duration,
     /// Log prompt and answer text.
@@ -152,6 +154,7 @@ impl Default for ServerSettings {
             keepalive: Duration::from_secs(15),
             max_body_bytes: 10 * 1024 * 1024,
             allow_config_paths: false,
+            allow_model_override: true,
             shutdown_grace: Duration::from_secs(30),
             debug: false,
             default_model: None,

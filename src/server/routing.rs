@@ -33,6 +33,7 @@ pub fn resolve(
     model: &str,
     catalog: &PanelCatalog,
     allow_config_paths: bool,
+    allow_model_override: bool,
     default_model: Option<&str>,
     env: &Env,
 ) -> Result<Arc<PanelConfig>, ApiError> {
@@ -53,6 +54,13 @@ pub fn resolve(
     };
 
     if let Some(m) = rest.strip_prefix("model:") {
+        if !allow_model_override {
+            return Err(ApiError::invalid(
+                "'massgen/model:' is disabled on this server (the operator turned it off with --allow-model-override=false)",
+                Some("model"),
+                "model_override_disabled",
+            ));
+        }
         let m = m.trim();
         if m.is_empty() {
             return Err(ApiError::invalid(

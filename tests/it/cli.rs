@@ -46,6 +46,10 @@ fn defaults_without_flags_or_env() {
         assert_eq!(plan.settings, massgen::config::ServerSettings::default());
         assert_eq!(plan.settings.host, "127.0.0.1");
         assert_eq!(plan.settings.port, 4000);
+        assert!(
+            plan.settings.allow_model_override,
+            "massgen/model: is on by default"
+        );
         assert_eq!(plan.default_config, None);
         assert_eq!(plan.configs_dir, None);
         assert!(!plan.demo);
@@ -62,6 +66,7 @@ fn env_fallbacks_apply() {
         ("MASSGEN_SERVER_DEBUG", "true"),
         ("MASSGEN_SERVER_CONFIGS_DIR", "configs"),
         ("MASSGEN_SERVER_ALLOW_CONFIG_PATHS", "1"),
+        ("MASSGEN_SERVER_ALLOW_MODEL_OVERRIDE", "off"),
     ];
     in_child_env("cli::env_fallbacks_apply", &e, || {
         let plan = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
@@ -70,6 +75,7 @@ fn env_fallbacks_apply() {
         assert_eq!(plan.settings.default_model.as_deref(), Some("panel"));
         assert!(plan.settings.debug);
         assert!(plan.settings.allow_config_paths);
+        assert!(!plan.settings.allow_model_override);
         assert_eq!(plan.default_config, Some(PathBuf::from("team.yaml")));
         assert_eq!(plan.configs_dir, Some(PathBuf::from("configs")));
     });
@@ -83,6 +89,7 @@ fn flags_win_over_env() {
         ("MASSGEN_SERVER_DEFAULT_CONFIG", "env.yaml"),
         ("MASSGEN_SERVER_CONFIGS_DIR", "env-dir"),
         ("MASSGEN_SERVER_DEBUG", "false"),
+        ("MASSGEN_SERVER_ALLOW_MODEL_OVERRIDE", "false"),
     ];
     in_child_env("cli::flags_win_over_env", &e, || {
         let plan = plan_of(&[
@@ -103,11 +110,12 @@ fn flags_win_over_env() {
             "--shutdown-grace-seconds",
             "2",
             "--allow-config-paths",
+            "--allow-model-override",
         ])
         .unwrap_or_else(|e| panic!("{e:?}"));
         let s = &plan.settings;
         assert_eq!((s.host.as_str(), s.port), ("::1", 0));
-        assert!(s.debug && s.allow_config_paths && plan.demo);
+        assert!(s.debug && s.allow_config_paths && s.allow_model_override && plan.demo);
         assert_eq!(s.keepalive, Duration::from_secs(5));
         assert_eq!(s.max_body_bytes, 1000);
         assert_eq!(s.shutdown_grace, Duration::from_secs(2));

@@ -260,3 +260,24 @@ async fn record_files_are_private() {
     }
     assert!(files >= 5, "{files} files under {}", session.display());
 }
+
+#[tokio::test]
+async fn massgen_model_can_be_turned_off() {
+    let ask = |url: &str, model: &str| {
+        let body = json!({"model": model, "messages": [{"role": "user", "content": "hi"}]});
+        let url = url.to_string();
+        async move { post(&url, "/v1/chat/completions", None, &body).await }
+    };
+    let off = fast(&["--allow-model-override=false"]);
+    let r = ask(&off.server.url, "massgen/model:x").await;
+    assert_eq!(r.status(), 400);
+    let v: Value = r.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "model_override_disabled", "{v}");
+    assert_eq!(v["error"]["param"], "model", "{v}");
+    let r = ask(&off.server.url, "massgen").await;
+    assert_eq!(r.status(), 200, "the configured panel still answers");
+    // On by default: the panel runs with the model the request chose.
+    let on = fast(&[]);
+    let r = ask(&on.server.url, &format!("massgen/model:{}", FAST[0])).await;
+    assert_eq!(r.status(), 200);
+}

@@ -130,6 +130,7 @@ pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
         ask.route_as.as_deref().unwrap_or(&ask.model),
         &state.catalog,
         state.settings.allow_config_paths,
+        state.settings.allow_model_override,
         state.default_model(),
         state.env.as_ref(),
     )?;
