@@ -157,6 +157,9 @@ pub struct ProductionArgs {
     /// Requests a key may send in a burst [default: the per-minute rate]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RATE_LIMIT_BURST", value_parser = Number::<u32>::new())]
     pub rate_limit_burst: Option<u32>,
+    /// Failed authentications per minute per client address, then 429 [default: 30]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_AUTH_FAILURES_PER_MINUTE", value_parser = Number::<u32>::new())]
+    pub auth_failures_per_minute: Option<u32>,
     /// Upstream calls one session may make [default: no cap]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_UPSTREAM_CALLS", value_parser = Number::<u32>::new())]
     pub max_upstream_calls: Option<u32>,
@@ -335,6 +338,10 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         ),
         (args.rate_limit_burst.map(u64::from), "--rate-limit-burst"),
         (
+            args.auth_failures_per_minute.map(u64::from),
+            "--auth-failures-per-minute",
+        ),
+        (
             args.max_upstream_calls.map(u64::from),
             "--max-upstream-calls",
         ),
@@ -360,6 +367,9 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         max_concurrent_sessions: args.max_sessions,
         rate_limit_per_minute: args.rate_limit_per_minute,
         rate_limit_burst: args.rate_limit_burst,
+        auth_failures_per_minute: args
+            .auth_failures_per_minute
+            .unwrap_or(defaults.auth_failures_per_minute),
         max_upstream_calls: args.max_upstream_calls,
         max_session_cost_usd: args.max_session_cost_usd,
         header_read_timeout: args

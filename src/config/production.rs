@@ -22,6 +22,9 @@ pub struct ProductionSettings {
     pub rate_limit_per_minute: Option<u32>,
     /// Requests a key may send at once before the per-minute rate applies.
     pub rate_limit_burst: Option<u32>,
+    /// Failed authentications per minute per client address (only with keys); over it
+    /// the answer is 429 instead of 401.
+    pub auth_failures_per_minute: u32,
     /// Upstream calls one session may make (every agent turn, retry attempts excluded).
     pub max_upstream_calls: Option<u32>,
     /// USD one session may spend at most; a panel's or request's limit may only be lower.
@@ -45,6 +48,7 @@ impl Default for ProductionSettings {
             max_concurrent_sessions: None,
             rate_limit_per_minute: None,
             rate_limit_burst: None,
+            auth_failures_per_minute: 30,
             max_upstream_calls: None,
             max_session_cost_usd: None,
             header_read_timeout: Duration::from_secs(30),

@@ -116,6 +116,12 @@ pub async fn authenticate(
             },
         },
     };
+    // Counted per client address: past the limit the answer is a 429, and no longer logged
+    // (a flood of wrong keys must not flood the logs either).
+    let from = super::limits::ClientAddr::of(&request);
+    if let Err(limited) = state.production.limits.auth_failed(from) {
+        return limited.into_response();
+    }
     if let Some(m) = metrics() {
         m.rejected.with_label_values(&["unauthorized"]).inc();
     }

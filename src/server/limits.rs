@@ -1,6 +1,8 @@
-//! Concurrency cap on sessions and per-key request rate. Over a limit the answer is 429
-//! with `Retry-After` at once: nothing queues, so nothing hangs.
+//! Concurrency cap on sessions, per-key request rate, and per-address rates for traffic
+//! without a valid key. Over a limit the answer is 429 with `Retry-After` at once: nothing
+//! queues, so nothing hangs.
 
+use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,16 +20,38 @@ use super::error::ApiError;
 use crate::config::ProductionSettings;
 use crate::telemetry::metrics;
 
+/// The address a request came from (the TCP peer; a proxy in front of the server is one
+/// address). Requests without one (in-process) share [`ClientAddr::UNKNOWN`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ClientAddr(pub IpAddr);
+
+impl ClientAddr {
+    pub const UNKNOWN: Self = Self(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+
+    pub fn of(request: &Request) -> Self {
+        request
+            .extensions()
+            .get::<Self>()
+            .copied()
+            .unwrap_or(Self::UNKNOWN)
+    }
+}
+
 pub struct Limits {
     sessions: Option<(Arc<Semaphore>, usize)>,
     /// Keyed by API key; `None` is the bucket of a server without keys.
     rate: Option<DefaultKeyedRateLimiter<Option<KeyId>>>,
+    /// With keys: requests without one (the web page, preflights), per client address at
+    /// the per-key quota, so one address cannot spend everybody's bucket.
+    anonymous: Option<DefaultKeyedRateLimiter<IpAddr>>,
+    /// With keys: failed authentications per client address.
+    auth_failures: Option<DefaultKeyedRateLimiter<IpAddr>>,
     pub max_upstream_calls: Option<u32>,
 }
 
 impl Limits {
     pub fn new(settings: &ProductionSettings) -> Self {
-        let rate = settings
+        let quota = settings
             .rate_limit_per_minute
             .and_then(NonZeroU32::new)
             .map(|per_minute| {
@@ -35,13 +59,18 @@ impl Limits {
                     .rate_limit_burst
                     .and_then(NonZeroU32::new)
                     .unwrap_or(per_minute);
-                RateLimiter::keyed(Quota::per_minute(per_minute).allow_burst(burst))
+                Quota::per_minute(per_minute).allow_burst(burst)
             });
+        let keys = !settings.api_keys.is_empty();
         Self {
             sessions: settings
                 .max_concurrent_sessions
                 .map(|n| (Arc::new(Semaphore::new(n)), n)),
-            rate,
+            rate: quota.map(RateLimiter::keyed),
+            anonymous: quota.filter(|_| keys).map(RateLimiter::keyed),
+            auth_failures: NonZeroU32::new(settings.auth_failures_per_minute)
+                .filter(|_| keys)
+                .map(|n| RateLimiter::keyed(Quota::per_minute(n))),
             max_upstream_calls: settings.max_upstream_calls,
         }
     }
@@ -60,24 +89,49 @@ impl Limits {
         }
     }
 
-    pub fn check_rate(&self, key: Option<KeyId>) -> Result<(), ApiError> {
-        let Some(limiter) = &self.rate else {
-            return Ok(());
-        };
-        limiter.check_key(&key).map_err(|not_until| {
-            count("rate_limit");
-            let wait = not_until.wait_time_from(DefaultClock::default().now());
-            ApiError::RateLimited { retry_after: wait }
-        })
+    /// The request rate of `key`'s bucket; a caller without a key on a server with keys
+    /// uses its address's bucket instead.
+    pub fn check_rate(&self, key: Option<KeyId>, from: ClientAddr) -> Result<(), ApiError> {
+        match (&self.anonymous, key) {
+            (Some(anonymous), None) => take(anonymous, &from.0, "rate_limit"),
+            _ => self
+                .rate
+                .as_ref()
+                .map_or(Ok(()), |limiter| take(limiter, &key, "rate_limit")),
+        }
     }
 
-    /// Forgets keys whose bucket is full again (keyed limiters otherwise only grow).
+    /// Counts a failed authentication from `from`; once its address has failed too often,
+    /// the 429 to answer instead of the 401.
+    pub fn auth_failed(&self, from: ClientAddr) -> Result<(), ApiError> {
+        self.auth_failures
+            .as_ref()
+            .map_or(Ok(()), |limiter| take(limiter, &from.0, "auth_failures"))
+    }
+
+    /// Forgets keys and addresses whose bucket is full again (keyed limiters otherwise
+    /// only grow).
     pub fn retain_recent(&self) {
         if let Some(limiter) = &self.rate {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
+        for limiter in [&self.anonymous, &self.auth_failures].into_iter().flatten() {
+            limiter.retain_recent();
+            limiter.shrink_to_fit();
+        }
     }
+}
+
+fn take<K>(limiter: &DefaultKeyedRateLimiter<K>, key: &K, reason: &str) -> Result<(), ApiError>
+where
+    K: std::hash::Hash + Eq + Clone,
+{
+    limiter.check_key(key).map_err(|not_until| {
+        count(reason);
+        let wait = not_until.wait_time_from(DefaultClock::default().now());
+        ApiError::RateLimited { retry_after: wait }
+    })
 }
 
 fn count(reason: &str) {
@@ -95,7 +149,8 @@ pub async fn rate_limit(State(state): State<AppState>, request: Request, next: N
             .get::<Caller>()
             .copied()
             .unwrap_or_default();
-        if let Err(e) = state.production.limits.check_rate(caller.key) {
+        let from = ClientAddr::of(&request);
+        if let Err(e) = state.production.limits.check_rate(caller.key, from) {
             return e.into_response();
         }
     }
@@ -118,15 +173,16 @@ mod tests {
             rate_limit_burst: Some(2),
             ..ProductionSettings::default()
         });
-        assert!(limits.check_rate(None).is_ok());
-        assert!(limits.check_rate(None).is_ok());
-        let Err(ApiError::RateLimited { retry_after }) = limits.check_rate(None) else {
+        let here = ClientAddr::UNKNOWN;
+        assert!(limits.check_rate(None, here).is_ok());
+        assert!(limits.check_rate(None, here).is_ok());
+        let Err(ApiError::RateLimited { retry_after }) = limits.check_rate(None, here) else {
             panic!("third request should be limited");
         };
         assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(60));
         // Another key has its own bucket.
         let key = ApiKeysForTest::key();
-        assert!(limits.check_rate(Some(key)).is_ok());
+        assert!(limits.check_rate(Some(key), here).is_ok());
         limits.retain_recent();
     }
 

@@ -16,6 +16,8 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tower::ServiceExt;
 
+use super::limits::ClientAddr;
+
 /// Serves `app` until `shutdown` resolves, then until every open connection is done.
 pub async fn serve_connections(
     listener: TcpListener,
@@ -31,15 +33,15 @@ pub async fn serve_connections(
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
+                Ok((stream, peer)) => {
                     // SSE chunks are small: without this, Nagle can hold one back for an
                     // ACK (up to 40 ms on a real network).
                     if let Err(e) = stream.set_nodelay(true) {
                         tracing::debug!("cannot set TCP_NODELAY: {e}");
                     }
-                    stream
+                    (stream, peer)
                 }
                 Err(e) => {
                     // Out of file descriptors and the like: back off instead of spinning.
@@ -50,10 +52,14 @@ pub async fn serve_connections(
             },
             () = &mut shutdown => break,
         };
-        let service = TowerToHyperService::new(
-            app.clone()
-                .map_request(|request: Request<Incoming>| request.map(Body::new)),
-        );
+        let from = ClientAddr(peer.ip().to_canonical());
+        let service = TowerToHyperService::new(app.clone().map_request(
+            move |mut request: Request<Incoming>| {
+                // The per-address limits read it (see `limits`).
+                request.extensions_mut().insert(from);
+                request.map(Body::new)
+            },
+        ));
         let builder = builder.clone();
         let watcher = graceful.watcher();
         tokio::spawn(async move {

@@ -2,13 +2,16 @@
 //! cannot forge log fields, error classification, request body checks, bounded metric
 //! labels, rate limits for traffic without a valid key, connection limits and timeouts.
 
+use std::ffi::OsStr;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use massgen::cli::{Fatal, ProductionArgs, resolve_production};
 use serde_json::{Value, json};
 
-use crate::support::{FAST, Setup, client, env_of, panel_yaml, parse_sse, post, question, write};
+use crate::support::{
+    FAST, Setup, client, env_of, panel_yaml, parse_sse, post, question, serve_with_keys, write,
+};
 
 fn production(
     keys_file: Option<PathBuf>,
@@ -280,4 +283,53 @@ async fn massgen_model_can_be_turned_off() {
     let on = fast(&[]);
     let r = ask(&on.server.url, &format!("massgen/model:{}", FAST[0])).await;
     assert_eq!(r.status(), 200);
+}
+
+/// A client whose connections come from `ip` (any 127.0.0.0/8 address reaches loopback).
+fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+async fn status(request: reqwest::RequestBuilder) -> u16 {
+    request.send().await.unwrap().status().as_u16()
+}
+
+#[tokio::test]
+async fn traffic_without_a_valid_key_is_limited_per_address() {
+    let flags = [
+        "--demo",
+        "--rate-limit-per-minute",
+        "2",
+        "--auth-failures-per-minute",
+        "3",
+    ];
+    let flags: Vec<&OsStr> = flags.iter().map(OsStr::new).collect();
+    let server = serve_with_keys(&flags, "k-right");
+    let page = format!("{}/", server.url);
+    let models = format!("{}/v1/models", server.url);
+    let (a, b) = (client_from([127, 0, 0, 1]), client_from([127, 0, 0, 2]));
+    // Page loads without a key: one address spends its own bucket, not everybody's.
+    for want in [200, 200, 429] {
+        assert_eq!(status(a.get(&page)).await, want);
+    }
+    assert_eq!(status(b.get(&page)).await, 200);
+    assert_eq!(status(a.get(&models).bearer_auth("k-right")).await, 200);
+    // Wrong keys: three 401s, then 429 for that address only; the right key still works.
+    for want in [401, 401, 401, 429, 429] {
+        assert_eq!(status(a.get(&models).bearer_auth("k-wrong")).await, want);
+    }
+    let limited = a
+        .get(&models)
+        .header("x-api-key", "k-guess")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(limited.status(), 429);
+    assert!(limited.headers().contains_key("retry-after"));
+    assert_eq!(status(b.get(&models).bearer_auth("k-wrong")).await, 401);
+    assert_eq!(status(a.get(&models).bearer_auth("k-right")).await, 200);
 }
