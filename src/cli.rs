@@ -169,6 +169,15 @@ pub struct ProductionArgs {
     /// Time to receive a request's headers [default: 30]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
     pub header_timeout_seconds: Option<u64>,
+    /// Time to receive a request's whole body [default: 60]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_BODY_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
+    pub body_timeout_seconds: Option<u64>,
+    /// Seconds a connection may stay open with no request in flight [default: 60]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_IDLE_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
+    pub idle_timeout_seconds: Option<u64>,
+    /// Open connections at once; more are closed at once [default: 4096]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_CONNECTIONS", value_parser = Number::<usize>::new())]
+    pub max_connections: Option<usize>,
     /// Session records kept in memory [default: 1000]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_MAX", value_parser = Number::<usize>::new())]
     pub records_max: Option<usize>,
@@ -346,6 +355,13 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             "--max-upstream-calls",
         ),
         (args.header_timeout_seconds, "--header-timeout-seconds"),
+        (args.body_timeout_seconds, "--body-timeout-seconds"),
+        (args.idle_timeout_seconds, "--idle-timeout-seconds"),
+        (
+            args.max_connections
+                .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
+            "--max-connections",
+        ),
     ] {
         if value == Some(0) {
             return Err(Fatal::usage(format!("{name} must be at least 1")));
@@ -375,6 +391,13 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         header_read_timeout: args
             .header_timeout_seconds
             .map_or(defaults.header_read_timeout, Duration::from_secs),
+        body_read_timeout: args
+            .body_timeout_seconds
+            .map_or(defaults.body_read_timeout, Duration::from_secs),
+        idle_timeout: args
+            .idle_timeout_seconds
+            .map_or(defaults.idle_timeout, Duration::from_secs),
+        max_connections: args.max_connections.unwrap_or(defaults.max_connections),
         records_max_sessions: args.records_max.unwrap_or(defaults.records_max_sessions),
         records_max_age: args
             .records_max_age_seconds

@@ -31,6 +31,12 @@ pub struct ProductionSettings {
     pub max_session_cost_usd: Option<f64>,
     /// Time a client has to send the request headers (HTTP/1).
     pub header_read_timeout: Duration,
+    /// Time a client has to send a whole request body.
+    pub body_read_timeout: Duration,
+    /// A connection with no request in flight for this long is closed (HTTP/1 and 2).
+    pub idle_timeout: Duration,
+    /// Open connections at once; more are closed as soon as they are accepted.
+    pub max_connections: usize,
     /// Session records kept in memory (oldest dropped first).
     pub records_max_sessions: usize,
     /// Age after which a finished session's record is dropped.
@@ -52,6 +58,9 @@ impl Default for ProductionSettings {
             max_upstream_calls: None,
             max_session_cost_usd: None,
             header_read_timeout: Duration::from_secs(30),
+            body_read_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 4096,
             records_max_sessions: 1000,
             records_max_age: Duration::from_secs(3600),
             records_dir: None,

@@ -41,6 +41,8 @@ pub enum ApiError {
     MethodNotAllowed,
     /// 413: body over the limit.
     PayloadTooLarge { limit: usize },
+    /// 408: the request body did not arrive in time.
+    BodyTimeout { within: Duration },
     /// 415: a `Content-Encoding` on the request body (the server reads plain bodies only).
     UnsupportedEncoding { encoding: String },
     /// The session failed (502 / 503 / 504 / 429).
@@ -84,6 +86,7 @@ impl ApiError {
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Session(e) => session_status(e),
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
@@ -104,6 +107,7 @@ impl ApiError {
             | Self::MethodNotAllowed
             | Self::PayloadTooLarge { .. }
             | Self::UnsupportedEncoding { .. } => "invalid_request_error",
+            Self::BodyTimeout { .. } => "timeout_error",
             Self::ConfigUnavailable { .. } | Self::NoDefaultConfig { .. } => "server_error",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "timeout_error",
@@ -132,6 +136,7 @@ impl ApiError {
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "request_too_large",
             Self::UnsupportedEncoding { .. } => "unsupported_content_encoding",
+            Self::BodyTimeout { .. } => "request_timeout",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "agents_timed_out",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_exceeded",
@@ -183,6 +188,10 @@ impl ApiError {
             Self::PayloadTooLarge { limit } => {
                 format!("Request body is larger than the limit of {limit} bytes")
             }
+            Self::BodyTimeout { within } => format!(
+                "The request body did not arrive within {} s",
+                within.as_secs_f64()
+            ),
             Self::UnsupportedEncoding { encoding } => format!(
                 "Request bodies with Content-Encoding '{encoding}' are not supported; send the body uncompressed"
             ),

@@ -288,13 +288,18 @@ pub async fn serve(
 ) -> anyhow::Result<()> {
     warn_if_exposed(&listener, &state);
     let grace = state.settings.shutdown_grace;
-    let header_timeout = state.settings.production.header_read_timeout;
+    let production = &state.settings.production;
+    let limits = listen::ConnectionLimits {
+        header_timeout: production.header_read_timeout,
+        idle_timeout: production.idle_timeout,
+        max_connections: production.max_connections,
+    };
     let sessions = state.sessions.clone();
     let stopping = CancellationToken::new();
     let stop_signal = stopping.clone();
     let housekeeping = tokio::spawn(housekeeping(state.clone()));
     let app = router(state);
-    let server = listen::serve_connections(listener, app, header_timeout, async move {
+    let server = listen::serve_connections(listener, app, limits, async move {
         shutdown.await;
         tracing::info!("shutting down: no new connections, waiting for running sessions");
         stop_signal.cancel();

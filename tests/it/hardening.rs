@@ -333,3 +333,109 @@ async fn traffic_without_a_valid_key_is_limited_per_address() {
     assert_eq!(status(b.get(&models).bearer_auth("k-wrong")).await, 401);
     assert_eq!(status(a.get(&models).bearer_auth("k-right")).await, 200);
 }
+
+/// Reads `stream` until the peer closes it (or `within` passes): what arrived, and whether
+/// it was closed in time.
+async fn read_until_closed(
+    stream: &mut (impl tokio::io::AsyncRead + Unpin),
+    within: Duration,
+) -> (String, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return (String::from_utf8_lossy(&seen).into_owned(), false),
+            Ok(Ok(0) | Err(_)) => return (String::from_utf8_lossy(&seen).into_owned(), true),
+            Ok(Ok(n)) => seen.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+async fn connect(url: &str) -> tokio::net::TcpStream {
+    tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_trickled_body_is_cut_with_408() {
+    use tokio::io::AsyncWriteExt;
+    let setup = fast(&["--body-timeout-seconds", "1"]);
+    let (mut reader, mut writer) = connect(&setup.server.url).await.into_split();
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{";
+    writer.write_all(head.as_bytes()).await.unwrap();
+    // A byte every 200 ms (100 bytes would take 20 s): never a gap a read timeout sees.
+    let trickle = async move {
+        for _ in 0..99 {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            if writer.write_all(b" ").await.is_err() {
+                break;
+            }
+        }
+    };
+    let trickle = tokio::spawn(trickle);
+    let (answer, _) = read_until_closed(&mut reader, Duration::from_secs(10)).await;
+    trickle.abort();
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("request_timeout"), "{answer}");
+}
+
+#[tokio::test]
+async fn idle_connections_are_closed_http1_and_http2() {
+    use tokio::io::AsyncWriteExt;
+    let setup = fast(&["--idle-timeout-seconds", "1"]);
+    // HTTP/2 prior knowledge: the preface and an empty SETTINGS frame, then nothing.
+    let mut h2 = connect(&setup.server.url).await;
+    h2.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+        .await
+        .unwrap();
+    // HTTP/1.1 keep-alive: one request answered, then nothing.
+    let mut h1 = connect(&setup.server.url).await;
+    h1.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let ((_, h2_closed), (h1_seen, h1_closed)) = tokio::join!(
+        read_until_closed(&mut h2, Duration::from_secs(10)),
+        read_until_closed(&mut h1, Duration::from_secs(10)),
+    );
+    assert!(h2_closed, "the idle HTTP/2 connection stayed open");
+    assert!(h1_closed, "the idle HTTP/1 connection stayed open");
+    assert!(h1_seen.starts_with("HTTP/1.1 200"), "{h1_seen}");
+    assert!(
+        started.elapsed() >= Duration::from_millis(900),
+        "closed before the timeout"
+    );
+}
+
+#[tokio::test]
+async fn over_max_connections_health_fails_fast_then_answers_again() {
+    let setup = fast(&["--max-connections", "2"]);
+    let url = &setup.server.url;
+    // Two connections that send nothing hold both slots (until the header timeout).
+    let held = [connect(url).await, connect(url).await];
+    // Give the accept loop the moment it needs to take them.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = std::time::Instant::now();
+    let refused = client().get(format!("{url}/health")).send().await;
+    assert!(refused.is_err(), "{refused:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "did not fail fast"
+    );
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(r) = client().get(format!("{url}/health")).send().await {
+            assert_eq!(r.status(), 200);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "/health never answered again"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

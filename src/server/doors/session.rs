@@ -89,7 +89,14 @@ impl FromRequest<AppState> for Incoming {
             .copied()
             .unwrap_or_default();
         let (parts, body) = request.into_parts();
-        let body = read_body(&parts.headers, body, state.settings.max_body_bytes).await?;
+        let within = state.settings.production.body_read_timeout;
+        // A body trickled in a byte at a time would otherwise hold the connection forever.
+        let body = tokio::time::timeout(
+            within,
+            read_body(&parts.headers, body, state.settings.max_body_bytes),
+        )
+        .await
+        .map_err(|_| ApiError::BodyTimeout { within })??;
         Ok(Self {
             state: state.clone(),
             caller,

@@ -24,9 +24,9 @@ pub fn error_type(error: &ApiError) -> &'static str {
         402 => "billing_error",
         403 => "permission_error",
         404 => "not_found_error",
+        408 | 504 => "timeout_error",
         413 => "request_too_large",
         429 => "rate_limit_error",
-        504 => "timeout_error",
         _ => "api_error",
     }
 }
