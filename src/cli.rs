@@ -178,6 +178,10 @@ pub struct ProductionArgs {
     /// Open connections at once; more are closed at once [default: 4096]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_CONNECTIONS", value_parser = Number::<usize>::new())]
     pub max_connections: Option<usize>,
+    /// Seconds a streaming client may leave its buffer full (not reading) before it is
+    /// dropped as a disconnect [default: 30]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_CLIENT_STALL_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
+    pub client_stall_timeout_seconds: Option<u64>,
     /// Session records kept in memory [default: 1000]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_MAX", value_parser = Number::<usize>::new())]
     pub records_max: Option<usize>,
@@ -358,6 +362,10 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         (args.body_timeout_seconds, "--body-timeout-seconds"),
         (args.idle_timeout_seconds, "--idle-timeout-seconds"),
         (
+            args.client_stall_timeout_seconds,
+            "--client-stall-timeout-seconds",
+        ),
+        (
             args.max_connections
                 .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
             "--max-connections",
@@ -398,6 +406,9 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             .idle_timeout_seconds
             .map_or(defaults.idle_timeout, Duration::from_secs),
         max_connections: args.max_connections.unwrap_or(defaults.max_connections),
+        client_stall_timeout: args
+            .client_stall_timeout_seconds
+            .map_or(defaults.client_stall_timeout, Duration::from_secs),
         records_max_sessions: args.records_max.unwrap_or(defaults.records_max_sessions),
         records_max_age: args
             .records_max_age_seconds

@@ -37,6 +37,8 @@ pub struct ProductionSettings {
     pub idle_timeout: Duration,
     /// Open connections at once; more are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// A streaming client whose buffer stays full this long is dropped as a disconnect.
+    pub client_stall_timeout: Duration,
     /// Session records kept in memory (oldest dropped first).
     pub records_max_sessions: usize,
     /// Age after which a finished session's record is dropped.
@@ -61,6 +63,7 @@ impl Default for ProductionSettings {
             body_read_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
             max_connections: 4096,
+            client_stall_timeout: Duration::from_secs(30),
             records_max_sessions: 1000,
             records_max_age: Duration::from_secs(3600),
             records_dir: None,

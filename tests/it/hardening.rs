@@ -439,3 +439,45 @@ async fn over_max_connections_health_fails_fast_then_answers_again() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+#[tokio::test]
+async fn a_client_that_stops_reading_is_dropped_and_frees_its_slot() {
+    // A few thousand final-answer deltas: far more than the server buffers for a client.
+    let long = "long:words=1000,token_ms=0,ttft_ms=1";
+    let setup = Setup::with_panel(
+        |url| panel_yaml(url, &[long, long], ""),
+        &["--max-sessions", "1", "--client-stall-timeout-seconds", "1"],
+    );
+    let url = &setup.server.url;
+    // HTTP/2 with a zero window: the response headers arrive, no byte of the body can.
+    let stalled = reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .http2_initial_stream_window_size(Some(0))
+        .http2_initial_connection_window_size(Some(0))
+        .timeout(Duration::from_secs(60))
+        .build()
+        .unwrap();
+    let held = stalled
+        .post(format!("{url}/v1/chat/completions"))
+        .json(&question(true))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(held.status(), 200);
+    assert_eq!(held.version(), reqwest::Version::HTTP_2);
+    // It reads nothing. Its session holds the only slot until the server drops it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = post(url, "/v1/chat/completions", None, &question(true)).await;
+        if r.status() == 200 {
+            break;
+        }
+        assert_eq!(r.status(), 429);
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the stalled client kept its session slot"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(held);
+}

@@ -3,6 +3,7 @@
 //! [`Step`]s (deliberation lines, answer text, tool calls, the outcome) to render.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -14,6 +15,7 @@ use massgen_core::coordination::{
 };
 use massgen_core::provider::ToolCall;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::SendTimeoutError;
 use tokio_util::sync::DropGuard;
 
 use super::narrate::{Deliberation, Narrator};
@@ -166,17 +168,70 @@ pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
             },
         )
         .map_err(start_error)?;
+    let stalled = Arc::new(AtomicBool::new(false));
+    let events = relay(
+        started.events,
+        started.cancel,
+        state.settings.production.client_stall_timeout,
+        Arc::clone(&stalled),
+    );
     Ok(Opened {
         created: sessions.now_secs(),
         steps: Steps {
-            events: started.events,
+            events,
             narrator: Narrator::new(ask.deliberation),
             session_id: started.id.clone(),
             sessions: Arc::clone(sessions),
-            _cancel: started.cancel,
+            stalled,
         },
         id: started.id,
     })
+}
+
+/// Events buffered between the session and the door's response body. Frames are small,
+/// so with hyper's write buffer this bounds what a stalled client holds.
+const CLIENT_BUFFER: usize = 64;
+
+/// Moves the session's events to the door through a small buffer, so the session never
+/// waits on the client for long: a client that leaves the buffer full for `stall` (it
+/// stopped reading, or its HTTP/2 window is 0) is dropped as a disconnect, as is one that
+/// goes away. Either way `cancel` is dropped, which cancels the session's upstream calls;
+/// the session then ends and frees its slot.
+fn relay(
+    mut from: mpsc::Receiver<SessionEvent>,
+    cancel: DropGuard,
+    stall: Duration,
+    stalled: Arc<AtomicBool>,
+) -> mpsc::Receiver<SessionEvent> {
+    let (to, events) = mpsc::channel(CLIENT_BUFFER);
+    tokio::spawn(async move {
+        let _cancel = cancel;
+        loop {
+            let event = tokio::select! {
+                event = from.recv() => match event {
+                    Some(event) => event,
+                    None => return,
+                },
+                // The response (and its body) is gone: cancel now, not at the next event.
+                () = to.closed() => return,
+            };
+            match to.send_timeout(event, stall).await {
+                Ok(()) => {}
+                Err(SendTimeoutError::Closed(_)) => return,
+                Err(SendTimeoutError::Timeout(event)) => {
+                    stalled.store(true, Ordering::Relaxed);
+                    tracing::warn!(
+                        session_id = %event.session_id,
+                        stall_seconds = stall.as_secs_f64(),
+                        buffered_events = CLIENT_BUFFER,
+                        "the client stopped reading: dropping it as a disconnect"
+                    );
+                    return;
+                }
+            }
+        }
+    });
+    events
 }
 
 fn start_error(error: StartError) -> ApiError {
@@ -242,7 +297,8 @@ pub struct Steps {
     session_id: Arc<str>,
     /// Tells a cancellation by shutdown from one by the client.
     sessions: Arc<Sessions>,
-    _cancel: DropGuard,
+    /// Set when [`relay`] dropped a client that stopped reading.
+    stalled: Arc<AtomicBool>,
 }
 
 impl Steps {
@@ -250,7 +306,9 @@ impl Steps {
     pub async fn next(&mut self) -> Step {
         loop {
             let Some(event) = self.events.recv().await else {
-                tracing::error!(session_id = %self.session_id, "session ended without an outcome");
+                if !self.stalled.load(Ordering::Relaxed) {
+                    tracing::error!(session_id = %self.session_id, "session ended without an outcome");
+                }
                 return Step::Lost;
             };
             match event.kind {
