@@ -56,6 +56,41 @@ fn a_key_source_without_keys_is_a_start_up_error() {
     assert_eq!(p.api_keys.len(), 2);
 }
 
+/// Sets one flag of [`ProductionArgs`].
+type SetArg = fn(&mut ProductionArgs);
+
+#[test]
+fn the_new_limits_refuse_zero_and_default_to_bounded_values() {
+    let zero: [(&str, SetArg); 5] = [
+        ("--max-connections", |a| a.max_connections = Some(0)),
+        ("--body-timeout-seconds", |a| {
+            a.body_timeout_seconds = Some(0)
+        }),
+        ("--idle-timeout-seconds", |a| {
+            a.idle_timeout_seconds = Some(0)
+        }),
+        ("--client-stall-timeout-seconds", |a| {
+            a.client_stall_timeout_seconds = Some(0)
+        }),
+        ("--auth-failures-per-minute", |a| {
+            a.auth_failures_per_minute = Some(0)
+        }),
+    ];
+    for (flag, set) in zero {
+        let mut args = ProductionArgs::default();
+        set(&mut args);
+        let e = resolve_production(&args, &env_of(&[])).unwrap_err();
+        assert_eq!(e.code, 2);
+        assert!(e.message.contains(flag), "{}", e.message);
+    }
+    let p = production(None, &[]).unwrap();
+    assert_eq!(p.max_connections, 4096);
+    assert_eq!(p.body_read_timeout, Duration::from_secs(60));
+    assert_eq!(p.idle_timeout, Duration::from_secs(60));
+    assert_eq!(p.client_stall_timeout, Duration::from_secs(30));
+    assert_eq!(p.auth_failures_per_minute, 30);
+}
+
 /// Two agents whose first token comes long after their turn's time limit.
 fn too_slow(mock_url: &str) -> String {
     panel_yaml(
