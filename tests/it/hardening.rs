@@ -10,7 +10,7 @@ use massgen::cli::{Fatal, ProductionArgs, resolve_production};
 use serde_json::{Value, json};
 
 use crate::support::{
-    FAST, Setup, client, env_of, panel_yaml, parse_sse, post, question, serve_with_keys, write,
+    FAST, Setup, client, env_of, get, panel_yaml, parse_sse, post, question, serve_with_keys, write,
 };
 
 fn production(
@@ -515,4 +515,26 @@ async fn a_client_that_stops_reading_is_dropped_and_frees_its_slot() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     drop(held);
+}
+
+#[tokio::test]
+async fn models_a_request_chose_never_become_metric_label_values() {
+    let setup = fast(&[]);
+    let url = &setup.server.url;
+    let chosen: Vec<String> = (1..=4)
+        .map(|n| format!("client-{n}:ttft_ms=5,token_ms=1,words={n}"))
+        .collect();
+    for model in &chosen {
+        let body = json!({"model": format!("massgen/model:{model}"),
+            "messages": [{"role": "user", "content": "hi"}]});
+        let r = post(url, "/v1/chat/completions", None, &body).await;
+        assert_eq!(r.status(), 200, "{model}");
+    }
+    let metrics = get(&format!("{url}/metrics"), None).await.text().await;
+    let metrics = metrics.unwrap();
+    assert!(metrics.contains("(set by request)"), "{metrics}");
+    for model in &chosen {
+        let name = model.split(':').next().unwrap();
+        assert!(!metrics.contains(name), "{name} is a label value");
+    }
 }
