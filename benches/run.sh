@@ -25,9 +25,11 @@ if [[ "${SKIP_WRK:-0}" != 1 ]]; then
 fi
 if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
   venv="${MASSGEN_REF_VENV:-/tmp/massgen-ref-venv}"
-  if [[ ! -x "$venv/bin/python" ]] || ! "$venv/bin/python" -c 'import massgen' 2>/dev/null; then
+  # The version issue 10 compares with; (6) reports the version its `massgen serve` runs.
+  if [[ ! -x "$venv/bin/python" ]] \
+    || ! "$venv/bin/python" -c 'import sys, massgen; sys.exit(massgen.__version__ != "0.1.97")' 2>/dev/null; then
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet --disable-pip-version-check massgen
+    "$venv/bin/pip" install --quiet --disable-pip-version-check massgen==0.1.97
   fi
   flags+=(--python "$venv/bin/python")
 fi

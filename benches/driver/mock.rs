@@ -66,6 +66,25 @@ impl Mock {
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
+
+    /// (prompt, completion) tokens the simulator has reported to its clients so far, from
+    /// its own counters (`GET /mock/stats`): the same count whichever server made the calls.
+    pub async fn tokens(&self, http: &reqwest::Client) -> Result<(u64, u64), String> {
+        let stats: serde_json::Value = http
+            .get(format!("http://{}/mock/stats", self.addr))
+            .send()
+            .await
+            .map_err(|e| format!("simulator stats: {e}"))?
+            .json()
+            .await
+            .map_err(|e| format!("simulator stats: {e}"))?;
+        let field = |k: &str| {
+            stats[k]
+                .as_u64()
+                .ok_or_else(|| format!("simulator stats without {k}: {stats}"))
+        };
+        Ok((field("prompt_tokens")?, field("completion_tokens")?))
+    }
 }
 
 impl Drop for Mock {

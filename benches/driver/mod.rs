@@ -6,6 +6,7 @@ pub mod client;
 pub mod efficiency;
 pub mod mock;
 pub mod passthrough;
+pub mod python_serve;
 pub mod reference;
 pub mod report;
 pub mod scenarios;
@@ -129,19 +130,42 @@ pub async fn run(s: &Settings) -> Result<report::Results, String> {
     };
     let efficiency = if s.wants("efficiency") && s.efficiency_sessions > 0 {
         eprintln!("(6) efficiency: {} sessions per row", s.efficiency_sessions);
+        use efficiency::{Kind, Panel, Subject};
         let mut subjects = Vec::new();
         if let Some(b) = &s.baseline {
-            subjects.push(efficiency::Subject {
+            subjects.push(Subject {
                 name: "baseline".into(),
-                massgen: b.clone(),
+                kind: Kind::Rust(b.clone()),
+                panel: Panel::VoteWhenOffered,
                 quorums: vec![""],
+                reference: true,
             });
         }
-        subjects.push(efficiency::Subject {
+        let this_build = |panel| Subject {
             name: "this build".into(),
-            massgen: s.massgen.clone(),
+            kind: Kind::Rust(s.massgen.clone()),
+            panel,
             quorums: vec!["all", "majority"],
-        });
+            reference: false,
+        };
+        subjects.push(this_build(Panel::VoteWhenOffered));
+        // Python MassGen's `massgen serve` sits next to the venv's python.
+        if let Some(cli) = s
+            .python
+            .as_ref()
+            .and_then(|p| p.parent())
+            .map(|d| d.join("massgen"))
+        {
+            subjects.push(this_build(Panel::AnswerOnce));
+            subjects.push(Subject {
+                name: "Python MassGen".into(),
+                kind: Kind::Python(cli),
+                panel: Panel::AnswerOnce,
+                // It has no quorum setting: every agent votes.
+                quorums: vec![""],
+                reference: true,
+            });
+        }
         let rows = efficiency::run(&env, &subjects, s.efficiency_sessions, 1).await?;
         eprintln!("{}", efficiency::table(&rows));
         Some(rows)
