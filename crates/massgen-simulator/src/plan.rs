@@ -168,22 +168,27 @@ fn offered(tools: Option<&Value>) -> Offered {
                 o.client = Some((name.to_string(), params));
             }
             Some("vote") => {
-                let labels = tool
-                    .pointer("/function/parameters/properties/agent_id/enum")
-                    .and_then(Value::as_array)
-                    .map(|e| {
-                        e.iter()
-                            .filter_map(Value::as_str)
-                            .map(String::from)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                o.vote = Some(labels);
+                o.vote = Some(vote_labels(tool.pointer("/function/parameters")));
             }
             _ => {}
         }
     }
     o
+}
+
+/// The labels a `vote` tool's parameter schema offers (`agent_id`'s enum), in every wire
+/// format's tool shape.
+pub fn vote_labels(parameters: Option<&Value>) -> Vec<String> {
+    parameters
+        .and_then(|p| p.pointer("/properties/agent_id/enum"))
+        .and_then(Value::as_array)
+        .map(|e| {
+            e.iter()
+                .filter_map(Value::as_str)
+                .map(String::from)
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 pub fn plan(b: &Behaviour, req: &Request) -> Plan {

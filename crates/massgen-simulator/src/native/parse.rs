@@ -69,17 +69,7 @@ fn offered<'a>(tools: impl Iterator<Item = (&'a str, Option<&'a Value>)>) -> Off
         match name {
             "new_answer" => o.new_answer = true,
             "vote" => {
-                let labels = parameters
-                    .and_then(|p| p.pointer("/properties/agent_id/enum"))
-                    .and_then(Value::as_array)
-                    .map(|e| {
-                        e.iter()
-                            .filter_map(Value::as_str)
-                            .map(String::from)
-                            .collect()
-                    })
-                    .unwrap_or_default();
-                o.vote = Some(labels);
+                o.vote = Some(crate::plan::vote_labels(parameters));
             }
             _ => {}
         }
