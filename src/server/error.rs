@@ -139,6 +139,7 @@ impl ApiError {
             Self::BodyTimeout { .. } => "request_timeout",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "agents_timed_out",
+                SessionErrorKind::UpstreamFailed if all_quota_spent(e) => "insufficient_quota",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_exceeded",
                 SessionErrorKind::UpstreamFailed => "upstream_failed",
                 SessionErrorKind::NoUsableAgent => "no_usable_agent",
@@ -244,10 +245,9 @@ impl ApiError {
             Self::RateLimited { .. } | Self::TooManySessions { .. } => true,
             Self::Session(e) => {
                 e.kind == SessionErrorKind::UpstreamFailed
-                    && e.agent_errors.iter().any(|a| {
-                        a.upstream_kind
-                            .is_some_and(|k| k.is_retryable() || k == ProviderErrorKind::Timeout)
-                    })
+                    && e.agent_errors
+                        .iter()
+                        .any(|a| a.retry_can_help == Some(true))
             }
             _ => false,
         }
@@ -257,7 +257,9 @@ impl ApiError {
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             Self::Session(e)
-                if e.kind == SessionErrorKind::UpstreamFailed && all_rate_limited(e) =>
+                if e.kind == SessionErrorKind::UpstreamFailed
+                    && all_rate_limited(e)
+                    && !all_quota_spent(e) =>
             {
                 // One agent is enough for a session: the shortest wait any upstream asked
                 // for is when a retry can succeed.
@@ -306,6 +308,15 @@ fn all_rate_limited(e: &SessionError) -> bool {
         && e.agent_errors
             .iter()
             .all(|a| a.upstream_kind == Some(ProviderErrorKind::RateLimited))
+}
+
+/// Every agent's upstream answered 429 for a spent quota: no wait helps (no `Retry-After`,
+/// `x-should-retry: false`, code `insufficient_quota`).
+fn all_quota_spent(e: &SessionError) -> bool {
+    all_rate_limited(e)
+        && e.agent_errors
+            .iter()
+            .all(|a| a.retry_can_help == Some(false))
 }
 
 /// Every agent that failed ran out of time (its turn's limit, or its upstream's): a
@@ -384,6 +395,7 @@ mod tests {
             status: Some(429),
             upstream_kind: Some(ProviderErrorKind::RateLimited),
             retry_after_ms,
+            retry_can_help: Some(true),
         }
     }
 

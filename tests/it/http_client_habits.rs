@@ -364,3 +364,21 @@ fn find_metadata(event: &Value) -> Option<&Value> {
     .into_iter()
     .find(|m| m.is_object())
 }
+
+/// A spent quota is a 429 no wait fixes: `insufficient_quota`, no `Retry-After`, and
+/// `x-should-retry: false`, so the SDKs do not run the panel again (issue 13, item 4).
+#[tokio::test]
+async fn a_spent_quota_is_a_429_that_says_do_not_retry_on_every_door() {
+    let s = setup(&["broke:fault=quota"]);
+    for path in DOORS {
+        let r = send(&s.server.url, path, &ask(path, "massgen", false)).await;
+        assert_eq!(r.status(), 429, "{path}");
+        assert_eq!(r.headers()["x-should-retry"], "false", "{path}");
+        assert!(r.headers().get("retry-after").is_none(), "{path}");
+        let body: Value = r.json().await.unwrap();
+        if path != "/v1/messages" {
+            assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+        }
+        assert_eq!(body["error"]["upstream"][0]["status"], 429, "{body}");
+    }
+}

@@ -106,6 +106,7 @@ fn fixture_stream() -> String {
                 status: Some(429),
                 upstream_kind: Some(ProviderErrorKind::RateLimited),
                 retry_after_ms: None,
+                retry_can_help: None,
             },
         },
         EventKind::Answer {

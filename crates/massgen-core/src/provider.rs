@@ -247,6 +247,19 @@ impl ProviderError {
     }
 }
 
+impl ProviderError {
+    /// Whether the same call may succeed if made again: transient kinds (rate limits,
+    /// server and connection errors, timeouts), except a spent quota (`insufficient_quota`),
+    /// a 429 that no wait fixes.
+    pub fn retry_can_help(&self) -> bool {
+        let quota = |v: &Option<String>| v.as_deref() == Some("insufficient_quota");
+        if quota(&self.code) || quota(&self.error_type) {
+            return false;
+        }
+        self.kind.is_retryable() || self.kind == ProviderErrorKind::Timeout
+    }
+}
+
 impl fmt::Display for ProviderError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}", self.provider)?;

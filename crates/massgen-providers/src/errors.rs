@@ -78,12 +78,7 @@ pub(crate) fn is_context_length(info: &ErrorInfo) -> bool {
 /// Whether a new attempt may succeed, given the error and that no byte of a successful
 /// response has arrived yet. A quota error is a 429 that no wait will fix.
 pub(crate) fn retryable_before_first_byte(error: &ProviderError) -> bool {
-    if error.code.as_deref() == Some("insufficient_quota")
-        || error.error_type.as_deref() == Some("insufficient_quota")
-    {
-        return false;
-    }
-    error.kind.is_retryable() || error.kind == ProviderErrorKind::Timeout
+    error.retry_can_help()
 }
 
 pub(crate) fn truncate(text: &str) -> String {

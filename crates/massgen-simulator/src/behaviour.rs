@@ -11,7 +11,9 @@
 //! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy|client_tool        (auto)
 //!                  client_tool: call the first non-workflow tool offered (see plan.rs)
 //! vote=first|last|<label>   label not offered -> first                        (first)
-//! fault=none|429|500|503|context|hang|hang_headers|drop|malformed|error_chunk  (none)
+//! fault=none|429|quota|500|503|context|hang|hang_headers|drop|malformed|error_chunk (none)
+//!                  quota: a spent quota (OpenAI 429 insufficient_quota, Anthropic 400 credit
+//!                  balance, Gemini 429 RESOURCE_EXHAUSTED without a retry delay)
 //! fault_times=N    only the first N requests with this exact model string fault
 //! retry_after=S    retry-after seconds (429 default 1; 503 only when given)
 //! retry_after_ms=MS  sends retry-after-ms (and no default retry-after)
@@ -82,6 +84,8 @@ pub enum VoteChoice {
 pub enum Fault {
     None,
     RateLimit,
+    /// A spent quota: no wait helps.
+    Quota,
     ServerError,
     Unavailable,
     Context,
@@ -205,6 +209,7 @@ impl Behaviour {
                 self.fault = match value {
                     "none" => Fault::None,
                     "429" => Fault::RateLimit,
+                    "quota" => Fault::Quota,
                     "500" => Fault::ServerError,
                     "503" => Fault::Unavailable,
                     "context" => Fault::Context,
@@ -217,7 +222,7 @@ impl Behaviour {
                         return Err(invalid(
                             key,
                             value,
-                            "expected none, 429, 500, 503, context, hang, hang_headers, drop, malformed or error_chunk",
+                            "expected none, 429, quota, 500, 503, context, hang, hang_headers, drop, malformed or error_chunk",
                         ));
                     }
                 }

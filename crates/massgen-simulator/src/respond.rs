@@ -45,6 +45,13 @@ pub fn fault_response(b: &Behaviour, fault: Fault, prompt_tokens: u64) -> Option
             None,
             Some("rate_limit_exceeded"),
         ),
+        Fault::Quota => api_error(
+            StatusCode::TOO_MANY_REQUESTS,
+            "[simulated] You exceeded your current quota, please check your plan and billing details.",
+            "insufficient_quota",
+            None,
+            Some("insufficient_quota"),
+        ),
         Fault::ServerError => api_error(
             StatusCode::INTERNAL_SERVER_ERROR,
             "[simulated] The server had an error processing your request.",

@@ -93,6 +93,7 @@ mod tests {
             status: upstream.then_some(429),
             upstream_kind: upstream.then_some(ProviderErrorKind::RateLimited),
             retry_after_ms: None,
+            retry_can_help: upstream.then_some(true),
         }
     }
 

@@ -111,6 +111,10 @@ pub struct AgentError {
     /// How long the upstream asked us to wait (rate limits), in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub retry_after_ms: Option<u64>,
+    /// For upstream errors: whether the same call may succeed if made again (false for a
+    /// spent quota, a bad key, a prompt too long, …).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_can_help: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

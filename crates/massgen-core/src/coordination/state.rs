@@ -351,6 +351,7 @@ impl SessionState {
             retry_after_ms: upstream
                 .and_then(|e| e.retry_after)
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
+            retry_can_help: upstream.map(ProviderError::retry_can_help),
         };
         agent.status = Status::Failed;
         agent.vote = None;

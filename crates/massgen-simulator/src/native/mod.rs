@@ -150,6 +150,11 @@ fn fault_response(
             "[simulated] Number of request tokens has exceeded your per-minute rate limit".into(),
             "rate_limit_error",
         ),
+        (Format::Anthropic, Fault::Quota) => (
+            StatusCode::BAD_REQUEST,
+            "[simulated] Your credit balance is too low to access the Anthropic API.".into(),
+            "invalid_request_error",
+        ),
         (Format::Anthropic, Fault::ServerError) => (
             StatusCode::INTERNAL_SERVER_ERROR,
             "[simulated] Internal server error".into(),
@@ -166,6 +171,11 @@ fn fault_response(
         (Format::Gemini, Fault::RateLimit) => (
             StatusCode::TOO_MANY_REQUESTS,
             "[simulated] Resource has been exhausted (e.g. check quota).".into(),
+            "RESOURCE_EXHAUSTED",
+        ),
+        (Format::Gemini, Fault::Quota) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            "[simulated] You exceeded your current quota.".into(),
             "RESOURCE_EXHAUSTED",
         ),
         (Format::Gemini, Fault::ServerError) => (
