@@ -249,14 +249,7 @@ pub const LOCAL_AGENT_PROGRAMS: &[(&str, &str)] = &[
 pub const ORCHESTRATOR_NOT_IMPLEMENTED: &[KeyGroup] = &[
     group(
         "protocol option not implemented yet",
-        &[
-            "final_answer_strategy",
-            "max_new_answers_global",
-            "skip_voting",
-            "fairness_enabled",
-            "fairness_lead_cap_answers",
-            "max_orchestration_restarts",
-        ],
+        &["max_orchestration_restarts"],
     ),
     group(
         "checklist voting (MassGen's own MCP server)",

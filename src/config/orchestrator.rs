@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use massgen_core::coordination::{OrchestratorOptions, Quorum, Strictness};
+use massgen_core::coordination::{FinalAnswerStrategy, OrchestratorOptions, Quorum, Strictness};
 use serde_json::{Map, Value};
 
 use super::ConfigError;
@@ -31,6 +31,11 @@ const ORCHESTRATOR_KEYS: &[&str] = &[
     "defer_voting_until_all_answered",
     "voting_quorum",
     "max_cost_usd",
+    "final_answer_strategy",
+    "max_new_answers_global",
+    "skip_voting",
+    "fairness_enabled",
+    "fairness_lead_cap_answers",
 ];
 
 /// `timeout_settings:` keys this server implements (the round timeouts included).
@@ -90,6 +95,7 @@ impl Cx<'_> {
             options.present_tool_calls = b;
         }
         self.waste_rules(orch, &mut options)?;
+        self.answer_rules(orch, &mut options)?;
         let max_live = i64::try_from(agent_count).unwrap_or(i64::MAX);
         let min_live_key = key("min_live_agents");
         if let Some(n) = self.integer(orch.get("min_live_agents"), &min_live_key)? {
@@ -146,6 +152,45 @@ impl Cx<'_> {
             Some(n) if n.is_finite() && n > 0.0 => options.max_cost_usd = Some(n),
             Some(n) => return Err(self.err(&key, format!("must be above 0 USD, got {n}"))),
             None => {}
+        }
+        Ok(())
+    }
+
+    /// How the final answer is made and who may still answer (MassGen 0.1.46–0.1.97:
+    /// `final_answer_strategy`, `max_new_answers_global`, `skip_voting`, fairness), with
+    /// MassGen's values and defaults.
+    fn answer_rules(
+        &self,
+        orch: &Map<String, Value>,
+        options: &mut OrchestratorOptions,
+    ) -> Result<(), ConfigError> {
+        let key = |k: &str| join("orchestrator", k);
+        let strategy = key("final_answer_strategy");
+        if let Some(text) = self.string(orch.get("final_answer_strategy"), &strategy)? {
+            let parsed = FinalAnswerStrategy::parse(&text).ok_or_else(|| {
+                self.err(
+                    &strategy,
+                    format!(
+                        "unknown value '{text}' (known: winner_reuse, winner_present, synthesize)"
+                    ),
+                )
+            })?;
+            options.final_answer_strategy = Some(parsed);
+        }
+        let global = "max_new_answers_global";
+        options.max_new_answers_global = self
+            .count(orch.get(global), &key(global), 1, i64::from(u32::MAX))?
+            .and_then(|n| u32::try_from(n).ok());
+        if let Some(b) = self.boolean(orch.get("skip_voting"), &key("skip_voting"))? {
+            options.skip_voting = b;
+        }
+        let cap = "fairness_lead_cap_answers";
+        if let Some(n) = self.count(orch.get(cap), &key(cap), 0, i64::from(u32::MAX))? {
+            options.fairness_lead_cap = u32::try_from(n).ok();
+        }
+        let enabled = key("fairness_enabled");
+        if self.boolean(orch.get("fairness_enabled"), &enabled)? == Some(false) {
+            options.fairness_lead_cap = None;
         }
         Ok(())
     }

@@ -515,7 +515,7 @@ async fn prompts_use_the_delimiters_and_offer_the_right_tools() {
     assert!(first.tool_choice == Some(massgen_core::provider::ToolChoice::Auto));
 
     // agent2 is still working on its first answer; agent3 answered at t=2. agent1's later
-    // turn sees agent1 and agent3 only.
+    // turn sees agent1 and agent3 only, its own answer last.
     let seen = a
         .requests()
         .into_iter()
@@ -523,8 +523,8 @@ async fn prompts_use_the_delimiters_and_offer_the_right_tools() {
         .expect("a turn with answers from agent1 and agent3");
     assert_eq!(tool_names(&seen), ["new_answer", "vote"]);
     assert!(user_text(&seen).ends_with(
-        "<current_answers>\n<answer label=\"agent1\">\nAlpha: four.\n</answer>\n\
-         <answer label=\"agent3\">\nGamma: 4!\n</answer>\n</current_answers>"
+        "<current_answers>\n<answer label=\"agent3\">\nGamma: 4!\n</answer>\n\
+         <answer label=\"agent1\">\nAlpha: four.\n</answer>\n</current_answers>"
     ));
 
     // Presentation: no tools, own label, votes.

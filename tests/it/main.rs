@@ -16,6 +16,7 @@ mod deploy;
 mod engine;
 mod engine_efficiency;
 mod engine_opaque;
+mod engine_options;
 mod engine_tools;
 mod hardening;
 mod http_blackbox;

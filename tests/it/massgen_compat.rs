@@ -13,7 +13,7 @@ use massgen::config::massgen_keys::{
     BACKEND_DROPPED, LOCAL_AGENT_PROGRAMS, ORCHESTRATOR_NOT_IMPLEMENTED,
 };
 use massgen::config::{ConfigCheck, PanelConfig, check_panel, parse_panel};
-use massgen_core::coordination::Strictness;
+use massgen_core::coordination::{FinalAnswerStrategy, Strictness};
 use massgen_providers::http_client;
 use serde_json::{Value, json};
 
@@ -275,8 +275,69 @@ fn massgen_orchestrator_keys_warn_and_unknown_ones_fail() {
     );
 }
 
-/// The engine's protocol options of MassGen 0.1.46+ load, and `massgen serve` says at
-/// start-up, one line per key, that each is not implemented yet: never silently accepted.
+/// The protocol options of MassGen 0.1.46+ that the engine implements load into its options
+/// with MassGen's values and defaults, start without a warning, and bad values are errors.
+#[test]
+fn protocol_options_load_with_massgen_values() {
+    let with = |orch: &str| {
+        format!("agent: {{backend: {{type: openai, model: m}}}}\norchestrator: {{{orch}}}\n")
+    };
+    let defaults = parse(&with(""), &keys()).unwrap().orchestrator;
+    assert_eq!(defaults.final_answer(), FinalAnswerStrategy::WinnerPresent);
+    assert_eq!(defaults.fairness_lead_cap, Some(2));
+    assert_eq!(defaults.max_new_answers_global, None);
+    assert!(!defaults.skip_voting);
+
+    let yaml = with(
+        "final_answer_strategy: synthesize, max_new_answers_global: 6, skip_voting: true, \
+         fairness_enabled: true, fairness_lead_cap_answers: 0",
+    );
+    let o = parse(&yaml, &keys()).unwrap().orchestrator;
+    assert_eq!(o.final_answer(), FinalAnswerStrategy::Synthesize);
+    assert_eq!(o.max_new_answers_global, Some(6));
+    assert!(o.skip_voting);
+    assert_eq!(o.fairness_lead_cap, Some(0));
+    assert!(check(&yaml, &keys()).warnings.is_empty());
+    let off = with("fairness_enabled: false, fairness_lead_cap_answers: 3");
+    assert_eq!(
+        parse(&off, &keys()).unwrap().orchestrator.fairness_lead_cap,
+        None
+    );
+    let reuse = with("skip_final_presentation: true");
+    let o = parse(&reuse, &keys()).unwrap().orchestrator;
+    assert_eq!(o.final_answer(), FinalAnswerStrategy::WinnerReuse);
+    let null = with("final_answer_strategy: null, max_new_answers_global: null");
+    assert!(parse(&null, &keys()).is_ok());
+
+    for (orch, key, says) in [
+        (
+            "final_answer_strategy: best",
+            "final_answer_strategy",
+            "unknown value 'best' (known: winner_reuse, winner_present, synthesize)",
+        ),
+        (
+            "max_new_answers_global: 0",
+            "max_new_answers_global",
+            "between 1 and",
+        ),
+        ("skip_voting: sometimes", "skip_voting", "true or false"),
+        ("fairness_enabled: 1", "fairness_enabled", "true or false"),
+        (
+            "fairness_lead_cap_answers: -1",
+            "fairness_lead_cap_answers",
+            "between 0 and",
+        ),
+    ] {
+        let e = parse(&with(orch), &keys()).unwrap_err();
+        assert!(
+            e.contains(&format!("orchestrator.{key}")) && e.contains(says),
+            "{orch}: {e}"
+        );
+    }
+}
+
+/// `massgen serve` starts without a warning for the implemented protocol options, and names
+/// the one still not implemented, once.
 #[test]
 fn protocol_options_not_implemented_are_named_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
@@ -284,17 +345,21 @@ fn protocol_options_not_implemented_are_named_at_start_up() {
     write(
         &dir.path().join(".massgen"),
         "config.yaml",
-        "agent: {backend: {type: openai, model: m}}\norchestrator: {final_answer_strategy: synthesize, fairness_enabled: true, skip_voting: false}\n",
+        "agent: {backend: {type: openai, model: m}}\norchestrator: {final_answer_strategy: synthesize, fairness_enabled: true, skip_voting: false, coordination: {max_orchestration_restarts: 1}}\n",
     );
     let log = startup_log(dir.path(), &[("OPENAI_API_KEY", "sk-test")]);
     for key in ["final_answer_strategy", "fairness_enabled", "skip_voting"] {
-        let lines: Vec<&str> = log
-            .lines()
-            .filter(|l| l.contains(&format!("orchestrator.{key}")))
-            .collect();
-        assert_eq!(lines.len(), 1, "{key}: {log}");
-        assert!(lines[0].contains("not implemented yet"), "{}", lines[0]);
+        assert!(
+            !log.contains(&format!("orchestrator.{key}")),
+            "{key}: {log}"
+        );
     }
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("orchestrator.coordination.max_orchestration_restarts"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{log}");
+    assert!(lines[0].contains("not implemented yet"), "{}", lines[0]);
 }
 
 #[test]

@@ -123,7 +123,9 @@ fn cut_reason(reason: ConsensusReason) -> &'static str {
         ConsensusReason::Timeout => "timeout",
         ConsensusReason::Quorum => "quorum",
         ConsensusReason::Budget => "budget",
-        ConsensusReason::Converged | ConsensusReason::SingleAgent => "converged",
+        ConsensusReason::Converged
+        | ConsensusReason::SingleAgent
+        | ConsensusReason::AllAnswered => "converged",
     }
 }
 

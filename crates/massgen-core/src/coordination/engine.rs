@@ -23,7 +23,7 @@ use super::events::{
     AgentErrorKind, AgentRef, AnswerContent, CallPhase, ConsensusReason, EventKind, SessionError,
     SessionErrorKind, SessionEvent, SessionSummary,
 };
-use super::options::OrchestratorOptions;
+use super::options::{FinalAnswerStrategy, OrchestratorOptions};
 use super::present::Presenter;
 use super::prompt::{self, Instructions};
 use super::spec::{Clock, SessionAgent, SessionInput, SessionSpec};
@@ -142,6 +142,9 @@ impl Session {
                 StateRules {
                     min_live,
                     answer_cap: spec.options.max_new_answers_per_agent,
+                    global_cap: spec.options.max_new_answers_global,
+                    fairness_cap: spec.options.fairness_lead_cap,
+                    answer_once: spec.options.ends_when_all_answered(),
                     defer: spec.options.defer_voting_until_all_answered,
                     quorum: spec.options.voting_quorum,
                     budget: spec.options.max_cost_usd,
@@ -202,7 +205,9 @@ impl Session {
         em.send(&self.state, consensus).await?;
         // A spent budget allows no presentation call: the stored answer is returned.
         let mut options = self.options.clone();
-        options.skip_final_presentation |= reason == ConsensusReason::Budget;
+        if reason == ConsensusReason::Budget {
+            options.final_answer_strategy = Some(FinalAnswerStrategy::WinnerReuse);
+        }
         let presented = Presenter {
             state: &mut self.state,
             winner,
@@ -251,6 +256,9 @@ impl Session {
             self.start_due(em).await?;
             if self.state.is_single() && !self.state.answers().is_empty() {
                 return Ok(ConsensusReason::SingleAgent);
+            }
+            if self.options.ends_when_all_answered() && self.state.all_live_answered() {
+                return Ok(ConsensusReason::AllAnswered);
             }
             if self.state.converged() {
                 return Ok(ConsensusReason::Converged);
@@ -382,13 +390,14 @@ impl Session {
     }
 
     async fn start_turn(&mut self, i: usize, em: &mut Emitter) -> Result<(), SessionError> {
-        let shown = self.state.shown_answers();
+        let mut shown = self.state.shown_answers();
         let vote_labels: Vec<String> = if self.state.is_single() {
             Vec::new()
         } else {
             shown.iter().map(|a| a.label.clone()).collect()
         };
-        let may_answer = self.state.answer_limit_reached(i).is_none();
+        let blocked = self.state.answer_blocked(i);
+        let may_answer = blocked.is_none();
         let client = &self.input.tools;
         let client_specs = if may_answer {
             client.offered()
@@ -398,13 +407,14 @@ impl Session {
         let call_required = client.call_required();
         // With `required` / a named function the answer must be calls: no text answers.
         let offer_new_answer = may_answer && !call_required;
-        if !may_answer && vote_labels.is_empty() {
-            let message = "max_new_answers_per_agent is used up and there is no answer to vote for";
+        if let Some(why) = blocked.filter(|_| vote_labels.is_empty()) {
+            let message = format!("{why} There is no answer to vote for.");
             return self
-                .fail(i, AgentErrorKind::InvalidTurns, message.into(), None, em)
+                .fail(i, AgentErrorKind::InvalidTurns, message, None, em)
                 .await;
         }
         let who = self.state.who(i).clone();
+        prompt::order_for_voter(&mut shown, &who.label, i + 1);
         let how = Instructions {
             label: &who.label,
             single: self.state.is_single(),
@@ -595,9 +605,10 @@ impl Session {
         };
         turn.tool_rounds_used += done.tool_rounds;
         let current = self.state.shown_answers();
+        let blocked = self.state.answer_blocked(i);
         let rules = Rules {
             vote_labels: &turn.vote_labels,
-            answer_limit_reached: self.state.answer_limit_reached(i),
+            answer_limit_reached: blocked.as_deref(),
             current: &current,
             novelty: self.options.answer_novelty_requirement,
             client_tools: &turn.client_tools,
@@ -698,12 +709,19 @@ impl Session {
         let answer = self.state.record_answer(i, content);
         em.send(&self.state, EventKind::Answer { answer }).await?;
         // Turns that cannot see the new answer start over now, unless they have begun an
-        // answer of their own: that one may finish, and counts.
-        for j in self.state.stale() {
+        // answer of their own: that one may finish, and counts. Once the panel's answers are
+        // used up no answer can count: every running turn starts over, to vote.
+        let all = self.state.global_cap_reached();
+        let restart = if all {
+            self.state.running()
+        } else {
+            self.state.stale()
+        };
+        for j in restart {
             let answering = self.turns[j]
                 .as_ref()
                 .is_some_and(|t| t.progress.answering());
-            if !answering {
+            if all || !answering {
                 self.restart(j, em).await?;
             }
         }

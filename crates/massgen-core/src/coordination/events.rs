@@ -91,6 +91,9 @@ pub enum ConsensusReason {
     /// The session's spend reached `max_cost_usd`: no new turn started, the running ones
     /// were cut, and the best answer so far is returned without a presentation call.
     Budget,
+    /// Every live agent answered and no vote was asked for (`skip_voting`, or a quick
+    /// `synthesize`).
+    AllAnswered,
 }
 
 /// Why an agent failed.

@@ -44,5 +44,5 @@ pub use events::{
     ConsensusReason, EventKind, PresentationMode, SessionError, SessionErrorKind, SessionEvent,
     SessionSummary, TallyEntry, VoteRecord,
 };
-pub use options::{OrchestratorOptions, Quorum, Strictness};
+pub use options::{FinalAnswerStrategy, OrchestratorOptions, Quorum, Strictness};
 pub use spec::{Clock, SessionAgent, SessionInput, SessionSpec, SystemClock};

@@ -58,6 +58,30 @@ impl Quorum {
     }
 }
 
+/// How the final answer is made once a winner is chosen (MassGen's
+/// `final_answer_strategy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FinalAnswerStrategy {
+    /// The winner's stored answer is the final answer: no presentation call.
+    WinnerReuse,
+    /// The winner writes the final answer from its own, with the others' help.
+    WinnerPresent,
+    /// The winner combines the strongest parts of every current answer into one.
+    Synthesize,
+}
+
+impl FinalAnswerStrategy {
+    pub fn parse(text: &str) -> Option<Self> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "winner_reuse" => Some(Self::WinnerReuse),
+            "winner_present" => Some(Self::WinnerPresent),
+            "synthesize" => Some(Self::Synthesize),
+            _ => None,
+        }
+    }
+}
+
 /// The orchestrator options of one session (MassGen's `orchestrator:` section plus the
 /// timeouts).
 #[derive(Debug, Clone, PartialEq)]
@@ -66,7 +90,20 @@ pub struct OrchestratorOptions {
     pub answer_novelty_requirement: Strictness,
     pub max_new_answers_per_agent: Option<u32>,
     pub skip_coordination_rounds: bool,
+    /// Without `final_answer_strategy`, the same as `winner_reuse` (else `winner_present`).
     pub skip_final_presentation: bool,
+    /// `None`: follows `skip_final_presentation`, as in MassGen; see [`Self::final_answer`].
+    pub final_answer_strategy: Option<FinalAnswerStrategy>,
+    /// New answers the whole panel may write (`max_new_answers_global`); after that every
+    /// agent may only vote.
+    pub max_new_answers_global: Option<u32>,
+    /// MassGen's `skip_voting`: the deliberation ends once every live agent has an answer;
+    /// nobody votes (the first agent with an answer, in config order, wins).
+    pub skip_voting: bool,
+    /// `fairness_enabled` + `fairness_lead_cap_answers`: an agent whose next answer would
+    /// put it more than this many answers ahead of the slowest live agent still deliberating
+    /// waits for it. `None`: no fairness hold.
+    pub fairness_lead_cap: Option<u32>,
     pub min_live_agents: usize,
     /// The whole session (`timeout_settings.orchestrator_timeout_seconds`).
     pub session_timeout: Duration,
@@ -99,6 +136,11 @@ impl Default for OrchestratorOptions {
             max_new_answers_per_agent: None,
             skip_coordination_rounds: false,
             skip_final_presentation: false,
+            final_answer_strategy: None,
+            max_new_answers_global: None,
+            skip_voting: false,
+            // MassGen's defaults: fairness on, a lead of at most 2 answers.
+            fairness_lead_cap: Some(2),
             min_live_agents: 1,
             session_timeout: Duration::from_secs(1800),
             agent_turn_timeout: Duration::from_secs(300),
@@ -109,6 +151,28 @@ impl Default for OrchestratorOptions {
             voting_quorum: Quorum::All,
             max_cost_usd: None,
         }
+    }
+}
+
+impl OrchestratorOptions {
+    /// The strategy in effect: the configured one, else `winner_reuse` under
+    /// `skip_final_presentation`, else `winner_present` (MassGen's resolution).
+    pub fn final_answer(&self) -> FinalAnswerStrategy {
+        match self.final_answer_strategy {
+            Some(strategy) => strategy,
+            None if self.skip_final_presentation => FinalAnswerStrategy::WinnerReuse,
+            None => FinalAnswerStrategy::WinnerPresent,
+        }
+    }
+
+    /// The deliberation ends once every live agent has answered, without votes:
+    /// `skip_voting`, or MassGen's quick synthesis (`synthesize` with one answer per agent
+    /// and no deferred voting, where a vote round would add nothing the synthesis does not).
+    pub fn ends_when_all_answered(&self) -> bool {
+        self.skip_voting
+            || (self.final_answer() == FinalAnswerStrategy::Synthesize
+                && !self.defer_voting_until_all_answered
+                && self.max_new_answers_per_agent == Some(1))
     }
 }
 
@@ -127,6 +191,25 @@ mod tests {
         assert_eq!(Quorum::Votes(2).needed(5), Some(2));
         assert_eq!(Quorum::Votes(3).needed(3), None);
         assert_eq!(Quorum::Votes(9).needed(3), None);
+    }
+
+    #[test]
+    fn the_strategy_follows_skip_final_presentation_unless_set() {
+        let mut o = OrchestratorOptions::default();
+        assert_eq!(o.final_answer(), FinalAnswerStrategy::WinnerPresent);
+        o.skip_final_presentation = true;
+        assert_eq!(o.final_answer(), FinalAnswerStrategy::WinnerReuse);
+        o.final_answer_strategy = Some(FinalAnswerStrategy::Synthesize);
+        assert_eq!(o.final_answer(), FinalAnswerStrategy::Synthesize);
+        assert!(!o.ends_when_all_answered());
+        o.defer_voting_until_all_answered = false;
+        o.max_new_answers_per_agent = Some(1);
+        assert!(o.ends_when_all_answered());
+        assert_eq!(
+            FinalAnswerStrategy::parse(" Winner_Reuse"),
+            Some(FinalAnswerStrategy::WinnerReuse)
+        );
+        assert_eq!(FinalAnswerStrategy::parse("best"), None);
     }
 
     #[test]

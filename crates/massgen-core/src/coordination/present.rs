@@ -8,7 +8,7 @@ use tokio_util::sync::CancellationToken;
 use super::call::Gathered;
 use super::emit::Emitter;
 use super::events::{AnswerContent, CallPhase, EventKind, PresentationMode, SessionError};
-use super::options::OrchestratorOptions;
+use super::options::{FinalAnswerStrategy, OrchestratorOptions};
 use super::prompt;
 use super::spec::{Clock, SessionAgent, SessionInput};
 use super::state::SessionState;
@@ -46,13 +46,13 @@ impl Presenter<'_> {
             _ => None,
         };
         if let Some(calls) = stored_calls {
-            if self.options.present_tool_calls && !self.options.skip_final_presentation {
+            if self.options.present_tool_calls && !self.reuse() {
                 return self.present_calls(calls).await;
             }
             return self.return_calls(calls, PresentationMode::Skipped).await;
         }
         let stored = latest.map(AnswerContent::as_text).unwrap_or_default();
-        if self.options.skip_final_presentation {
+        if self.reuse() {
             self.final_delta(stored.clone()).await?;
             return Ok(Presented {
                 text: stored,
@@ -199,17 +199,24 @@ impl Presenter<'_> {
             .into_iter()
             .map(|v| (v.voter.label, v.target_label, v.reason))
             .collect();
-        let mut system = prompt::presentation_system(
+        let (agent_system, extra) = (
             self.agent.system_message.as_deref(),
             self.input.extra_system.as_deref(),
-            &who.label,
-            self.clock.now(),
         );
+        let synthesize = self.options.final_answer() == FinalAnswerStrategy::Synthesize;
+        let mut system = if synthesize {
+            let had_votes = !votes.is_empty();
+            prompt::synthesis_system(agent_system, extra, &who.label, had_votes, self.clock.now())
+        } else {
+            prompt::presentation_system(agent_system, extra, &who.label, self.clock.now())
+        };
+        // A synthesis without votes singles out no answer (MassGen does the same).
+        let own_label = Some(who.label.as_str()).filter(|_| !synthesize || !votes.is_empty());
         if let Some(instruction) = instruction {
             system = format!("{system}\n{instruction}");
         }
         let shown = self.state.shown_answers();
-        let user = prompt::presentation_user(self.input, &shown, &who.label, &votes);
+        let user = prompt::presentation_user(self.input, &shown, own_label, &votes);
         request.messages = vec![Message::system(system), Message::user(user)];
         self.state.add_calls(self.winner, 1);
         let mut stream = self.agent.provider.stream(request);
@@ -245,6 +252,11 @@ impl Presenter<'_> {
                 .await?;
         }
         Ok((gathered, failure))
+    }
+
+    /// `winner_reuse`: the stored answer is the final answer, with no presentation call.
+    fn reuse(&self) -> bool {
+        self.options.final_answer() == FinalAnswerStrategy::WinnerReuse
     }
 
     async fn final_delta(&mut self, text: String) -> Result<(), SessionError> {

@@ -43,6 +43,22 @@ impl ShownAnswer {
     }
 }
 
+/// Puts the answers (in config order) in the order one voter sees them, so that no answer
+/// always takes the first place across voters (MassGen 0.1.90's position-bias
+/// counterbalancing): rotated so the voter's own answer comes last, or, when it has none,
+/// rotated by its number (`agent3`: 3). Deterministic; the labels stay with their answers,
+/// and the `vote` enum keeps config order.
+pub fn order_for_voter(answers: &mut [ShownAnswer], voter_label: &str, voter_number: usize) {
+    if answers.len() < 2 {
+        return;
+    }
+    let shift = match answers.iter().position(|a| a.label == voter_label) {
+        Some(own) => own + 1,
+        None => voter_number,
+    };
+    answers.rotate_left(shift % answers.len());
+}
+
 /// `new_answer`, then `vote` (only when `vote_labels` is not empty).
 pub fn workflow_tools(offer_new_answer: bool, vote_labels: &[String]) -> Vec<ToolSpec> {
     let mut tools = Vec::new();
@@ -208,18 +224,58 @@ pub fn presentation_system(
     join_system(agent_system, extra_system, &instructions)
 }
 
+/// The system message of the presentation call under `final_answer_strategy: synthesize`:
+/// the presenter combines the strongest parts of every answer. With votes it builds on the
+/// chosen answer (its own); without, it treats every answer alike.
+pub fn synthesis_system(
+    agent_system: Option<&str>,
+    extra_system: Option<&str>,
+    label: &str,
+    had_votes: bool,
+    now: SystemTime,
+) -> String {
+    let basis = if had_votes {
+        format!(
+            "You are {label}. Several agents answered the original message below and the others \
+             chose your answer as the best. Write the final answer for the user with your answer \
+             as its basis, and bring in the strongest parts of the other answers wherever they \
+             make it more complete, more accurate or deeper."
+        )
+    } else {
+        format!(
+            "You are {label}. Several agents answered the original message below. Write one final \
+             answer for the user that combines the strongest relevant parts of all the answers."
+        )
+    };
+    let instructions = format!(
+        "{basis} Keep concrete details (exact values, names, steps, code) as the answer that gave \
+         them stated them: the result must be at least as specific as the most detailed answer. \
+         Where answers overlap, keep the most specific version and add what the others have \
+         that it lacks; where they conflict, keep what is correct. Be selective rather than \
+         merging everything. Do not mention the agents, their answers, the votes or this \
+         process.\nCurrent date and time: {}.",
+        httpdate::fmt_http_date(now)
+    );
+    join_system(agent_system, extra_system, &instructions)
+}
+
 /// The user message of the presentation call: the context, which answer is the presenter's
-/// own, and the votes with their reasons (`votes` holds `(voter label, target label, reason)`).
+/// own (`None`: no answer is singled out), and the votes with their reasons (`votes` holds
+/// `(voter label, target label, reason)`).
 pub fn presentation_user(
     input: &SessionInput,
     answers: &[ShownAnswer],
-    own_label: &str,
+    own_label: Option<&str>,
     votes: &[(String, String, String)],
 ) -> String {
     let mut out = context_blocks(input, answers);
-    out.push_str(&format!(
-        "\nYour own answer is the one labelled {own_label}.\n<votes>\n"
-    ));
+    out.push('\n');
+    if let Some(own_label) = own_label {
+        out.push_str(&format!(
+            "Your own answer is the one labelled {own_label}.\n"
+        ));
+    }
+    out.push_str("<votes>\n");
     if votes.is_empty() {
         out.push_str("No votes were cast.\n");
     }
@@ -350,6 +406,48 @@ mod tests {
     }
 
     #[test]
+    fn each_voter_sees_its_own_answer_last_and_nobody_always_first() {
+        let shown = |labels: &[&str]| -> Vec<ShownAnswer> {
+            labels
+                .iter()
+                .map(|l| ShownAnswer {
+                    label: l.to_string(),
+                    text: format!("text of {l}"),
+                    calls: Vec::new(),
+                })
+                .collect()
+        };
+        let order = |voter: &str, number: usize, labels: &[&str]| -> Vec<String> {
+            let mut answers = shown(labels);
+            order_for_voter(&mut answers, voter, number);
+            answers.into_iter().map(|a| a.label).collect()
+        };
+        let all = ["agent1", "agent2", "agent3"];
+        assert_eq!(order("agent1", 1, &all), ["agent2", "agent3", "agent1"]);
+        assert_eq!(order("agent2", 2, &all), ["agent3", "agent1", "agent2"]);
+        assert_eq!(order("agent3", 3, &all), ["agent1", "agent2", "agent3"]);
+        // Each answer is first for exactly one voter.
+        let firsts: std::collections::HashSet<String> = (1..=3)
+            .map(|n| order(&format!("agent{n}"), n, &all)[0].clone())
+            .collect();
+        assert_eq!(firsts.len(), 3);
+        // A voter without an answer: rotated by its number; one answer: nothing to rotate.
+        assert_eq!(
+            order("agent3", 3, &["agent1", "agent2"]),
+            ["agent2", "agent1"]
+        );
+        assert_eq!(order("agent2", 2, &["agent1"]), ["agent1"]);
+        // Labels stay with their text.
+        let mut answers = shown(&all);
+        order_for_voter(&mut answers, "agent1", 1);
+        assert!(
+            answers
+                .iter()
+                .all(|a| a.text == format!("text of {}", a.label))
+        );
+    }
+
+    #[test]
     fn system_parts_in_order_and_vote_tool_lists_labels() {
         let how = Instructions {
             label: "agent2",
@@ -366,6 +464,9 @@ mod tests {
         assert!(s.contains("nothing important left to improve"));
         assert!(s.contains("differ meaningfully"));
         let tools = workflow_tools(false, &["agent1".into(), "agent3".into()]);
+        let synth = synthesis_system(None, None, "agent2", false, SystemTime::UNIX_EPOCH);
+        assert!(synth.contains("combines the strongest relevant parts of all the answers"));
+        assert!(!synth.contains("chose your answer"));
         assert_eq!(tools.len(), 1);
         assert_eq!(
             tools[0].parameters["properties"]["agent_id"]["enum"],

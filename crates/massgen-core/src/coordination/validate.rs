@@ -37,8 +37,9 @@ pub struct Invalid {
 pub struct Rules<'a> {
     /// Labels offered in this turn's `vote` enum (the answers the agent saw).
     pub vote_labels: &'a [String],
-    /// `Some(limit)` when the agent has used up `max_new_answers_per_agent`.
-    pub answer_limit_reached: Option<u32>,
+    /// Why the agent may not answer now (its own or the panel's answers are used up, or
+    /// the fairness cap holds it), as a sentence for the agent; `None`: it may.
+    pub answer_limit_reached: Option<&'a str>,
     /// The latest answer of every agent now (duplicates are judged against the present).
     pub current: &'a [ShownAnswer],
     pub novelty: Strictness,
@@ -189,11 +190,11 @@ fn check_answer(
     args: &Map<String, Value>,
     streamed: &str,
 ) -> Result<Action, Invalid> {
-    if let Some(limit) = rules.answer_limit_reached {
+    if let Some(why) = rules.answer_limit_reached {
         return Err(invalid(
             "answer_limit_reached",
             format!(
-                "You have used all {limit} of your new answers. Vote for the best answer with `{VOTE}` (valid labels: {}).",
+                "{why} Vote for the best answer with `{VOTE}` (valid labels: {}).",
                 rules.vote_labels.join(", ")
             ),
         ));
@@ -270,11 +271,11 @@ fn check_answer(
 /// tools, same arguments as JSON, any order) is taken as a vote for that agent: the two
 /// agents agree, and a second identical answer would only split the votes.
 fn check_calls(rules: &Rules<'_>, calls: &[&ToolCall]) -> Result<Action, Invalid> {
-    if let Some(limit) = rules.answer_limit_reached {
+    if let Some(why) = rules.answer_limit_reached {
         return Err(invalid(
             "answer_limit_reached",
             format!(
-                "You have used all {limit} of your new answers, and a proposal of tool calls is an answer. Vote for the best answer with `{VOTE}` (valid labels: {}).",
+                "{why} A proposal of tool calls is an answer too. Vote for the best answer with `{VOTE}` (valid labels: {}).",
                 rules.vote_labels.join(", ")
             ),
         ));
@@ -487,7 +488,7 @@ mod tests {
             code(&rules, &[call("new_answer", r#"{"content":"x y z"}"#)]).err(),
             Some("tool_call_required")
         );
-        rules.answer_limit_reached = Some(1);
+        rules.answer_limit_reached = Some("You have used all 1 of your new answers.");
         assert_eq!(
             code(&rules, &[call("get_time", "{}")]).err(),
             Some("answer_limit_reached")

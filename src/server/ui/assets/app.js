@@ -450,7 +450,7 @@ class SessionView {
     const tally = ev.tally.filter((t) => t.votes > 0).map((t) => `${t.label}=${t.votes}`).join(", ");
     const why = {
       converged: "every agent voted", single_agent: "single agent", timeout: "session timed out",
-      quorum: "voting quorum reached", budget: "cost budget reached",
+      quorum: "voting quorum reached", budget: "cost budget reached", all_answered: "every agent answered (no voting)",
     }[ev.reason] || ev.reason;
     const cut = (ev.cut || []).map((c) => c.label).join(", ");
     $("winner").replaceChildren(`Winner: ${w.label} (${w.agent_id}) · ${why}${tally ? ` · ${tally}` : ""}${cut ? ` · cut: ${cut}` : ""}`);
