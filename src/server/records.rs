@@ -3,19 +3,20 @@
 
 use std::convert::Infallible;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Extension, Query, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use massgen_core::coordination::{EventKind, SessionEvent};
-use tokio::sync::broadcast::error::RecvError;
+use futures::{Stream, StreamExt};
+use massgen_core::coordination::SessionEvent;
 
 use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, PathId};
 use super::sse;
-use crate::app::records::{SessionRecord, list_entry_json, record_json};
+use crate::app::records::{Cursor, SessionRecord, list_entry_json, record_json};
 
 /// Whether the events response is live (`running`) or a replay (`finished`).
 pub const STATUS_HEADER: &str = "x-massgen-session-status";
@@ -91,46 +92,12 @@ pub async fn session_events(
     PathId(id): PathId,
 ) -> Result<Response, ApiError> {
     let record = record_of(&state, &caller, id)?;
-    let keepalive = state.settings.keepalive;
-    let (past, live) = record.subscribe();
-    let status = if live.is_some() {
-        "running"
-    } else {
+    let status = if record.is_finished() {
         "finished"
+    } else {
+        "running"
     };
-    let body = async_stream::stream! {
-        let mut last = past.last().map(|e| e.seq);
-        for event in &past {
-            yield Ok::<Bytes, Infallible>(frame(event));
-        }
-        let Some(mut live) = live else { return };
-        if past.last().is_some_and(is_terminal) { return }
-        loop {
-            let next = tokio::select! {
-                next = live.recv() => next,
-                () = tokio::time::sleep(keepalive) => {
-                    yield Ok(Bytes::from_static(sse::KEEPALIVE_COMMENT));
-                    continue;
-                }
-            };
-            let batch = match next {
-                Ok(event) => vec![event],
-                // Fell behind the live buffer: catch up from the stored events.
-                Err(RecvError::Lagged(_)) => record.events_after(last),
-                Err(RecvError::Closed) => return,
-            };
-            for event in batch {
-                if last.is_some_and(|l| event.seq <= l) {
-                    continue;
-                }
-                last = Some(event.seq);
-                yield Ok(frame(&event));
-                if is_terminal(&event) {
-                    return;
-                }
-            }
-        }
-    };
+    let body = frames(Cursor::new(record), state.settings.keepalive).map(Ok::<_, Infallible>);
     let mut response = sse::response(body);
     response
         .headers_mut()
@@ -138,14 +105,45 @@ pub async fn session_events(
     Ok(response)
 }
 
-fn is_terminal(event: &SessionEvent) -> bool {
-    matches!(
-        event.kind,
-        EventKind::SessionCompleted { .. } | EventKind::SessionFailed { .. }
-    )
+/// Events read from the record at a time.
+const PAGE_EVENTS: usize = 64;
+/// A chunk of frames is sent once it holds this many bytes (one event may make it larger):
+/// what a subscriber holds at once, whatever the record's size.
+pub const CHUNK_BYTES: usize = 16 * 1024;
+
+/// The record as SSE frames, serialised as the client reads: one chunk of at most about
+/// [`CHUNK_BYTES`] at a time, never the whole record.
+pub fn frames(mut cursor: Cursor, keepalive: Duration) -> impl Stream<Item = Bytes> + Send {
+    async_stream::stream! {
+        loop {
+            let page = tokio::select! {
+                page = cursor.next_page(PAGE_EVENTS) => page,
+                () = tokio::time::sleep(keepalive) => {
+                    yield Bytes::from_static(sse::KEEPALIVE_COMMENT);
+                    continue;
+                }
+            };
+            if page.is_empty() {
+                return;
+            }
+            let mut chunk = Vec::new();
+            for event in &page {
+                frame(event, &mut chunk);
+                if chunk.len() >= CHUNK_BYTES {
+                    yield Bytes::from(std::mem::take(&mut chunk));
+                }
+            }
+            if !chunk.is_empty() {
+                yield Bytes::from(chunk);
+            }
+        }
+    }
 }
 
-fn frame(event: &SessionEvent) -> Bytes {
+fn frame(event: &SessionEvent, into: &mut Vec<u8>) {
     let value = serde_json::to_value(event).unwrap_or_default();
-    sse::named(value["type"].as_str().unwrap_or("event"), &value)
+    into.extend_from_slice(&sse::named(
+        value["type"].as_str().unwrap_or("event"),
+        &value,
+    ));
 }

@@ -19,6 +19,7 @@ mod engine_opaque;
 mod engine_options;
 mod engine_tools;
 mod hardening;
+mod hardening_records;
 mod http_blackbox;
 mod http_client_habits;
 mod http_doors;

@@ -4,6 +4,7 @@
 //! (each agent's answers in order), `final_answer.txt` and `session.json` (the record).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use massgen_core::coordination::{EventKind, SessionEvent};
 use serde_json::{Value, json};
@@ -11,7 +12,7 @@ use serde_json::{Value, json};
 pub fn write(
     dir: &Path,
     id: &str,
-    events: &[SessionEvent],
+    events: &[Arc<SessionEvent>],
     record: &Value,
 ) -> std::io::Result<PathBuf> {
     let stamp = events.first().map_or(0, |e| e.at_ms / 1000);

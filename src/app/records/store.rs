@@ -5,14 +5,16 @@ use std::time::{Duration, Instant};
 
 use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
 use massgen_core::provider::Usage;
-use tokio::sync::broadcast;
+use sha2::{Digest, Sha256};
+use tokio::sync::watch;
 
 use crate::app::Caller;
 
 /// Events kept per session; the rest (token deltas of a very long answer) are counted only.
 const MAX_EVENTS: usize = 20_000;
-/// Live subscribers that fall this far behind catch up from the stored events.
-const LIVE_BUFFER: usize = 1024;
+/// Bytes of the question a record keeps (a 9 MB question is not kept whole: its size and
+/// SHA-256 are).
+pub const QUESTION_KEPT_BYTES: usize = 16 * 1024;
 
 pub struct RecordStore {
     inner: Mutex<Inner>,
@@ -32,7 +34,10 @@ pub struct SessionRecord {
     pub owner: Caller,
     pub info: SessionInfo,
     log: Mutex<Log>,
-    live: broadcast::Sender<SessionEvent>,
+    /// Ticks on every stored event: subscribers wait on it, then read the log. (A
+    /// per-session broadcast buffer of 1,024 events used to cost ~200 KB per record, kept
+    /// for as long as the record.)
+    grew: watch::Sender<()>,
 }
 
 /// What the request said about a session, for the session list and the record.
@@ -44,8 +49,11 @@ pub struct SessionInfo {
     pub door: &'static str,
     /// The panel that ran it.
     pub panel: String,
-    /// The last user message.
+    /// The last user message, cut to [`QUESTION_KEPT_BYTES`] once recorded.
     pub question: String,
+    /// The whole question's size in bytes and SHA-256 (hex), set when recorded.
+    pub question_bytes: usize,
+    pub question_sha256: String,
     /// What the request said about itself (Responses `metadata`, Anthropic
     /// `metadata.user_id`), bounded by the doors.
     pub metadata: serde_json::Map<String, serde_json::Value>,
@@ -91,7 +99,8 @@ impl Summary {
 }
 
 struct Log {
-    events: Vec<SessionEvent>,
+    /// Shared with subscribers page by page, never copied whole.
+    events: Vec<Arc<SessionEvent>>,
     dropped: u64,
     finished: Option<Instant>,
     summary: Summary,
@@ -129,14 +138,15 @@ impl RecordStore {
         &self,
         id: Arc<str>,
         owner: Caller,
-        info: SessionInfo,
+        mut info: SessionInfo,
     ) -> Arc<SessionRecord> {
+        keep_question(&mut info);
         let record = Arc::new(SessionRecord {
             id: id.clone(),
             owner,
             info,
             log: Mutex::new(Log::default()),
-            live: broadcast::channel(LIVE_BUFFER).0,
+            grew: watch::Sender::new(()),
         });
         let mut inner = lock(&self.inner);
         inner.by_id.insert(id.clone(), record.clone());
@@ -202,24 +212,46 @@ impl RecordStore {
 impl SessionRecord {
     pub fn push(&self, event: SessionEvent) {
         let mut log = lock(&self.log);
-        if matches!(
+        let last = matches!(
             event.kind,
             EventKind::SessionCompleted { .. } | EventKind::SessionFailed { .. }
-        ) {
+        );
+        if last {
             log.finished = Some(Instant::now());
         }
         log.summary.update(&event);
-        // Under the lock, so a subscriber's snapshot and its live feed never overlap or gap.
-        let _ = self.live.send(event.clone());
-        if log.events.len() < MAX_EVENTS || log.finished.is_some() {
-            log.events.push(event);
+        if log.events.len() < MAX_EVENTS || last {
+            log.events.push(Arc::new(event));
         } else {
             log.dropped += 1;
         }
+        if last {
+            // A finished record only shrinks from here: give back the growth headroom.
+            log.events.shrink_to_fit();
+        }
+        drop(log);
+        self.grew.send_replace(());
     }
 
-    pub fn events(&self) -> Vec<SessionEvent> {
+    /// Every stored event (shared, not copied).
+    pub fn events(&self) -> Vec<Arc<SessionEvent>> {
         lock(&self.log).events.clone()
+    }
+
+    /// At most `max` stored events from position `from` on, and whether the session had
+    /// ended when they were read (then nothing follows the last of them).
+    pub fn read(&self, from: usize, max: usize) -> Page {
+        let log = lock(&self.log);
+        let events = log.events.get(from..).unwrap_or_default();
+        Page {
+            events: events.iter().take(max).cloned().collect(),
+            finished: log.finished.is_some(),
+        }
+    }
+
+    /// Woken on every stored event ([`Cursor`](super::Cursor) waits on it).
+    pub(super) fn changes(&self) -> watch::Receiver<()> {
+        self.grew.subscribe()
     }
 
     pub fn summary(&self) -> Summary {
@@ -233,22 +265,28 @@ impl SessionRecord {
     pub fn is_finished(&self) -> bool {
         lock(&self.log).finished.is_some()
     }
+}
 
-    /// The events so far and, while the session runs, a feed of the ones that follow.
-    pub fn subscribe(&self) -> (Vec<SessionEvent>, Option<broadcast::Receiver<SessionEvent>>) {
-        let log = lock(&self.log);
-        let live = log.finished.is_none().then(|| self.live.subscribe());
-        (log.events.clone(), live)
-    }
+/// A run of stored events.
+pub struct Page {
+    pub events: Vec<Arc<SessionEvent>>,
+    /// The session had ended when the page was read.
+    pub finished: bool,
+}
 
-    /// Stored events after `seq` (a lagging subscriber catching up).
-    pub fn events_after(&self, seq: Option<u64>) -> Vec<SessionEvent> {
-        lock(&self.log)
-            .events
-            .iter()
-            .filter(|e| seq.is_none_or(|s| e.seq > s))
-            .cloned()
-            .collect()
+/// Cuts a huge question to its first [`QUESTION_KEPT_BYTES`] (on a character boundary),
+/// noting the whole one's size and hash.
+fn keep_question(info: &mut SessionInfo) {
+    let question = &mut info.question;
+    info.question_bytes = question.len();
+    info.question_sha256 = format!("{:x}", Sha256::digest(question.as_bytes()));
+    if question.len() > QUESTION_KEPT_BYTES {
+        let cut = (0..=QUESTION_KEPT_BYTES)
+            .rev()
+            .find(|&i| question.is_char_boundary(i))
+            .unwrap_or(0);
+        question.truncate(cut);
+        question.shrink_to_fit();
     }
 }
 
@@ -257,12 +295,12 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use massgen_core::coordination::{SessionError, SessionErrorKind};
     use massgen_core::provider::Usage;
 
-    fn event(seq: u64, kind: EventKind) -> SessionEvent {
+    pub(in crate::app::records) fn event(seq: u64, kind: EventKind) -> SessionEvent {
         SessionEvent {
             seq,
             at_ms: 0,
@@ -271,7 +309,7 @@ mod tests {
         }
     }
 
-    fn failed() -> EventKind {
+    pub(in crate::app::records) fn failed() -> EventKind {
         EventKind::SessionFailed {
             error: SessionError {
                 kind: SessionErrorKind::Cancelled,
@@ -365,17 +403,43 @@ mod tests {
         assert_eq!(s.ended_ms, Some(0));
     }
 
-    #[tokio::test]
-    async fn subscribers_get_the_past_then_the_live_events() {
+    #[test]
+    fn pages_share_the_stored_events_and_say_when_the_session_ended() {
         let store = RecordStore::new(10, Duration::from_secs(60), None);
         let r = store.insert("s".into(), Caller::default());
-        r.push(event(0, EventKind::FinalDelta { text: "a".into() }));
-        let (past, live) = r.subscribe();
-        assert_eq!(past.len(), 1);
-        r.push(event(1, failed()));
-        let mut live = live.unwrap();
-        assert_eq!(live.recv().await.unwrap().seq, 1);
-        assert!(r.subscribe().1.is_none(), "finished: replay only");
-        assert_eq!(r.events_after(Some(0)).len(), 1);
+        for seq in 0..5 {
+            r.push(event(seq, EventKind::FinalDelta { text: "a".into() }));
+        }
+        let page = r.read(1, 3);
+        assert_eq!(
+            page.events.iter().map(|e| e.seq).collect::<Vec<_>>(),
+            [1, 2, 3]
+        );
+        assert!(!page.finished);
+        assert!(Arc::ptr_eq(&page.events[0], &r.events()[1]), "copied");
+        r.push(event(5, failed()));
+        let page = r.read(5, 10);
+        assert_eq!((page.events.len(), page.finished), (1, true));
+        assert!(r.read(6, 10).events.is_empty());
+    }
+
+    #[test]
+    fn a_huge_question_is_kept_as_a_prefix_its_size_and_hash() {
+        let store = RecordStore::new(10, Duration::from_secs(60), None);
+        // Multi-byte characters, so the cut must find a character boundary.
+        let question = "é".repeat(QUESTION_KEPT_BYTES);
+        let info = SessionInfo {
+            question: question.clone(),
+            ..SessionInfo::default()
+        };
+        let r = store.insert_with("s".into(), Caller::default(), info);
+        assert!(r.info.question.len() <= QUESTION_KEPT_BYTES);
+        assert!(question.starts_with(&r.info.question));
+        assert!(r.info.question.len() > QUESTION_KEPT_BYTES - 4);
+        assert_eq!(r.info.question_bytes, question.len());
+        assert_eq!(
+            r.info.question_sha256,
+            format!("{:x}", Sha256::digest(question.as_bytes()))
+        );
     }
 }

@@ -61,7 +61,8 @@ pub fn record_json(record: &SessionRecord) -> Value {
     let mut cost = Cost::default();
     let mut first_answer_ms = None;
     let mut budget = Value::Null;
-    for SessionEvent { at_ms, kind, .. } in &events {
+    for event in &events {
+        let SessionEvent { at_ms, kind, .. } = &**event;
         match kind {
             EventKind::SessionStarted { agents: list } => {
                 for a in list {
@@ -191,6 +192,9 @@ pub fn record_json(record: &SessionRecord) -> Value {
         "model": record.info.model,
         "panel": record.info.panel,
         "question": record.info.question,
+        "question_bytes": record.info.question_bytes,
+        "question_sha256": record.info.question_sha256,
+        "question_truncated": record.info.question.len() < record.info.question_bytes,
         "metadata": record.info.metadata,
         "created_at_ms": record.info.created_ms,
         "status": status,

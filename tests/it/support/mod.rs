@@ -116,6 +116,10 @@ impl Drop for Proc {
 }
 
 impl Proc {
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Sends SIGTERM and waits (bounded) for the exit status.
     pub fn terminate(&mut self, wait: Duration) -> Option<std::process::ExitStatus> {
         let _ = Command::new("kill")
