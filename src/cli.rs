@@ -103,6 +103,11 @@ pub struct ServeArgs {
         default_missing_value = "true"
     )]
     pub allow_model_override: Option<bool>,
+    /// Allow `"massgen": {"models": ["openai/gpt-4o-mini", …]}`: a request chooses its
+    /// panel's models among the providers the server's configs already use (their keys and
+    /// base URLs; never new ones)
+    #[arg(long, env = "MASSGEN_SERVER_ALLOW_REQUEST_PANELS", value_parser = Switch)]
+    pub allow_request_panels: bool,
     /// Period of SSE keep-alive comments [default: 15]
     #[arg(long, value_name = "N", value_parser = Number::<u64>::new())]
     pub keepalive_seconds: Option<u64>,
@@ -265,6 +270,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         allow_model_override: args
             .allow_model_override
             .unwrap_or(defaults.allow_model_override),
+        allow_request_panels: args.allow_request_panels,
         shutdown_grace: args
             .shutdown_grace_seconds
             .map_or(defaults.shutdown_grace, Duration::from_secs),

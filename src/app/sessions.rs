@@ -72,12 +72,15 @@ pub struct SessionRequest {
 
 /// What a request may change of the panel's `orchestrator:` options (the `massgen`
 /// extension, the same on every door).
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq)]
 pub struct Overrides {
     /// `massgen.voting_quorum`.
     pub voting_quorum: Option<Quorum>,
     /// `massgen.max_cost_usd`: lowers the panel's limit, never raises it.
     pub max_cost_usd: Option<f64>,
+    /// `massgen.models`: the panel's agents, one per `provider/model` (empty: the panel's
+    /// own). The door checks them against what the operator allows before the session.
+    pub models: Vec<String>,
 }
 
 impl Overrides {

@@ -100,6 +100,9 @@ pub struct ServerSettings {
     pub allow_config_paths: bool,
     /// `massgen/model:<model>` routing (on unless the operator turns it off).
     pub allow_model_override: bool,
+    /// `"massgen": {"models": [...]}`: a request may choose its panel's models among the
+    /// providers the server's configs already use (off unless the operator allows it).
+    pub allow_request_panels: bool,
     /// How long running sessions may go on after a shutdown signal.
     pub shutdown_grace: Duration,
     /// Log prompt and answer text.
@@ -155,6 +158,7 @@ impl Default for ServerSettings {
             max_body_bytes: 10 * 1024 * 1024,
             allow_config_paths: false,
             allow_model_override: true,
+            allow_request_panels: false,
             shutdown_grace: Duration::from_secs(30),
             debug: false,
             default_model: None,

@@ -9,6 +9,7 @@ pub mod error;
 pub mod limits;
 mod listen;
 mod observe;
+mod panel_choice;
 pub mod records;
 pub mod routing;
 pub mod sse;

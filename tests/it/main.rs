@@ -28,6 +28,7 @@ mod http_inprocess;
 mod http_messages;
 mod http_native_providers;
 mod http_production;
+mod http_request_panel;
 mod http_responses;
 mod http_tools;
 mod http_ui;

@@ -190,7 +190,46 @@ pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
     Ok(Overrides {
         voting_quorum,
         max_cost_usd,
+        models: models(obj)?,
     })
+}
+
+/// Most agents a request may ask for with `massgen.models`.
+pub const MAX_REQUEST_MODELS: usize = 8;
+/// Longest `provider/model` entry.
+const MAX_MODEL_CHARS: usize = 200;
+
+/// `massgen.models`: 1 to [`MAX_REQUEST_MODELS`] `provider/model` strings (a model may
+/// repeat: several agents of it). Whether the server allows it is checked later.
+fn models(obj: &Map<String, Value>) -> Result<Vec<String>, ApiError> {
+    let Some(value) = massgen_field(obj, "models")? else {
+        return Ok(Vec::new());
+    };
+    let bad = |message: String| ApiError::invalid(message, Some("massgen.models"), "invalid_value");
+    let list = value.as_array().ok_or_else(|| {
+        bad("'massgen.models' must be an array of \"provider/model\" strings".into())
+    })?;
+    if list.is_empty() || list.len() > MAX_REQUEST_MODELS {
+        return Err(bad(format!(
+            "'massgen.models' must name 1 to {MAX_REQUEST_MODELS} models, got {}",
+            list.len()
+        )));
+    }
+    list.iter()
+        .map(|v| {
+            let entry = v.as_str().map(str::trim).unwrap_or_default();
+            let shaped = entry
+                .split_once('/')
+                .is_some_and(|(p, m)| !p.trim().is_empty() && !m.trim().is_empty());
+            if shaped && entry.chars().count() <= MAX_MODEL_CHARS {
+                Ok(entry.to_string())
+            } else {
+                Err(bad(format!(
+                    "each entry of 'massgen.models' must be \"provider/model\" (at most {MAX_MODEL_CHARS} characters), got {v}"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// `massgen.deliberation_format`: where the deliberation goes; `None` when not sent.

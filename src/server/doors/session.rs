@@ -22,6 +22,7 @@ use super::narrate::{Deliberation, Narrator};
 use crate::app::records::SessionInfo;
 use crate::app::{Caller, Overrides, SessionRequest, Sessions, StartError};
 use crate::server::error::ApiError;
+use crate::server::panel_choice::request_panel;
 use crate::server::{AppState, routing};
 use crate::telemetry;
 
@@ -135,7 +136,7 @@ pub struct Opened {
 
 /// Resolves the panel for `ask.model`, takes a session slot and starts the session.
 pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
-    let panel = routing::resolve(
+    let mut panel = routing::resolve(
         ask.route_as.as_deref().unwrap_or(&ask.model),
         &state.catalog,
         state.settings.allow_config_paths,
@@ -143,9 +144,15 @@ pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
         state.default_model(),
         state.env.as_ref(),
     )?;
+    let models = &ask.overrides.models;
+    if !models.is_empty() {
+        let allowed = state.settings.allow_request_panels;
+        panel = Arc::new(request_panel(&panel, models, &state.catalog, allowed)?);
+    }
     // Held by the session until it ends; over the cap the request is refused at once.
     let permit = state.production.limits.try_session()?;
-    let model_chosen = routing::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model));
+    let model_chosen =
+        routing::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model)) || !models.is_empty();
     let sessions = &state.sessions;
     let started = sessions
         .start(

@@ -55,7 +55,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
             metadata: Default::default(),
             input: request.input.clone(),
             deliberation,
-            overrides: request.overrides,
+            overrides: request.overrides.clone(),
         },
     )?;
     let header = ChunkHeader {

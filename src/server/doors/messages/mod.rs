@@ -58,7 +58,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
             metadata,
             input,
             deliberation: request.deliberation,
-            overrides: request.overrides,
+            overrides: request.overrides.clone(),
         },
     )?;
     let header = Header {
