@@ -117,6 +117,7 @@ impl ApiError {
                 SessionErrorKind::Timeout => "timeout_error",
                 SessionErrorKind::Cancelled => "server_error",
                 SessionErrorKind::BudgetExhausted => "invalid_request_error",
+                SessionErrorKind::InvalidOutput => "server_error",
             },
             Self::Internal => "server_error",
             Self::Unauthorized { .. }
@@ -146,6 +147,7 @@ impl ApiError {
                 SessionErrorKind::Timeout => "session_timeout",
                 SessionErrorKind::Cancelled => "session_cancelled",
                 SessionErrorKind::BudgetExhausted => "budget_exhausted",
+                SessionErrorKind::InvalidOutput => "invalid_output",
             },
             Self::Internal => "internal_error",
             Self::Unauthorized { .. } => "invalid_api_key",
@@ -344,6 +346,8 @@ fn session_status(e: &SessionError) -> StatusCode {
         SessionErrorKind::Cancelled => StatusCode::SERVICE_UNAVAILABLE,
         // Not 429: SDKs retry that, and the same request would hit the same limit.
         SessionErrorKind::BudgetExhausted => StatusCode::PAYMENT_REQUIRED,
+        // The panel's models did not produce what was asked, even when told what was wrong.
+        SessionErrorKind::InvalidOutput => StatusCode::BAD_GATEWAY,
     }
 }
 

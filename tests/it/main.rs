@@ -45,4 +45,5 @@ mod provider_gemini;
 mod provider_native_conformance;
 mod provider_responses;
 mod python_clients;
+mod structured_output;
 mod ui_e2e;

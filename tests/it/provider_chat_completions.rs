@@ -408,6 +408,7 @@ async fn request_shape_and_authorization() {
         }],
         tool_choice: Some(ToolChoice::Required),
         parallel_tool_calls: Some(false),
+        ..ProviderRequest::default()
     };
     let stream = provider.stream(request);
     assert_eq!(

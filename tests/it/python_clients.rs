@@ -19,7 +19,7 @@ fn python() -> Option<String> {
     let probe = Command::new(&python)
         .args([
             "-c",
-            "import openai, anthropic, agents, pytest, jsonschema, yaml, httpx",
+            "import openai, anthropic, agents, pytest, jsonschema, yaml, httpx, pydantic",
         ])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
@@ -99,4 +99,15 @@ fn anthropic_python_sdk_tool_use() {
     let Some(python) = python() else { return };
     let (_mock, server, _dir) = support::client_tool_server(&[]);
     pytest(&python, "tests/python/test_anthropic_tools.py", &server.url);
+}
+
+#[test]
+fn openai_python_sdk_structured_output_parse() {
+    let Some(python) = python() else { return };
+    let server = support::serve(&["--demo"]);
+    pytest(
+        &python,
+        "tests/python/test_structured_output.py",
+        &server.url,
+    );
 }

@@ -79,7 +79,6 @@ def test_answer_bounds_and_what_is_refused(client):
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "[simulat"
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["length"]
     for refused in [
-        {"response_format": {"type": "json_object"}},
         {"n": 2},
         {"logprobs": True},
     ]:

@@ -97,13 +97,52 @@ pub enum ToolChoice {
 }
 
 /// A provider-neutral request for one upstream call. Backend parameters from the config
-/// (temperature, max_tokens, …) are the provider's own business and not repeated here.
+/// (temperature, max_tokens, …) are the provider's own business; the fields below the
+/// tools are what the client's request asks of this call, which each wire format puts
+/// over the config's values in its own spelling (or leaves out where it has none).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ProviderRequest {
     pub messages: Vec<Message>,
     pub tools: Vec<ToolSpec>,
     pub tool_choice: Option<ToolChoice>,
     pub parallel_tool_calls: Option<bool>,
+    /// The shape the reply must have, in the provider's native structured-output form.
+    pub output_format: Option<OutputFormat>,
+    /// At most this many output tokens (the smaller of this and the config's limit).
+    pub max_output_tokens: Option<u64>,
+    /// Stop before any of these.
+    pub stop: Vec<String>,
+    pub sampling: Sampling,
+}
+
+/// Structured output: the reply must be JSON of this kind.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OutputFormat {
+    /// Any JSON object (OpenAI's JSON mode).
+    JsonObject,
+    /// JSON valid against `schema`.
+    JsonSchema {
+        name: String,
+        description: Option<String>,
+        schema: Value,
+        /// OpenAI's strict mode (the schema follows its strict subset).
+        strict: bool,
+    },
+}
+
+/// Sampling settings a client's request sets for every call (when the operator lets
+/// requests override the config).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Sampling {
+    pub temperature: Option<f64>,
+    pub top_p: Option<f64>,
+    pub seed: Option<i64>,
+}
+
+impl Sampling {
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// Token usage of one upstream call, in provider-neutral form.

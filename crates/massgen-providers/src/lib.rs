@@ -21,6 +21,7 @@ pub mod presets;
 pub mod pricing;
 pub mod responses;
 pub mod retry;
+pub(crate) mod settings;
 pub(crate) mod sse;
 pub(crate) mod transport;
 mod turns;
@@ -29,8 +30,9 @@ mod upstream;
 /// The neutral types every wire format speaks, re-exported from `massgen-core` so a user
 /// of this crate needs one import path.
 pub use massgen_core::provider::{
-    ChunkStream, FinishReason, Message, Price, Provider, ProviderChunk, ProviderError,
-    ProviderErrorKind, ProviderRequest, Role, ToolCall, ToolChoice, ToolSpec, Usage,
+    ChunkStream, FinishReason, Message, OutputFormat, Price, Provider, ProviderChunk,
+    ProviderError, ProviderErrorKind, ProviderRequest, Role, Sampling, ToolCall, ToolChoice,
+    ToolSpec, Usage,
 };
 
 pub use client::http_client;

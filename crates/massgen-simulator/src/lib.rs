@@ -10,6 +10,7 @@
 //! without sharing a line of the code under test.
 
 pub mod behaviour;
+pub mod instance;
 pub mod native;
 pub mod plan;
 pub mod respond;
@@ -106,7 +107,7 @@ async fn reset(State(app): State<App>) -> Json<stats::Snapshot> {
 }
 
 async fn chat(State(app): State<App>, body: Bytes) -> Response {
-    let req = match plan::parse_request(&body) {
+    let mut req = match plan::parse_request(&body) {
         Ok(req) => req,
         Err(e) => {
             let model = serde_json::from_slice::<serde_json::Value>(&body)
@@ -140,6 +141,11 @@ async fn chat(State(app): State<App>, body: Bytes) -> Response {
         app.shutdown.cancelled().await;
         drop(guard);
         return respond::shutting_down();
+    }
+    if let Some(json) = &mut req.json {
+        json.mark(&req.model, &req.last_user, |key| {
+            app.stats.should_fault(key, Some(1))
+        });
     }
     let plan = plan::plan(&b, &req);
     let ctx = respond::Ctx {

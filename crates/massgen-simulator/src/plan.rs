@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::behaviour::{Behaviour, Policy, VoteChoice};
+use super::instance;
 use super::text;
 
 /// The parts of a Chat Completions request the simulator looks at.
@@ -18,6 +19,71 @@ pub struct Request {
     /// Tool results the model has been given: the `<tool_results>` block of a massgen
     /// prompt, or the content of `role: "tool"` messages after the last user message.
     pub tool_results: Option<String>,
+    /// The JSON the reply must be (structured output), when the request asks for it.
+    pub json: Option<JsonWanted>,
+}
+
+/// A structured-output request: JSON of `schema` (`None`: any object), broken on demand.
+#[derive(Debug, Clone, Default)]
+pub struct JsonWanted {
+    pub schema: Option<Value>,
+    pub broken: bool,
+}
+
+impl JsonWanted {
+    /// From Chat Completions' `response_format`.
+    pub fn from_response_format(format: Option<&Value>) -> Option<Self> {
+        let format = format?;
+        match format.get("type").and_then(Value::as_str)? {
+            "json_object" => Some(Self::default()),
+            "json_schema" => Some(Self {
+                schema: format.pointer("/json_schema/schema").cloned(),
+                broken: false,
+            }),
+            _ => None,
+        }
+    }
+
+    /// From any format's structured-output field: Chat Completions' `response_format`,
+    /// Responses' `text.format`, Anthropic's `output_config.format` (or the beta
+    /// `output_format`), Gemini's `generationConfig.responseMimeType`/`responseSchema`.
+    pub fn from_body(v: &Value) -> Option<Self> {
+        if let Some(wanted) = Self::from_response_format(v.get("response_format")) {
+            return Some(wanted);
+        }
+        let schema_format = |f: &Value| match f.get("type").and_then(Value::as_str) {
+            Some("json_object") => Some(Self::default()),
+            Some("json_schema") => Some(Self {
+                schema: f.get("schema").cloned(),
+                broken: false,
+            }),
+            _ => None,
+        };
+        for pointer in ["/text/format", "/output_config/format", "/output_format"] {
+            if let Some(wanted) = v.pointer(pointer).and_then(schema_format) {
+                return Some(wanted);
+            }
+        }
+        let generation = v.get("generationConfig")?;
+        (generation.get("responseMimeType").and_then(Value::as_str) == Some("application/json"))
+            .then(|| Self {
+                schema: generation.get("responseSchema").cloned(),
+                broken: false,
+            })
+    }
+
+    /// Sets `broken` from the prompt's markers; `first_time(key)` says whether a request
+    /// with this key is the first one (for `[sim:invalid_json_once]`).
+    pub fn mark(&mut self, model: &str, last_user: &str, first_time: impl FnOnce(&str) -> bool) {
+        use std::hash::{Hash, Hasher};
+        if last_user.contains(instance::INVALID) {
+            self.broken = true;
+        } else if last_user.contains(instance::INVALID_ONCE) {
+            let mut hasher = std::collections::hash_map::DefaultHasher::new();
+            last_user.hash(&mut hasher);
+            self.broken = first_time(&format!("{model}\u{1}json_once\u{1}{:x}", hasher.finish()));
+        }
+    }
 }
 
 /// Which workflow tools the request offers.
@@ -93,6 +159,7 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
         offered: offered(v.get("tools")),
         prompt_tokens: chars.div_ceil(4) as u64,
         last_user,
+        json: JsonWanted::from_body(&v),
     })
 }
 
@@ -201,6 +268,9 @@ pub fn plan(b: &Behaviour, req: &Request) -> Plan {
     let answer = || new_answer(text::answer(&seed, &question, b.words));
     let vote = || vote_call(&pick_label(&b.vote, o.vote.as_deref().unwrap_or(&[])));
     let plain = || {
+        if let (Some(json), false) = (&req.json, o.any_tool) {
+            return Reply::Text(instance::answer(json.schema.as_ref(), json.broken));
+        }
         if o.any_tool {
             Reply::Text(text::answer(&seed, &question, b.words))
         } else {

@@ -95,6 +95,7 @@ fn outcome(kind: SessionErrorKind) -> &'static str {
         SessionErrorKind::Timeout => "timeout",
         SessionErrorKind::Cancelled => "cancelled",
         SessionErrorKind::BudgetExhausted => "budget_exhausted",
+        SessionErrorKind::InvalidOutput => "invalid_output",
     }
 }
 

@@ -49,5 +49,6 @@ pub fn session_input(
         extra_system,
         followup,
         tools,
+        ..SessionInput::default()
     })
 }

@@ -3,7 +3,8 @@
 //! and error shape. No door uses another's types; what they share is door-neutral:
 //! [`session`] (body, parse → resolve → start, the events as steps), [`narrate`] (the
 //! deliberation as text), [`conversation`] (messages → session input), [`tools`] (client
-//! tool checks), [`limit`] (answer bounds), [`parse`] and [`metadata`]; and the server's [`sse`](super::sse)
+//! tool checks), [`limit`] (answer bounds), [`structured`] (response formats and their check), [`parse`] and
+//! [`metadata`]; and the server's [`sse`](super::sse)
 //! frames.
 
 pub mod chat_completions;
@@ -16,4 +17,5 @@ pub mod metadata;
 pub mod narrate;
 pub mod parse;
 pub mod session;
+pub mod structured;
 pub mod tools;

@@ -393,6 +393,7 @@ pub fn coordination_turn() -> ProviderRequest {
         tools: workflow_tools(true, &["agent1".to_string(), "agent2".to_string()]),
         tool_choice: Some(ToolChoice::Auto),
         parallel_tool_calls: None,
+        ..ProviderRequest::default()
     }
 }
 

@@ -48,6 +48,8 @@ pub async fn run_session(
         clock.clone(),
         cancel.clone(),
     );
+    let mut spec = spec;
+    super::structured::tell_agents(&mut spec.input);
     let mut session = Session::new(spec, clock);
     let outcome = session.run(&mut em, &cancel, started).await;
     // Stop every upstream call before the last event goes out.
@@ -479,6 +481,10 @@ impl Session {
                 ToolChoice::Auto
             }),
             parallel_tool_calls: client.parallel.filter(|_| offers_client),
+            // Never the output format here: a schema on a tool-calling turn suppresses the
+            // tool calls the protocol needs.
+            sampling: self.input.sampling,
+            ..ProviderRequest::default()
         };
         let agent = &self.agents[i];
         let provider = agent.provider.clone();

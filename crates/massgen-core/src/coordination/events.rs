@@ -212,6 +212,9 @@ pub enum SessionErrorKind {
     Cancelled,
     /// The session's spend reached `max_cost_usd` before any agent answered.
     BudgetExhausted,
+    /// The final answer is not in the format the client asked for (structured output),
+    /// after one corrective presentation call.
+    InvalidOutput,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]

@@ -34,6 +34,7 @@ mod present;
 pub mod prompt;
 mod spec;
 mod state;
+pub mod structured;
 mod validate;
 
 pub use agent_tools::{AgentTools, ToolCallRecord, ToolLimits};
@@ -45,4 +46,5 @@ pub use events::{
     SessionSummary, TallyEntry, VoteRecord,
 };
 pub use options::{FinalAnswerStrategy, OrchestratorOptions, Quorum, Strictness};
-pub use spec::{Clock, SessionAgent, SessionInput, SessionSpec, SystemClock};
+pub use spec::{AnswerBounds, Clock, SessionAgent, SessionInput, SessionSpec, SystemClock};
+pub use structured::{AnswerCheck, StructuredOutput};

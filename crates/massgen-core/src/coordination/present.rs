@@ -52,6 +52,9 @@ impl Presenter<'_> {
             return self.return_calls(calls, PresentationMode::Skipped).await;
         }
         let stored = latest.map(AnswerContent::as_text).unwrap_or_default();
+        if let Some(output) = self.input.output.clone() {
+            return self.present_structured(&output, stored).await;
+        }
         if self.reuse() {
             self.final_delta(stored.clone()).await?;
             return Ok(Presented {
@@ -184,7 +187,7 @@ impl Presenter<'_> {
     /// call under `presentation_timeout`, and its usage. With `stream_text` the reply's text
     /// reaches the client as it arrives. Returns what was gathered and, if the call failed,
     /// why.
-    async fn presentation_call(
+    pub(super) async fn presentation_call(
         &mut self,
         instruction: Option<&str>,
         mut request: ProviderRequest,
@@ -218,6 +221,9 @@ impl Presenter<'_> {
         let shown = self.state.shown_answers();
         let user = prompt::presentation_user(self.input, &shown, own_label, &votes);
         request.messages = vec![Message::system(system), Message::user(user)];
+        request.max_output_tokens = self.input.answer_bounds.max_output_tokens;
+        request.stop.clone_from(&self.input.answer_bounds.stop);
+        request.sampling = self.input.sampling;
         self.state.add_calls(self.winner, 1);
         let mut stream = self.agent.provider.stream(request);
         let deadline = Instant::now() + self.options.presentation_timeout;
@@ -255,18 +261,18 @@ impl Presenter<'_> {
     }
 
     /// `winner_reuse`: the stored answer is the final answer, with no presentation call.
-    fn reuse(&self) -> bool {
+    pub(super) fn reuse(&self) -> bool {
         self.options.final_answer() == FinalAnswerStrategy::WinnerReuse
     }
 
-    async fn final_delta(&mut self, text: String) -> Result<(), SessionError> {
+    pub(super) async fn final_delta(&mut self, text: String) -> Result<(), SessionError> {
         if text.is_empty() {
             return Ok(());
         }
         self.send(EventKind::FinalDelta { text }).await
     }
 
-    async fn send(&mut self, kind: EventKind) -> Result<(), SessionError> {
+    pub(super) async fn send(&mut self, kind: EventKind) -> Result<(), SessionError> {
         self.em.send(self.state, kind).await
     }
 }

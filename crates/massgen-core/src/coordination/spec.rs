@@ -7,7 +7,8 @@ use std::time::SystemTime;
 use super::agent_tools::AgentTools;
 use super::client_tools::ClientTools;
 use super::options::OrchestratorOptions;
-use crate::provider::{Message, Price, Provider};
+pub use super::structured::StructuredOutput;
+use crate::provider::{Message, Price, Provider, Sampling};
 
 /// Wall-clock seam (timestamps and the date in the prompt).
 pub trait Clock: Send + Sync {
@@ -49,6 +50,19 @@ pub struct SessionInput {
     pub followup: Vec<Message>,
     /// The client's function tools (empty when the request had none).
     pub tools: ClientTools,
+    /// The JSON the final answer must be (structured output), and how it is checked.
+    pub output: Option<StructuredOutput>,
+    /// Bounds on the presentation call: `max_output_tokens` and `stop` of its request.
+    pub answer_bounds: AnswerBounds,
+    /// Sampling settings for every call (empty unless the operator lets requests set them).
+    pub sampling: Sampling,
+}
+
+/// What the client's request bounds the final answer by, passed to the presentation call.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct AnswerBounds {
+    pub max_output_tokens: Option<u64>,
+    pub stop: Vec<String>,
 }
 
 #[derive(Debug, Clone)]

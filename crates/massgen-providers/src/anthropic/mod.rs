@@ -7,7 +7,7 @@
 
 mod decode;
 mod errors;
-mod request;
+pub(crate) mod request;
 mod wire;
 
 use http::{HeaderMap, HeaderValue};

@@ -9,8 +9,9 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::settings::{SamplingNames, cap_tokens, put_sampling};
 use crate::turns::{joined_system, merge_turns};
-use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
+use crate::{Message, OutputFormat, ProviderRequest, Role, ToolCall, ToolChoice};
 
 /// `max_tokens` is required by the Messages API; used when the config sets none.
 pub const DEFAULT_MAX_TOKENS: u64 = 8192;
@@ -67,6 +68,24 @@ pub(crate) fn build_body(
         }
         body.insert("tool_choice".into(), choice);
     }
+    // Structured outputs (GA, no beta header): `output_config.format`. Anthropic has no
+    // JSON mode without a schema: a JSON object is asked for in words only.
+    if let Some(OutputFormat::JsonSchema { schema, .. }) = &request.output_format {
+        let mut config = match body.remove("output_config") {
+            Some(Value::Object(config)) => config,
+            _ => Map::new(),
+        };
+        config.insert(
+            "format".into(),
+            json!({"type": "json_schema", "schema": schema}),
+        );
+        body.insert("output_config".into(), Value::Object(config));
+    }
+    cap_tokens(&mut body, "max_tokens", request.max_output_tokens);
+    if !request.stop.is_empty() {
+        body.insert("stop_sequences".into(), json!(request.stop));
+    }
+    put_sampling(&mut body, &request.sampling, &SamplingNames::NO_SEED);
     body.insert("stream".into(), Value::Bool(true));
     Value::Object(body)
 }
@@ -153,6 +172,7 @@ mod tests {
             }],
             tool_choice: choice,
             parallel_tool_calls: parallel,
+            ..ProviderRequest::default()
         }
     }
 

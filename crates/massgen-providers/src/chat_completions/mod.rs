@@ -7,7 +7,7 @@
 
 mod decode;
 pub(crate) mod errors;
-mod request;
+pub(crate) mod request;
 mod tool_calls;
 mod wire;
 

@@ -2,7 +2,8 @@
 
 use serde_json::{Map, Value, json};
 
-use crate::{Message, ProviderRequest, Role, ToolChoice};
+use crate::settings::{SamplingNames, cap_tokens, put_sampling};
+use crate::{Message, OutputFormat, ProviderRequest, Role, ToolChoice};
 
 /// Config passthrough first, then our fields on top: the engine's conversation, tools
 /// and streaming flags are not the config's to change.
@@ -45,6 +46,21 @@ pub(crate) fn build_body(
             body.insert("parallel_tool_calls".into(), Value::Bool(parallel));
         }
     }
+    if let Some(format) = &request.output_format {
+        body.insert("response_format".into(), response_format(format));
+    }
+    // Newer OpenAI models take only `max_completion_tokens`; compatible servers often only
+    // `max_tokens`: the config's spelling wins.
+    let key = if body.contains_key("max_completion_tokens") {
+        "max_completion_tokens"
+    } else {
+        "max_tokens"
+    };
+    cap_tokens(&mut body, key, request.max_output_tokens);
+    if !request.stop.is_empty() {
+        body.insert("stop".into(), json!(request.stop));
+    }
+    put_sampling(&mut body, &request.sampling, &SamplingNames::OPENAI);
     body.insert("stream".into(), Value::Bool(true));
     let mut stream_options = match body.remove("stream_options") {
         Some(Value::Object(options)) => options,
@@ -53,6 +69,25 @@ pub(crate) fn build_body(
     stream_options.insert("include_usage".into(), Value::Bool(true));
     body.insert("stream_options".into(), Value::Object(stream_options));
     Value::Object(body)
+}
+
+/// `response_format` as OpenAI spells it.
+pub(crate) fn response_format(format: &OutputFormat) -> Value {
+    match format {
+        OutputFormat::JsonObject => json!({"type": "json_object"}),
+        OutputFormat::JsonSchema {
+            name,
+            description,
+            schema,
+            strict,
+        } => {
+            let mut spec = json!({"name": name, "schema": schema, "strict": strict});
+            if let (Some(d), Some(o)) = (description, spec.as_object_mut()) {
+                o.insert("description".into(), json!(d));
+            }
+            json!({"type": "json_schema", "json_schema": spec})
+        }
+    }
 }
 
 fn message(message: &Message) -> Value {
@@ -146,6 +181,7 @@ mod tests {
             }],
             tool_choice: Some(ToolChoice::Function("vote".into())),
             parallel_tool_calls: Some(false),
+            ..ProviderRequest::default()
         };
         let body = build_body("gpt-x", &params, &request);
         assert_eq!(

@@ -4,7 +4,7 @@
 
 mod decode;
 mod errors;
-mod request;
+pub(crate) mod request;
 mod schema;
 mod wire;
 

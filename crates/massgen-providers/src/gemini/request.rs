@@ -14,8 +14,9 @@ use serde_json::{Map, Value, json};
 
 use super::schema::sanitize;
 use crate::anthropic::arguments_object;
+use crate::settings::{SamplingNames, cap_tokens, has_refs, put_sampling};
 use crate::turns::{joined_system, merge_turns};
-use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
+use crate::{Message, OutputFormat, ProviderRequest, Role, ToolCall, ToolChoice};
 
 /// Key of this format's data in [`ToolCall::opaque`].
 pub(crate) const OPAQUE_KEY: &str = "gemini";
@@ -106,10 +107,43 @@ pub(crate) fn build_body(params: &Map<String, Value>, request: &ProviderRequest)
             );
         }
     }
+    request_settings(&mut generation, request);
     if !generation.is_empty() {
         body.insert("generationConfig".into(), Value::Object(generation));
     }
     Value::Object(body)
+}
+
+/// Gemini's most stop sequences.
+const MAX_STOPS: usize = 5;
+
+/// What the client's request asks of this call, in `generationConfig`. Structured output
+/// is `responseMimeType: application/json` plus `responseSchema` in Gemini's schema subset
+/// ([`sanitize`]); a schema with `$ref`s, which the subset cannot express, goes in words
+/// only (the answer is still checked against the whole schema).
+fn request_settings(generation: &mut Map<String, Value>, request: &ProviderRequest) {
+    if let Some(format) = &request.output_format {
+        generation.insert("responseMimeType".into(), json!("application/json"));
+        if let OutputFormat::JsonSchema { schema, .. } = format
+            && !has_refs(schema)
+        {
+            generation.insert("responseSchema".into(), sanitize(schema));
+        }
+    }
+    cap_tokens(generation, "maxOutputTokens", request.max_output_tokens);
+    if !request.stop.is_empty() {
+        let stops: Vec<&String> = request.stop.iter().take(MAX_STOPS).collect();
+        generation.insert("stopSequences".into(), json!(stops));
+    }
+    put_sampling(
+        generation,
+        &request.sampling,
+        &SamplingNames {
+            temperature: "temperature",
+            top_p: "topP",
+            seed: Some("seed"),
+        },
+    );
 }
 
 fn contents(messages: &[Message]) -> Vec<Value> {
@@ -229,6 +263,7 @@ mod tests {
             }],
             tool_choice: Some(ToolChoice::Function("vote".into())),
             parallel_tool_calls: None,
+            ..ProviderRequest::default()
         };
         let body = build_body(&params, &request);
         assert_eq!(

@@ -6,7 +6,7 @@
 //! their Responses spellings.
 
 mod decode;
-mod request;
+pub(crate) mod request;
 mod wire;
 
 use http::HeaderMap;

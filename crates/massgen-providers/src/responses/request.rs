@@ -12,6 +12,8 @@
 
 use serde_json::{Map, Value, json};
 
+use crate::chat_completions::request::response_format;
+use crate::settings::{SamplingNames, cap_tokens, put_sampling};
 use crate::turns::joined_system;
 use crate::{Message, ProviderRequest, Role, ToolCall, ToolChoice};
 
@@ -70,6 +72,26 @@ pub(crate) fn build_body(
             body.insert("parallel_tool_calls".into(), Value::Bool(parallel));
         }
     }
+    if let Some(format) = &request.output_format {
+        // Chat Completions' shape with the `json_schema` object flattened into it.
+        let mut format = response_format(format);
+        if let Some(Value::Object(spec)) =
+            format.as_object_mut().and_then(|f| f.remove("json_schema"))
+            && let Some(f) = format.as_object_mut()
+        {
+            f.extend(spec);
+        }
+        let mut text = match body.remove("text") {
+            Some(Value::Object(text)) => text,
+            _ => Map::new(),
+        };
+        text.insert("format".into(), format);
+        body.insert("text".into(), Value::Object(text));
+    }
+    cap_tokens(&mut body, "max_output_tokens", request.max_output_tokens);
+    // No stop sequences and no seed in the Responses API: the server cuts the answer at
+    // the client's stop sequences itself.
+    put_sampling(&mut body, &request.sampling, &SamplingNames::NO_SEED);
     body.insert("stream".into(), Value::Bool(true));
     Value::Object(body)
 }

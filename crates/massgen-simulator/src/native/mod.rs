@@ -41,7 +41,7 @@ pub(super) async fn handle(
     body: &Bytes,
     gemini_model: Option<&str>,
 ) -> Response {
-    let req = match parsed {
+    let mut req = match parsed {
         Ok(req) => req,
         Err(e) => {
             let model = gemini_model.map(String::from).unwrap_or_else(|| {
@@ -76,6 +76,15 @@ pub(super) async fn handle(
         app.shutdown.cancelled().await;
         drop(guard);
         return respond::shutting_down();
+    }
+    req.json = serde_json::from_slice::<Value>(body)
+        .ok()
+        .as_ref()
+        .and_then(plan::JsonWanted::from_body);
+    if let Some(json) = &mut req.json {
+        json.mark(&req.model, &req.last_user, |key| {
+            app.stats.should_fault(key, Some(1))
+        });
     }
     let script = Script::new(&plan::plan(&b, &req), req.prompt_tokens);
     let model = req.model.as_str();

@@ -32,6 +32,7 @@ fn native_request(
         prompt_tokens: chars.div_ceil(4) as u64,
         tool_results: crate::plan::prompt_tool_results(&last_user),
         last_user,
+        json: None,
     }
 }
 

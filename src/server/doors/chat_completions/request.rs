@@ -1,10 +1,10 @@
 //! Parsing a Chat Completions request: lenient where clients differ (unknown fields,
 //! string or content-part messages, sampling settings the panel config owns), strict where
-//! a mistake or an ignored field would change the answer (structured output formats,
-//! several choices, log probabilities, audio, hosted web search).
+//! a mistake or an ignored field would change the answer (several choices, log
+//! probabilities, audio, hosted web search).
 
-use massgen_core::coordination::{ClientTools, SessionInput};
-use massgen_core::provider::{Message, ToolCall, ToolChoice, ToolSpec};
+use massgen_core::coordination::{AnswerBounds, ClientTools, SessionInput};
+use massgen_core::provider::{Message, OutputFormat, ToolCall, ToolChoice, ToolSpec};
 use serde_json::{Map, Value};
 
 use crate::app::Overrides;
@@ -12,6 +12,7 @@ use crate::config::DeliberationFormat;
 use crate::server::doors::conversation;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, optional_bool, optional_count, type_error, unsupported};
+use crate::server::doors::structured;
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::error::ApiError;
 
@@ -53,7 +54,19 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     let overrides = parse::overrides(&obj)?;
     let tools = parse_client_tools(&obj)?;
     let (system, messages) = parse_messages(obj.get("messages"))?;
-    let input = conversation::session_input(system, messages, tools, "messages")?;
+    let mut input = conversation::session_input(system, messages, tools, "messages")?;
+    let max_tokens = match optional_count(&obj, "max_completion_tokens")? {
+        Some(n) => Some(n),
+        None => optional_count(&obj, "max_tokens")?,
+    };
+    let stop = parse::stops(&obj, "stop", MAX_STOPS, true)?;
+    input.answer_bounds = AnswerBounds {
+        max_output_tokens: max_tokens,
+        stop: stop.clone(),
+    };
+    input.output = response_format(&obj)?
+        .map(|format| structured::output(format, stream))
+        .transpose()?;
 
     Ok(ChatRequest {
         model,
@@ -63,30 +76,49 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         overrides,
         deliberation_format: parse::deliberation_format(&obj)?,
         input,
-        max_tokens: match optional_count(&obj, "max_completion_tokens")? {
-            Some(n) => Some(n),
-            None => optional_count(&obj, "max_tokens")?,
-        },
-        stop: parse::stops(&obj, "stop", MAX_STOPS, true)?,
+        max_tokens,
+        stop,
     })
+}
+
+/// `response_format`: `text` (or none), `json_object`, or `json_schema` with
+/// `json_schema.{name, description, schema, strict}`.
+fn response_format(obj: &Map<String, Value>) -> Result<Option<OutputFormat>, ApiError> {
+    const PARAM: &str = "response_format";
+    let format = match obj.get(PARAM) {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Object(f)) => f,
+        Some(_) => return Err(type_error(PARAM, "an object")),
+    };
+    match format.get("type").and_then(Value::as_str) {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(OutputFormat::JsonObject)),
+        Some("json_schema") => {
+            let Some(Value::Object(spec)) = format.get("json_schema") else {
+                return Err(type_error("response_format.json_schema", "an object"));
+            };
+            let text = |key: &str| spec.get(key).and_then(Value::as_str);
+            structured::json_schema(
+                text("name"),
+                text("description"),
+                spec.get("schema"),
+                spec.get("strict").and_then(Value::as_bool).unwrap_or(false),
+                PARAM,
+            )
+            .map(Some)
+        }
+        _ => Err(ApiError::invalid(
+            "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"",
+            Some(PARAM),
+            "invalid_value",
+        )),
+    }
 }
 
 /// Fields whose meaning a panel cannot honour: ignoring them would hand the client
 /// something other than what it asked for.
 fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
     let present = |key: &str| obj.get(key).is_some_and(|v| !v.is_null());
-    let format = obj
-        .get("response_format")
-        .and_then(|f| f.get("type"))
-        .and_then(Value::as_str);
-    if let Some(kind) = format.filter(|k| *k != "text") {
-        return Err(unsupported(
-            "response_format",
-            &format!(
-                "'response_format' of type '{kind}' is not supported; only plain text answers"
-            ),
-        ));
-    }
     if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
         return Err(unsupported(
             "n",
@@ -324,8 +356,6 @@ mod tests {
         };
         use serde_json::json;
         for refused in [
-            json!({"response_format": {"type": "json_schema", "json_schema": {"name": "a"}}}),
-            json!({"response_format": {"type": "json_object"}}),
             json!({"n": 2}),
             json!({"logprobs": true}),
             json!({"top_logprobs": 2}),
