@@ -248,10 +248,6 @@ pub const LOCAL_AGENT_PROGRAMS: &[(&str, &str)] = &[
 /// key at start-up. (The ones it implements are read in `orchestrator.rs`.)
 pub const ORCHESTRATOR_NOT_IMPLEMENTED: &[KeyGroup] = &[
     group(
-        "protocol option not implemented yet",
-        &["max_orchestration_restarts"],
-    ),
-    group(
         "checklist voting (MassGen's own MCP server)",
         &[
             "voting_threshold",

@@ -36,7 +36,11 @@ const ORCHESTRATOR_KEYS: &[&str] = &[
     "skip_voting",
     "fairness_enabled",
     "fairness_lead_cap_answers",
+    "max_orchestration_restarts",
 ];
+
+/// Most restarts `max_orchestration_restarts` may allow: each is a whole new deliberation.
+const MAX_RESTARTS: i64 = 10;
 
 /// `timeout_settings:` keys this server implements (the round timeouts included).
 const TIMEOUT_KEYS: &[&str] = &[
@@ -96,6 +100,7 @@ impl Cx<'_> {
         }
         self.waste_rules(orch, &mut options)?;
         self.answer_rules(orch, &mut options)?;
+        self.restarts(orch, &mut options)?;
         let max_live = i64::try_from(agent_count).unwrap_or(i64::MAX);
         let min_live_key = key("min_live_agents");
         if let Some(n) = self.integer(orch.get("min_live_agents"), &min_live_key)? {
@@ -195,6 +200,34 @@ impl Cx<'_> {
         Ok(())
     }
 
+    /// `max_orchestration_restarts`, at the top of `orchestrator:` or under its
+    /// `coordination:` (MassGen reads both); both with different values is an error.
+    fn restarts(
+        &self,
+        orch: &Map<String, Value>,
+        options: &mut OrchestratorOptions,
+    ) -> Result<(), ConfigError> {
+        let name = "max_orchestration_restarts";
+        let top_key = join("orchestrator", name);
+        let top = self.count(orch.get(name), &top_key, 0, MAX_RESTARTS)?;
+        let inner_key = join("orchestrator.coordination", name);
+        let inner = match orch.get("coordination") {
+            Some(Value::Object(c)) => self.count(c.get(name), &inner_key, 0, MAX_RESTARTS)?,
+            _ => None,
+        };
+        let n = match (top, inner) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(self.err(
+                    &inner_key,
+                    format!("conflicts with {top_key}; give it in one place"),
+                ));
+            }
+            (a, b) => a.or(b).unwrap_or(0),
+        };
+        options.max_orchestration_restarts = u32::try_from(n).unwrap_or(0);
+        Ok(())
+    }
+
     /// Implemented keys pass, MassGen's other keys are warnings, anything else an error.
     fn orchestrator_keys(&self, orch: &Map<String, Value>) -> Result<(), ConfigError> {
         for (key, value) in orch {
@@ -207,14 +240,13 @@ impl Cx<'_> {
                 // one warning per key it holds.
                 match value {
                     Value::Object(inner) if !inner.is_empty() => {
-                        for inner_key in inner.keys() {
-                            let why = match group_of(ORCHESTRATOR_NOT_IMPLEMENTED, inner_key) {
-                                Some(g) if inner_key == "max_orchestration_restarts" => g.why,
-                                _ => {
-                                    "MassGen coordination feature, not implemented by massgen serve"
-                                }
-                            };
-                            self.warn(&join(&path, inner_key), why);
+                        // Read in `restarts`.
+                        for inner_key in inner.keys().filter(|k| *k != "max_orchestration_restarts")
+                        {
+                            self.warn(
+                                &join(&path, inner_key),
+                                "MassGen coordination feature, not implemented by massgen serve",
+                            );
                         }
                     }
                     _ => self.warn(&path, "MassGen coordination features, not implemented"),

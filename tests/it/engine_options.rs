@@ -307,3 +307,183 @@ async fn lockstep_fairness_cannot_stall_the_session() {
     let second = &a.requests()[1];
     assert_eq!(tool_names(second), ["vote"]);
 }
+
+// ---- max_orchestration_restarts: post-evaluation ----
+
+fn is_evaluation(req: &ProviderRequest) -> bool {
+    tool_names(req).iter().any(|t| t == "restart_orchestration")
+}
+
+fn restart_call(reason: &str) -> Vec<Step> {
+    let args = serde_json::json!({"reason": reason, "instructions": "Name both of them."});
+    let mut steps = vec![tool_call("restart_orchestration", &args.to_string())];
+    steps.push(Step::Chunk(massgen_core::provider::ProviderChunk::Usage(
+        CALL_USAGE,
+    )));
+    steps
+}
+
+fn submit_call() -> Vec<Step> {
+    let mut steps = vec![tool_call("submit", r#"{"confirmed":true}"#)];
+    steps.push(Step::Chunk(massgen_core::provider::ProviderChunk::Usage(
+        CALL_USAGE,
+    )));
+    steps
+}
+
+/// A panel member that answers `first` in the first attempt and `second` once it was told
+/// about an earlier attempt, votes for agent1, and as a reviewer always asks for a restart
+/// when `restarts` (else submits).
+fn reviewer(
+    name: &str,
+    first: &'static str,
+    (second, second_delay): (&'static str, u64),
+    delay: u64,
+    restarts: bool,
+) -> Scripted {
+    Scripted::new(name, move |req, _| {
+        if is_presentation(req) {
+            return present(&["Final"]);
+        }
+        if is_evaluation(req) {
+            return if restarts {
+                restart_call("It names only John.")
+            } else {
+                submit_call()
+            };
+        }
+        if vote_enum(req).is_empty() {
+            return if user_text(req).starts_with("<previous_attempt>") {
+                after(second_delay, answer(second))
+            } else {
+                after(delay, answer(first))
+            };
+        }
+        vote("agent1", "fine")
+    })
+}
+
+fn restarts(n: u32) -> OrchestratorOptions {
+    OrchestratorOptions {
+        max_orchestration_restarts: n,
+        ..OrchestratorOptions::default()
+    }
+}
+
+fn post_evaluations(run: &Run) -> Vec<bool> {
+    run.kinds()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::PostEvaluation { restart, .. } => Some(*restart),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn post_evaluation_restarts_once_with_the_critique_and_counts_its_cost() {
+    let a = reviewer("a", "John.", ("John and Paul.", 1), 1, true);
+    let b = reviewer("b", "Lennon.", ("Lennon and McCartney.", 2), 2, true);
+    let run = run(spec(&[("a", &a), ("b", &b)], restarts(1))).await;
+    let s = run.summary();
+    // Bounded by the value: one restart, then the second winner is not asked again.
+    assert_eq!(post_evaluations(&run), [true]);
+    assert_eq!(a.requests().iter().filter(|r| is_evaluation(r)).count(), 1);
+    // The second attempt saw the critique and the earlier answer, and its answers are
+    // the session's.
+    let second = a
+        .requests()
+        .into_iter()
+        .find(|r| user_text(r).starts_with("<previous_attempt>"))
+        .expect("a turn of the second attempt");
+    let told = user_text(&second);
+    assert!(told.contains("It names only John.") && told.contains("Name both of them."));
+    assert!(told.contains("John."), "{told}");
+    let texts: Vec<String> = s.answers.iter().map(|a| a.content.as_text()).collect();
+    assert_eq!(texts, ["John and Paul.", "Lennon and McCartney."]);
+    assert_eq!(s.final_answer, "Final");
+    // Its tokens are in the usage, under their own phase.
+    let phases: Vec<CallPhase> = run
+        .kinds()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::Usage { phase, .. } => Some(*phase),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        phases
+            .iter()
+            .filter(|p| **p == CallPhase::PostEvaluation)
+            .count(),
+        1
+    );
+    assert_eq!(
+        s.usage.total_tokens,
+        CALL_USAGE.total_tokens * phases.len() as u64
+    );
+    // Two attempts of 2 answers + 2 votes, one evaluation, one presentation.
+    assert_eq!(s.agents[0].calls + s.agents[1].calls, 10);
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_approved_answer_is_presented_and_restarts_are_off_by_default() {
+    let a = reviewer("a", "John.", ("John and Paul.", 1), 1, false);
+    let b = reviewer("b", "Lennon.", ("Lennon and McCartney.", 2), 2, false);
+    let run_on = run(spec(&[("a", &a), ("b", &b)], restarts(2))).await;
+    assert_eq!(post_evaluations(&run_on), [false]);
+    assert_eq!(run_on.summary().answers.len(), 2);
+    assert_eq!(run_on.summary().final_answer, "Final");
+
+    let a = reviewer("a", "John.", ("John and Paul.", 1), 1, true);
+    let b = reviewer("b", "Lennon.", ("Lennon and McCartney.", 2), 2, true);
+    let run_off = run(spec(
+        &[("a", &a), ("b", &b)],
+        OrchestratorOptions::default(),
+    ))
+    .await;
+    assert!(post_evaluations(&run_off).is_empty());
+    assert!(!a.requests().iter().any(is_evaluation));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_restart_that_runs_out_of_time_returns_the_earlier_winner() {
+    // The second attempt's answers take 100 s; the session has 20 s.
+    let options = OrchestratorOptions {
+        session_timeout: std::time::Duration::from_secs(20),
+        skip_final_presentation: true,
+        ..restarts(1)
+    };
+    let late_a = reviewer("a", "John.", ("late", 100), 1, true);
+    let late_b = reviewer("b", "Lennon.", ("late", 100), 2, true);
+    let run = run(spec(&[("a", &late_a), ("b", &late_b)], options)).await;
+    let s = run.summary();
+    assert_eq!(post_evaluations(&run), [true]);
+    assert_eq!(s.consensus_reason, ConsensusReason::Timeout);
+    assert_eq!(s.final_answer, "John.");
+    assert_eq!(s.duration_ms, 20_000);
+}
+
+#[tokio::test(start_paused = true)]
+async fn no_evaluation_once_the_budget_is_spent() {
+    let a = reviewer("a", "John.", ("John and Paul.", 1), 1, true);
+    let b = reviewer("b", "Lennon.", ("Lennon and McCartney.", 2), 2, true);
+    let mut spec = spec(
+        &[("a", &a), ("b", &b)],
+        OrchestratorOptions {
+            max_cost_usd: Some(0.000_001),
+            ..restarts(1)
+        },
+    );
+    let price = massgen_core::provider::Price {
+        input_per_million: 1.0,
+        output_per_million: 1.0,
+        cached_input_per_million: 0.0,
+    };
+    for agent in &mut spec.agents {
+        agent.price = Some(price);
+    }
+    let run = run(spec).await;
+    assert!(post_evaluations(&run).is_empty());
+    assert!(!a.requests().iter().any(is_evaluation));
+}

@@ -259,11 +259,8 @@ fn massgen_orchestrator_keys_warn_and_unknown_ones_fail() {
         let why = warned(&report, &format!("orchestrator.{key}")).unwrap_or_default();
         assert!(why.contains("not implemented"), "orchestrator.{key}: {why}");
     }
-    let restarts = warned(
-        &report,
-        "orchestrator.coordination.max_orchestration_restarts",
-    );
-    assert!(restarts.is_some_and(|w| w.contains("protocol option")));
+    let restarts = "orchestrator.coordination.max_orchestration_restarts";
+    assert_eq!(warned(&report, restarts), None, "implemented");
     assert!(warned(&report, "orchestrator.coordination.enable_planning_mode").is_some());
 
     let typo =
@@ -336,10 +333,9 @@ fn protocol_options_load_with_massgen_values() {
     }
 }
 
-/// `massgen serve` starts without a warning for the implemented protocol options, and names
-/// the one still not implemented, once.
+/// `massgen serve` starts without a warning for the protocol options (all implemented).
 #[test]
-fn protocol_options_not_implemented_are_named_at_start_up() {
+fn protocol_options_start_without_a_warning() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join(".massgen")).unwrap();
     write(
@@ -348,18 +344,51 @@ fn protocol_options_not_implemented_are_named_at_start_up() {
         "agent: {backend: {type: openai, model: m}}\norchestrator: {final_answer_strategy: synthesize, fairness_enabled: true, skip_voting: false, coordination: {max_orchestration_restarts: 1}}\n",
     );
     let log = startup_log(dir.path(), &[("OPENAI_API_KEY", "sk-test")]);
-    for key in ["final_answer_strategy", "fairness_enabled", "skip_voting"] {
+    assert!(log.contains("massgen listening on"), "{log}");
+    for key in [
+        "final_answer_strategy",
+        "fairness_enabled",
+        "skip_voting",
+        "max_orchestration_restarts",
+    ] {
+        assert!(!log.contains(key), "{key}: {log}");
+    }
+}
+
+#[test]
+fn max_orchestration_restarts_is_read_where_massgen_reads_it() {
+    let with = |orch: &str| {
+        format!("agent: {{backend: {{type: openai, model: m}}}}\norchestrator: {{{orch}}}\n")
+    };
+    let restarts =
+        |orch: &str| parse(&with(orch), &keys()).map(|p| p.orchestrator.max_orchestration_restarts);
+    assert_eq!(restarts(""), Ok(0));
+    assert_eq!(
+        restarts("coordination: {max_orchestration_restarts: 2}"),
+        Ok(2)
+    );
+    assert_eq!(restarts("max_orchestration_restarts: 1"), Ok(1));
+    assert_eq!(
+        restarts("max_orchestration_restarts: 1, coordination: {max_orchestration_restarts: 1}"),
+        Ok(1)
+    );
+    let e =
+        restarts("max_orchestration_restarts: 1, coordination: {max_orchestration_restarts: 2}")
+            .unwrap_err();
+    assert!(
+        e.contains("conflicts with orchestrator.max_orchestration_restarts"),
+        "{e}"
+    );
+    for bad in ["-1", "11", "many"] {
+        let e = restarts(&format!(
+            "coordination: {{max_orchestration_restarts: {bad}}}"
+        ))
+        .unwrap_err();
         assert!(
-            !log.contains(&format!("orchestrator.{key}")),
-            "{key}: {log}"
+            e.contains("orchestrator.coordination.max_orchestration_restarts"),
+            "{bad}: {e}"
         );
     }
-    let lines: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("orchestrator.coordination.max_orchestration_restarts"))
-        .collect();
-    assert_eq!(lines.len(), 1, "{log}");
-    assert!(lines[0].contains("not implemented yet"), "{}", lines[0]);
 }
 
 #[test]

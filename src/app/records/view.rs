@@ -160,7 +160,8 @@ pub fn record_json(record: &SessionRecord) -> Value {
             EventKind::AgentDelta { .. }
             | EventKind::FinalDelta { .. }
             | EventKind::FinalToolCalls { .. }
-            | EventKind::PresentationStarted { .. } => {}
+            | EventKind::PresentationStarted { .. }
+            | EventKind::PostEvaluation { .. } => {}
         }
     }
     let started_ms = events.first().map(|e| e.at_ms);

@@ -174,6 +174,22 @@ fn summary_line(event: &EventKind) -> Option<String> {
         EventKind::PresentationStarted { agent } => {
             format!("[{}] presenting the final answer", agent.label)
         }
+        EventKind::PostEvaluation {
+            agent,
+            restart,
+            reason,
+            ..
+        } => {
+            if *restart {
+                format!(
+                    "[{}] post-evaluation: starting over ({})",
+                    agent.label,
+                    one_line(reason)
+                )
+            } else {
+                format!("[{}] post-evaluation: the answer stands", agent.label)
+            }
+        }
         EventKind::PresentationFailed { agent, message } => format!(
             "[{}] presentation failed ({}); using its stored answer",
             agent.label,

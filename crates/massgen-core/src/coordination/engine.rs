@@ -32,6 +32,8 @@ use super::validate::{Action, Invalid, Rules, validate};
 use crate::provider::{Message, ProviderError, ProviderRequest, Role, ToolChoice, ToolSpec};
 use crate::tool_names::NEW_ANSWER;
 
+mod attempts;
+
 /// Runs one session to its end. Every event goes to `events` (the last one is
 /// `session_completed` or `session_failed`); the same outcome is returned. Cancelling
 /// `cancel`, or dropping the receiver, stops every upstream call at once.
@@ -106,6 +108,8 @@ struct Session {
     running: FuturesUnordered<BoxFuture<'static, Option<AttemptDone>>>,
     side_tx: mpsc::Sender<(usize, Side)>,
     side_rx: mpsc::Receiver<(usize, Side)>,
+    /// After a post-evaluation restart: what every turn's prompt is told first.
+    feedback: Option<String>,
 }
 
 enum Step {
@@ -162,6 +166,7 @@ impl Session {
             running: FuturesUnordered::new(),
             side_tx,
             side_rx,
+            feedback: None,
         }
     }
 
@@ -186,25 +191,7 @@ impl Session {
         }
         let deadline = started + self.options.session_timeout;
         self.discover_tools(cancel, deadline).await?;
-        let reason = self.coordinate(em, cancel, deadline).await?;
-        let cut = self.cut_running(em).await?;
-        let Some(winner) = self.state.pick_winner() else {
-            return Err(self.state.error(
-                SessionErrorKind::Timeout,
-                format!(
-                    "the session timed out after {}s before any agent answered",
-                    self.options.session_timeout.as_secs()
-                ),
-            ));
-        };
-        let consensus = EventKind::Consensus {
-            winner: self.state.who(winner).clone(),
-            reason,
-            tally: self.state.tally(),
-            votes: self.state.counted_votes(),
-            cut: cut.clone(),
-        };
-        em.send(&self.state, consensus).await?;
+        let (winner, reason, cut) = self.deliberate(em, cancel, deadline).await?;
         // A spent budget allows no presentation call: the stored answer is returned.
         let mut options = self.options.clone();
         if reason == ConsensusReason::Budget {
@@ -434,10 +421,12 @@ impl Session {
             self.input.extra_system.as_deref(),
             &how,
         );
-        let messages = vec![
-            Message::system(system),
-            Message::user(prompt::coordination_user(&self.input, &shown)),
-        ];
+        let user = prompt::coordination_user(&self.input, &shown);
+        let user = match &self.feedback {
+            Some(feedback) => format!("{feedback}{user}"),
+            None => user,
+        };
+        let messages = vec![Message::system(system), Message::user(user)];
         let mut tools = prompt::workflow_tools(offer_new_answer, &vote_labels);
         let client_tools = client_specs.iter().map(|t| t.name.clone()).collect();
         tools.extend(client_specs);

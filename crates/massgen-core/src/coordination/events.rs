@@ -134,6 +134,8 @@ pub enum AgentErrorKind {
 pub enum CallPhase {
     Coordination,
     Presentation,
+    /// The winner's check of the winning answer (`max_orchestration_restarts`).
+    PostEvaluation,
 }
 
 /// How the final answer was produced.
@@ -301,6 +303,17 @@ pub enum EventKind {
         /// session timeout).
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         cut: Vec<AgentRef>,
+    },
+    /// The winner checked the winning answer (`max_orchestration_restarts`): with
+    /// `restart` the deliberation starts over, every agent seeing `reason` and
+    /// `instructions`; else the answer stands and the presentation follows.
+    PostEvaluation {
+        agent: AgentRef,
+        restart: bool,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        reason: String,
+        #[serde(skip_serializing_if = "String::is_empty")]
+        instructions: String,
     },
     PresentationStarted {
         agent: AgentRef,

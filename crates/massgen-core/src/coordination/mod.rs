@@ -28,6 +28,7 @@ mod call;
 pub mod client_tools;
 mod emit;
 mod engine;
+mod evaluate;
 pub mod events;
 pub mod options;
 mod present;

@@ -104,6 +104,9 @@ pub struct OrchestratorOptions {
     /// put it more than this many answers ahead of the slowest live agent still deliberating
     /// waits for it. `None`: no fairness hold.
     pub fairness_lead_cap: Option<u32>,
+    /// MassGen's `max_orchestration_restarts`: how many times the winner may reject the
+    /// winning answer and start the deliberation again (0: it is not asked).
+    pub max_orchestration_restarts: u32,
     pub min_live_agents: usize,
     /// The whole session (`timeout_settings.orchestrator_timeout_seconds`).
     pub session_timeout: Duration,
@@ -141,6 +144,7 @@ impl Default for OrchestratorOptions {
             skip_voting: false,
             // MassGen's defaults: fairness on, a lead of at most 2 answers.
             fairness_lead_cap: Some(2),
+            max_orchestration_restarts: 0,
             min_live_agents: 1,
             session_timeout: Duration::from_secs(1800),
             agent_turn_timeout: Duration::from_secs(300),

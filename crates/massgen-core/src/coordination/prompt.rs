@@ -286,6 +286,46 @@ pub fn presentation_user(
     out
 }
 
+/// The system message of the post-evaluation call (`max_orchestration_restarts`).
+pub fn evaluation_system(
+    agent_system: Option<&str>,
+    extra_system: Option<&str>,
+    label: &str,
+    now: SystemTime,
+) -> String {
+    let instructions = format!(
+        "You are {label}. Several agents answered the original message below and chose your \
+         answer. Before it goes to the user, check it with a fresh eye: does it fully and \
+         correctly answer every part of the original message? If it does, call `submit` with \
+         `confirmed: true`. If something required is missing or wrong, call \
+         `restart_orchestration` with `reason` (what is wrong) and `instructions` (what the \
+         next attempt must do); the agents then deliberate again with your critique. \
+         Restarting costs a whole new deliberation: do it only for real gaps or errors, not \
+         for style. End with exactly one of the two calls.\nCurrent date and time: {}.",
+        httpdate::fmt_http_date(now)
+    );
+    join_system(agent_system, extra_system, &instructions)
+}
+
+/// The user message of the post-evaluation call: the context and the answer to check.
+pub fn evaluation_user(input: &SessionInput, answer: &str) -> String {
+    let mut out = question_blocks(input);
+    out.push_str(&format!(
+        "<answer_to_evaluate>\n{answer}\n</answer_to_evaluate>"
+    ));
+    out
+}
+
+/// What a restarted deliberation is told about the attempt before it (put before the
+/// coordination user message).
+pub fn restart_feedback(reason: &str, instructions: &str, previous: &str) -> String {
+    format!(
+        "<previous_attempt>\nAn earlier deliberation on this message chose the answer below, and \
+         its review found it insufficient: {reason}\nWhat this attempt must do: {instructions}\n\
+         The earlier answer, for reference:\n{previous}\n</previous_attempt>\n"
+    )
+}
+
 /// The short user message sent when an attempt ended without a workflow tool call.
 pub fn missing_tool_reminder(offer_new_answer: bool, offer_vote: bool) -> String {
     let tools = match (offer_new_answer, offer_vote) {
@@ -308,6 +348,23 @@ fn join_system(agent_system: Option<&str>, extra_system: Option<&str>, tail: &st
 }
 
 fn context_blocks(input: &SessionInput, answers: &[ShownAnswer]) -> String {
+    let mut out = question_blocks(input);
+    out.push_str("<current_answers>\n");
+    if answers.is_empty() {
+        out.push_str("No answers exist yet.\n");
+    }
+    for a in answers {
+        out.push_str(&format!(
+            "<answer label=\"{}\">\n{}\n</answer>\n",
+            a.label, a.text
+        ));
+    }
+    out.push_str("</current_answers>");
+    out
+}
+
+/// The conversation, the original message and any tool results.
+fn question_blocks(input: &SessionInput) -> String {
     let mut out = String::new();
     if !input.history.is_empty() {
         out.push_str("<conversation>\n");
@@ -323,17 +380,6 @@ fn context_blocks(input: &SessionInput, answers: &[ShownAnswer]) -> String {
     if !input.followup.is_empty() {
         out.push_str(&tool_results_block(&input.followup));
     }
-    out.push_str("<current_answers>\n");
-    if answers.is_empty() {
-        out.push_str("No answers exist yet.\n");
-    }
-    for a in answers {
-        out.push_str(&format!(
-            "<answer label=\"{}\">\n{}\n</answer>\n",
-            a.label, a.text
-        ));
-    }
-    out.push_str("</current_answers>");
     out
 }
 

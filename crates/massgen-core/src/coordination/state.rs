@@ -291,6 +291,24 @@ impl SessionState {
         agent.turns
     }
 
+    /// A new attempt after the winner rejected the winning answer
+    /// (`max_orchestration_restarts`): answers, votes and the version start over, every
+    /// live agent needs a turn; what was spent (usage, cost, calls, turns) stays, and failed
+    /// agents stay failed. No turn may be running.
+    pub fn new_attempt(&mut self) {
+        self.answers.clear();
+        self.version = 0;
+        for agent in &mut self.agents {
+            agent.answers = 0;
+            agent.latest = None;
+            agent.vote = None;
+            agent.settled = false;
+            if agent.status != Status::Failed {
+                agent.status = Status::Idle;
+            }
+        }
+    }
+
     /// Agent `i` made `n` more upstream calls.
     pub fn add_calls(&mut self, i: usize, n: u32) {
         self.agents[i].calls = self.agents[i].calls.saturating_add(n);
