@@ -160,8 +160,13 @@ impl Default for OrchestratorOptions {
 
 impl OrchestratorOptions {
     /// The strategy in effect: the configured one, else `winner_reuse` under
-    /// `skip_final_presentation`, else `winner_present` (MassGen's resolution).
+    /// `skip_final_presentation`, else `winner_present` (MassGen's resolution). MassGen
+    /// never presents under `skip_final_presentation` with `skip_voting`, whatever the
+    /// strategy.
     pub fn final_answer(&self) -> FinalAnswerStrategy {
+        if self.skip_final_presentation && self.skip_voting {
+            return FinalAnswerStrategy::WinnerReuse;
+        }
         match self.final_answer_strategy {
             Some(strategy) => strategy,
             None if self.skip_final_presentation => FinalAnswerStrategy::WinnerReuse,
@@ -205,6 +210,9 @@ mod tests {
         assert_eq!(o.final_answer(), FinalAnswerStrategy::WinnerReuse);
         o.final_answer_strategy = Some(FinalAnswerStrategy::Synthesize);
         assert_eq!(o.final_answer(), FinalAnswerStrategy::Synthesize);
+        o.skip_voting = true;
+        assert_eq!(o.final_answer(), FinalAnswerStrategy::WinnerReuse);
+        o.skip_voting = false;
         assert!(!o.ends_when_all_answered());
         o.defer_voting_until_all_answered = false;
         o.max_new_answers_per_agent = Some(1);
