@@ -196,3 +196,57 @@ async fn dropping_a_responses_stream_cancels_the_upstream_calls() {
     }
     panic!("the upstream call outlived the stream");
 }
+
+/// Issue 13: the client's answer bounds and format reach the presentation call upstream,
+/// never a coordination turn; a presenter that does not write the format gets exactly one
+/// corrective call, told what was wrong, then the door answers 502 `invalid_output`.
+#[tokio::test]
+async fn the_presentation_call_carries_the_clients_format_and_bounds() {
+    use massgen_core::provider::OutputFormat;
+    let a = member("a", "Four.", 0, "agent1");
+    let b = member("b", "Four!", 0, "agent1");
+    let app = app(&[("a", a.clone()), ("b", b.clone())]);
+    let (status, body) = post(
+        &app,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "2+2?"}], "max_tokens": 100,
+            "stop": ["END"], "response_format": {"type": "json_object"}}),
+    )
+    .await;
+    // The scripted presenter writes prose: never JSON.
+    assert_eq!(status, 502, "{body}");
+    assert_eq!(body["error"]["code"], "invalid_output");
+    let all: Vec<ProviderRequest> = a.requests().into_iter().chain(b.requests()).collect();
+    let (presentations, turns): (Vec<_>, Vec<_>) =
+        all.into_iter().partition(|r| r.tools.is_empty());
+    assert_eq!(presentations.len(), 2, "one call and one corrective call");
+    for p in &presentations {
+        assert_eq!(p.max_output_tokens, Some(100));
+        assert_eq!(p.stop, vec!["END".to_string()]);
+        // The first carries the format natively; a call that failed the check keeps it.
+        assert_eq!(p.output_format, Some(OutputFormat::JsonObject));
+    }
+    let corrective = presentations[1].messages[0].content.clone();
+    assert!(corrective.contains("it is not valid JSON"), "{corrective}");
+    for t in &turns {
+        assert_eq!((t.output_format.clone(), t.max_output_tokens), (None, None));
+        assert!(t.stop.is_empty());
+        // Told the format in words.
+        assert!(t.messages[0].content.contains("one JSON object"), "{t:?}");
+    }
+    // Above 8192 the client's limit stays the server's cut only.
+    let (status, _) = post(
+        &app,
+        "/v1/chat/completions",
+        json!({"messages": [{"role": "user", "content": "2+2?"}], "max_tokens": 9000}),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let last = a
+        .requests()
+        .into_iter()
+        .chain(b.requests())
+        .rfind(|r| r.tools.is_empty())
+        .unwrap();
+    assert_eq!(last.max_output_tokens, None);
+}

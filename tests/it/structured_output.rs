@@ -184,3 +184,102 @@ async fn unusable_formats_are_400s_naming_response_format() {
         assert_eq!(body["error"]["param"], "response_format", "{body}");
     }
 }
+
+/// `text` of the Responses output's message item.
+fn responses_text(body: &Value) -> String {
+    let items = body["output"].as_array().unwrap();
+    let message = items.iter().find(|i| i["type"] == "message").unwrap();
+    message["content"][0]["text"].as_str().unwrap().to_string()
+}
+
+/// `text` of the Messages response's text block.
+fn messages_text(body: &Value) -> String {
+    let blocks = body["content"].as_array().unwrap();
+    let text = blocks.iter().find(|b| b["type"] == "text").unwrap();
+    text["text"].as_str().unwrap().to_string()
+}
+
+async fn messages_post(url: &str, body: &Value) -> reqwest::Response {
+    crate::support::client()
+        .post(format!("{url}/v1/messages"))
+        .header("anthropic-version", "2023-06-01")
+        .json(body)
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_responses_and_messages_doors_take_their_own_format_fields() {
+    use crate::support::{parse_named_sse, post};
+    let s = setup("");
+    let url = &s.server.url;
+    let format = json!({"type": "json_schema", "name": "person", "strict": true,
+        "schema": person_schema()});
+    let ask_responses = |input: &str, stream: bool| json!({"model": "massgen", "input": input, "stream": stream, "text": {"format": format}});
+    let r = post(url, "/v1/responses", None, &ask_responses("Who?", false)).await;
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(
+        serde_json::from_str::<Value>(&responses_text(&body)).unwrap(),
+        person()
+    );
+    assert_eq!(body["text"]["format"]["name"], "person", "echoed");
+    let raw = post(url, "/v1/responses", None, &ask_responses("Who?", true))
+        .await
+        .text()
+        .await
+        .unwrap();
+    let (events, _) = parse_named_sse(&raw);
+    let done = events
+        .iter()
+        .find(|e| e.event == "response.completed")
+        .unwrap();
+    let text = responses_text(&done.data["response"]);
+    assert_eq!(serde_json::from_str::<Value>(&text).unwrap(), person());
+    let r = post(
+        url,
+        "/v1/responses",
+        None,
+        &ask_responses("Who? [sim:invalid_json]", false),
+    )
+    .await;
+    assert_eq!(r.status(), 502);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_output", "{body}");
+
+    let ask_messages = |content: &str, key: &str| {
+        let mut body = json!({"model": "massgen", "max_tokens": 1024,
+            "messages": [{"role": "user", "content": content}]});
+        body[key] = if key == "output_config" {
+            json!({"format": {"type": "json_schema", "schema": person_schema()}})
+        } else {
+            json!({"type": "json_schema", "schema": person_schema()})
+        };
+        body
+    };
+    for key in ["output_config", "output_format"] {
+        let r = messages_post(url, &ask_messages("Who?", key)).await;
+        assert_eq!(r.status(), 200, "{key}");
+        let body: Value = r.json().await.unwrap();
+        assert_eq!(
+            serde_json::from_str::<Value>(&messages_text(&body)).unwrap(),
+            person()
+        );
+    }
+    let r = messages_post(
+        url,
+        &ask_messages("Who? [sim:invalid_json]", "output_config"),
+    )
+    .await;
+    assert_eq!(r.status(), 502);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["type"], "error", "Anthropic's shape: {body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("requested response format"),
+        "{body}"
+    );
+}

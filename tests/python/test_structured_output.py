@@ -64,3 +64,11 @@ def test_chat_completions_retry_then_error(client):
         client.chat.completions.parse(model="massgen", messages=always, response_format=Person)
     assert caught.value.status_code == 502
     assert caught.value.body["code"] == "invalid_output"
+
+
+def test_responses_parse(client):
+    response = client.responses.parse(
+        model="massgen", input="Describe a typical user as a person record.", text_format=Person
+    )
+    assert response.output_parsed == EXPECTED
+    assert response.status == "completed"

@@ -15,6 +15,19 @@ pub fn estimate_tokens(text: &str) -> u64 {
     (text.chars().count() as u64).div_ceil(CHARS_PER_TOKEN)
 }
 
+/// Largest client token limit passed on to the presentation call upstream. Clients send
+/// large values as a matter of course (the Messages API requires one; Claude Code sends
+/// 32000), and one above the presenter's own output limit would make its upstream refuse
+/// the call. Every current model writes at least this many; above it only the server's cut
+/// applies.
+pub const UPSTREAM_MAX_TOKENS: u64 = 8192;
+
+/// The client's limit as the presentation call's, when it is at most
+/// [`UPSTREAM_MAX_TOKENS`].
+pub fn upstream_cap(max_tokens: Option<u64>) -> Option<u64> {
+    max_tokens.filter(|n| *n <= UPSTREAM_MAX_TOKENS)
+}
+
 /// Why the answer was cut.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cut {

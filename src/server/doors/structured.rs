@@ -61,6 +61,23 @@ pub fn json_schema(
     })
 }
 
+/// A `json_schema` format from an object with OpenAI's keys (`name`, `description`,
+/// `schema`, `strict`): Chat Completions' `response_format.json_schema`, Responses'
+/// `text.format`.
+pub fn openai_spec(
+    spec: &serde_json::Map<String, Value>,
+    param: &'static str,
+) -> Result<OutputFormat, ApiError> {
+    let text = |key: &str| spec.get(key).and_then(Value::as_str);
+    json_schema(
+        text("name"),
+        text("description"),
+        spec.get("schema"),
+        spec.get("strict").and_then(Value::as_bool).unwrap_or(false),
+        param,
+    )
+}
+
 /// The format with its check, for the session.
 pub fn output(format: OutputFormat, streamed: bool) -> Result<StructuredOutput, ApiError> {
     let validator = match &format {

@@ -12,8 +12,8 @@ use crate::config::DeliberationFormat;
 use crate::server::doors::conversation;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, optional_bool, optional_count, type_error, unsupported};
-use crate::server::doors::structured;
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
+use crate::server::doors::{limit, structured};
 use crate::server::error::ApiError;
 
 /// The parts of a request the server uses.
@@ -61,7 +61,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
     };
     let stop = parse::stops(&obj, "stop", MAX_STOPS, true)?;
     input.answer_bounds = AnswerBounds {
-        max_output_tokens: max_tokens,
+        max_output_tokens: limit::upstream_cap(max_tokens),
         stop: stop.clone(),
     };
     input.output = response_format(&obj)?
@@ -97,15 +97,7 @@ fn response_format(obj: &Map<String, Value>) -> Result<Option<OutputFormat>, Api
             let Some(Value::Object(spec)) = format.get("json_schema") else {
                 return Err(type_error("response_format.json_schema", "an object"));
             };
-            let text = |key: &str| spec.get(key).and_then(Value::as_str);
-            structured::json_schema(
-                text("name"),
-                text("description"),
-                spec.get("schema"),
-                spec.get("strict").and_then(Value::as_bool).unwrap_or(false),
-                PARAM,
-            )
-            .map(Some)
+            structured::openai_spec(spec, PARAM).map(Some)
         }
         _ => Err(ApiError::invalid(
             "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"",

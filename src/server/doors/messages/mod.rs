@@ -16,11 +16,13 @@ use axum::response::{IntoResponse, Response};
 use serde_json::{Map, Value, json};
 
 use super::conversation;
-use super::limit::{AnswerLimit, estimate_tokens};
+use super::limit::{self, AnswerLimit, estimate_tokens};
 use super::metadata::metadata_json;
 use super::session::{self, Ask, Beat, Incoming, Opened, Step, Steps};
+use super::structured;
 use crate::server::error::ApiError;
 use crate::server::sse;
+use massgen_core::coordination::AnswerBounds;
 use render::{Header, Live};
 use request::MessagesRequest;
 
@@ -35,12 +37,21 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         body,
     } = incoming;
     let request = request::parse(&body, true)?;
-    let input = conversation::session_input(
+    let mut input = conversation::session_input(
         request.system.clone(),
         request.messages.clone(),
         request.tools.clone(),
         "messages",
     )?;
+    input.answer_bounds = AnswerBounds {
+        max_output_tokens: limit::upstream_cap(Some(request.max_tokens)),
+        stop: request.stop_sequences.clone(),
+    };
+    input.output = request
+        .output
+        .clone()
+        .map(|format| structured::output(format, request.stream))
+        .transpose()?;
     let mut metadata = Map::new();
     if let Some(user) = &request.user_id {
         metadata.insert("user_id".into(), Value::String(user.clone()));

@@ -2,15 +2,16 @@
 //! and the SDK send more than a panel can use (`cache_control` anywhere, echoed `thinking`
 //! blocks, `thinking`, `context_management`, `output_config`, sampling settings), strict
 //! where ignoring a field would change the answer (images and documents, Anthropic's own
-//! server and client tool types, MCP connectors, structured outputs).
+//! server and client tool types, MCP connectors).
 
 use massgen_core::coordination::ClientTools;
-use massgen_core::provider::{Message, ToolCall, ToolChoice};
+use massgen_core::provider::{Message, OutputFormat, ToolCall, ToolChoice};
 use serde_json::{Map, Value};
 
 use crate::app::Overrides;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, optional_bool, optional_count, type_error};
+use crate::server::doors::structured;
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::error::ApiError;
 
@@ -35,6 +36,8 @@ pub struct MessagesRequest {
     pub stop_sequences: Vec<String>,
     /// `metadata.user_id`, kept with the session record.
     pub user_id: Option<String>,
+    /// Structured outputs (`output_config.format`).
+    pub output: Option<OutputFormat>,
 }
 
 /// `count_tokens` takes the same body without `max_tokens` (`needs_max_tokens: false`).
@@ -50,20 +53,7 @@ pub fn parse(body: &[u8], needs_max_tokens: bool) -> Result<MessagesRequest, Api
             "'mcp_servers' (the MCP connector) is not supported: the panel's agents use the MCP servers of their own config",
         ));
     }
-    // Structured outputs (`output_format`, since moved to `output_config.format`): a
-    // panel's answer is plain text. The rest of `output_config` (Claude Code's `effort`)
-    // is a model setting, owned by the panel config.
-    let structured = obj.get("output_format").is_some_and(|v| !v.is_null())
-        || obj
-            .get("output_config")
-            .and_then(|c| c.get("format"))
-            .is_some_and(|v| !v.is_null());
-    if structured {
-        return Err(parse::unsupported(
-            "output_config.format",
-            "structured outputs ('output_config.format', 'output_format') are not supported; only plain text answers",
-        ));
-    }
+    let output = output_format(&obj)?;
     let max_tokens = match optional_count(&obj, "max_tokens")? {
         Some(n) => n,
         None if !needs_max_tokens => u64::MAX,
@@ -90,7 +80,44 @@ pub fn parse(body: &[u8], needs_max_tokens: bool) -> Result<MessagesRequest, Api
         max_tokens,
         stop_sequences: parse::stops(&obj, "stop_sequences", MAX_STOP_SEQUENCES, false)?,
         user_id: parse_user_id(obj.get("metadata"))?,
+        output,
     })
+}
+
+/// Structured outputs: `output_config.format` (GA), or the beta's top-level
+/// `output_format` (with `anthropic-beta: structured-outputs-2025-11-13`, which, like
+/// every beta header, is accepted and not needed), `{"type": "json_schema", "schema"}`.
+/// The rest of `output_config` (Claude Code's `effort`) is a model setting, owned by the
+/// panel config.
+fn output_format(obj: &Map<String, Value>) -> Result<Option<OutputFormat>, ApiError> {
+    let (param, format) = match obj.get("output_config").and_then(|c| c.get("format")) {
+        Some(f) if !f.is_null() => ("output_config.format", f),
+        _ => match obj.get("output_format") {
+            Some(f) if !f.is_null() => ("output_format", f),
+            _ => return Ok(None),
+        },
+    };
+    let Value::Object(format) = format else {
+        return Err(type_error(param, "an object"));
+    };
+    if format.get("type").and_then(Value::as_str) != Some("json_schema") {
+        return Err(ApiError::invalid(
+            format!("'{param}.type' must be \"json_schema\""),
+            Some(param),
+            "invalid_value",
+        ));
+    }
+    // Anthropic's format has no name: the schema's title, if any, names it upstream.
+    let name = format
+        .get("schema")
+        .and_then(|s| s.get("title"))
+        .and_then(Value::as_str)
+        .filter(|t| {
+            !t.is_empty()
+                && t.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+        });
+    structured::json_schema(name, None, format.get("schema"), false, param).map(Some)
 }
 
 /// `system`: a string or text blocks.
@@ -460,12 +487,17 @@ mod tests {
         assert_eq!(
             code(json!({"max_tokens": 10, "messages": msgs,
                 "output_config": {"format": {"type": "json_schema", "schema": {}}}})),
-            "unsupported_parameter"
+            "ok"
         );
         assert_eq!(
             code(json!({"max_tokens": 10, "messages": msgs,
-                "output_format": {"type": "json_schema", "schema": {}}})),
-            "unsupported_parameter"
+                "output_format": {"type": "json_schema", "schema": {"type": 3}}})),
+            "invalid_value"
+        );
+        assert_eq!(
+            code(json!({"max_tokens": 10, "messages": msgs,
+                "output_config": {"format": {"type": "json_object"}}})),
+            "invalid_value"
         );
         assert_eq!(
             code(json!({"max_tokens": 10, "messages": msgs, "stop_sequences": [""]})),

@@ -19,9 +19,10 @@ use axum::response::{IntoResponse, Response};
 use massgen_core::provider::{Message, ToolCall};
 
 use super::conversation;
-use super::limit::AnswerLimit;
+use super::limit::{self, AnswerLimit};
 use super::metadata::metadata_json;
 use super::session::{self, Ask, Beat, Incoming, Opened, Step, Steps};
+use super::structured;
 use crate::app::{Caller, Sessions};
 use crate::server::AppState;
 use crate::server::error::{ApiError, PathId};
@@ -49,12 +50,18 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         .cloned()
         .chain(system.iter().cloned())
         .collect();
-    let input = conversation::session_input(
+    let mut input = conversation::session_input(
         session_system,
         messages.clone(),
         request.tools.clone(),
         "input",
     )?;
+    input.answer_bounds.max_output_tokens = limit::upstream_cap(request.max_output_tokens);
+    input.output = request
+        .output
+        .clone()
+        .map(|format| structured::output(format, request.stream))
+        .transpose()?;
     let Opened { id, created, steps } = session::open(
         &state,
         Ask {
@@ -74,6 +81,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         model: request.model.clone(),
         instructions: request.instructions.clone(),
         max_output_tokens: request.max_output_tokens,
+        text: request.text.clone(),
         previous_response_id: request.previous_response_id.clone(),
         store: request.store,
         tools: request.tools_json.clone(),

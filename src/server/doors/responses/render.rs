@@ -22,6 +22,8 @@ pub struct Envelope {
     pub model: String,
     pub instructions: Option<String>,
     pub max_output_tokens: Option<u64>,
+    /// The request's `text` (its format), echoed.
+    pub text: Value,
     pub previous_response_id: Option<String>,
     pub store: bool,
     pub tools: Vec<Value>,
@@ -57,7 +59,7 @@ impl Envelope {
             "reasoning": {"effort": null, "summary": null},
             "store": self.store,
             "temperature": null,
-            "text": {"format": {"type": "text"}},
+            "text": self.text,
             "tool_choice": self.tool_choice,
             "tools": self.tools,
             "top_p": null,

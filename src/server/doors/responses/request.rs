@@ -1,17 +1,18 @@
 //! Parsing a Responses API request (`POST /v1/responses`). Lenient where OpenAI's own
 //! clients send more than a panel can use (Codex's hosted and grammar tools, echoed
 //! reasoning items, item ids, sampling settings), strict where ignoring a field would
-//! change the answer (structured output formats, background mode, stored prompts).
+//! change the answer (background mode, stored prompts, log probabilities).
 
 use massgen_core::coordination::ClientTools;
-use massgen_core::provider::{Message, Role, ToolCall, ToolChoice};
-use serde_json::{Map, Value};
+use massgen_core::provider::{Message, OutputFormat, Role, ToolCall, ToolChoice};
+use serde_json::{Map, Value, json};
 
 use crate::app::Overrides;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{
     self, optional_bool, optional_count, optional_str, type_error, unsupported,
 };
+use crate::server::doors::structured;
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::error::ApiError;
 
@@ -48,6 +49,10 @@ pub struct ResponsesRequest {
     pub tools_json: Vec<Value>,
     pub tool_choice_json: Value,
     pub max_output_tokens: Option<u64>,
+    /// `text.format` when it asks for JSON.
+    pub output: Option<OutputFormat>,
+    /// The `text` object echoed in the response.
+    pub text: Value,
     pub previous_response_id: Option<String>,
     pub metadata: Map<String, Value>,
 }
@@ -57,7 +62,10 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
     refuse_unsupported(&obj)?;
     let (tools, tools_json) = parse_tools(&obj)?;
     let (system, messages) = parse_input(obj.get("input"))?;
+    let (output, text) = text_format(&obj)?;
     Ok(ResponsesRequest {
+        output,
+        text,
         model: parse::model(&obj)?,
         stream: optional_bool(&obj, "stream")?.unwrap_or(false),
         store: optional_bool(&obj, "store")?.unwrap_or(true),
@@ -113,18 +121,37 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
             "log probabilities are not supported: the answer comes from several models",
         ));
     }
-    let format = obj
-        .get("text")
-        .and_then(|t| t.get("format"))
-        .and_then(|f| f.get("type"))
-        .and_then(Value::as_str);
-    if let Some(kind) = format.filter(|k| *k != "text") {
-        return Err(unsupported(
-            "text.format",
-            &format!("'text.format' of type '{kind}' is not supported; only plain text answers"),
-        ));
-    }
     Ok(())
+}
+
+/// `text.format`: `text` (or none), `json_object`, or `json_schema` with `name`,
+/// `description`, `schema` and `strict` beside `type`. Returns the format and the `text`
+/// object to echo.
+fn text_format(obj: &Map<String, Value>) -> Result<(Option<OutputFormat>, Value), ApiError> {
+    const PARAM: &str = "text.format";
+    let plain = json!({"format": {"type": "text"}});
+    let format = match obj.get("text") {
+        None | Some(Value::Null) => return Ok((None, plain)),
+        Some(Value::Object(text)) => match text.get("format") {
+            None | Some(Value::Null) => return Ok((None, plain)),
+            Some(Value::Object(format)) => format,
+            Some(_) => return Err(type_error(PARAM, "an object")),
+        },
+        Some(_) => return Err(type_error("text", "an object")),
+    };
+    let parsed = match format.get("type").and_then(Value::as_str) {
+        Some("text") => None,
+        Some("json_object") => Some(OutputFormat::JsonObject),
+        Some("json_schema") => Some(structured::openai_spec(format, PARAM)?),
+        _ => {
+            return Err(ApiError::invalid(
+                "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\"",
+                Some(PARAM),
+                "invalid_value",
+            ));
+        }
+    };
+    Ok((parsed, json!({"format": format})))
 }
 
 /// `tools`, `tool_choice` and `parallel_tool_calls`: function tools in the Responses shape
@@ -422,8 +449,13 @@ mod tests {
         );
         assert_eq!(
             code(json!({"input": "x", "text": {"format": {"type": "json_schema"}}})),
-            "unsupported_parameter"
+            "invalid_value"
         );
+        let req = parse_json(json!({"input": "x", "text": {"verbosity": "low",
+            "format": {"type": "json_schema", "name": "n", "schema": {"type": "object"}}}}))
+        .unwrap();
+        assert!(matches!(req.output, Some(OutputFormat::JsonSchema { .. })));
+        assert_eq!(req.text["format"]["name"], "n");
         assert_eq!(
             code(json!({"input": "x", "tools": [{"type": "file_search"}]})),
             "invalid_value"
