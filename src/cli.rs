@@ -108,6 +108,10 @@ pub struct ServeArgs {
     /// base URLs; never new ones)
     #[arg(long, env = "MASSGEN_SERVER_ALLOW_REQUEST_PANELS", value_parser = Switch)]
     pub allow_request_panels: bool,
+    /// Let a request's `temperature`, `top_p` and `seed` override every agent's config
+    /// (otherwise they are ignored)
+    #[arg(long, env = "MASSGEN_SERVER_ALLOW_REQUEST_SAMPLING", value_parser = Switch)]
+    pub allow_request_sampling: bool,
     /// Period of SSE keep-alive comments [default: 15]
     #[arg(long, value_name = "N", value_parser = Number::<u64>::new())]
     pub keepalive_seconds: Option<u64>,
@@ -271,6 +275,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
             .allow_model_override
             .unwrap_or(defaults.allow_model_override),
         allow_request_panels: args.allow_request_panels,
+        allow_request_sampling: args.allow_request_sampling,
         shutdown_grace: args
             .shutdown_grace_seconds
             .map_or(defaults.shutdown_grace, Duration::from_secs),

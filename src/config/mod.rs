@@ -103,6 +103,9 @@ pub struct ServerSettings {
     /// `"massgen": {"models": [...]}`: a request may choose its panel's models among the
     /// providers the server's configs already use (off unless the operator allows it).
     pub allow_request_panels: bool,
+    /// A request's `temperature`, `top_p` and `seed` go to every agent's calls, over its
+    /// config (off unless the operator allows it: the panel's settings are the operator's).
+    pub allow_request_sampling: bool,
     /// How long running sessions may go on after a shutdown signal.
     pub shutdown_grace: Duration,
     /// Log prompt and answer text.
@@ -159,6 +162,7 @@ impl Default for ServerSettings {
             allow_config_paths: false,
             allow_model_override: true,
             allow_request_panels: false,
+            allow_request_sampling: false,
             shutdown_grace: Duration::from_secs(30),
             debug: false,
             default_model: None,

@@ -54,6 +54,10 @@ fn defaults_without_flags_or_env() {
             !plan.settings.allow_request_panels,
             "massgen.models is off by default"
         );
+        assert!(
+            !plan.settings.allow_request_sampling,
+            "request sampling is off by default"
+        );
         assert_eq!(plan.default_config, None);
         assert_eq!(plan.configs_dir, None);
         assert!(!plan.demo);
@@ -72,6 +76,7 @@ fn env_fallbacks_apply() {
         ("MASSGEN_SERVER_ALLOW_CONFIG_PATHS", "1"),
         ("MASSGEN_SERVER_ALLOW_MODEL_OVERRIDE", "off"),
         ("MASSGEN_SERVER_ALLOW_REQUEST_PANELS", "true"),
+        ("MASSGEN_SERVER_ALLOW_REQUEST_SAMPLING", "1"),
     ];
     in_child_env("cli::env_fallbacks_apply", &e, || {
         let plan = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
@@ -82,6 +87,7 @@ fn env_fallbacks_apply() {
         assert!(plan.settings.allow_config_paths);
         assert!(!plan.settings.allow_model_override);
         assert!(plan.settings.allow_request_panels);
+        assert!(plan.settings.allow_request_sampling);
         assert_eq!(plan.default_config, Some(PathBuf::from("team.yaml")));
         assert_eq!(plan.configs_dir, Some(PathBuf::from("configs")));
     });

@@ -37,6 +37,10 @@ impl ProviderFactory for ByAgent {
 }
 
 fn app(agents: &[(&str, Scripted)]) -> axum::Router {
+    app_with(agents, ServerSettings::default())
+}
+
+fn app_with(agents: &[(&str, Scripted)], settings: ServerSettings) -> axum::Router {
     let panel = PanelConfig {
         name: "scripted".into(),
         source: PathBuf::from("scripted.yaml"),
@@ -72,7 +76,7 @@ fn app(agents: &[(&str, Scripted)]) -> axum::Router {
     );
     router(AppState::with_clock(
         catalog,
-        ServerSettings::default(),
+        settings,
         Arc::new(providers),
         Arc::new(ToolRegistry::new(Arc::new(RmcpConnector))),
         Arc::new(|_: &str| None),
@@ -249,4 +253,59 @@ async fn the_presentation_call_carries_the_clients_format_and_bounds() {
         .rfind(|r| r.tools.is_empty())
         .unwrap();
     assert_eq!(last.max_output_tokens, None);
+}
+
+/// Issue 13: `temperature`, `top_p` and `seed` reach every call of every agent (turns and
+/// presentation) only where the operator allows it; otherwise they are ignored.
+#[tokio::test]
+async fn sampling_settings_reach_every_call_only_when_the_operator_allows_it() {
+    use massgen_core::provider::Sampling;
+    let body = json!({"messages": [{"role": "user", "content": "2+2?"}],
+        "temperature": 0.25, "top_p": 0.5, "seed": 42});
+    let wanted = Sampling {
+        temperature: Some(0.25),
+        top_p: Some(0.5),
+        seed: Some(42),
+    };
+    for (allowed, expect) in [(false, Sampling::default()), (true, wanted)] {
+        let a = member("a", "Four.", 0, "agent1");
+        let b = member("b", "Four!", 0, "agent1");
+        let settings = ServerSettings {
+            allow_request_sampling: allowed,
+            ..ServerSettings::default()
+        };
+        let app = app_with(&[("a", a.clone()), ("b", b.clone())], settings);
+        for path in ["/v1/chat/completions", "/v1/responses", "/v1/messages"] {
+            let mut body = body.clone();
+            if path == "/v1/responses" {
+                body["input"] = json!("2+2?");
+            }
+            if path == "/v1/messages" {
+                body["max_tokens"] = json!(64);
+            }
+            let (status, response) = post(&app, path, body).await;
+            assert_eq!(status, 200, "{path}: {response}");
+        }
+        let all: Vec<ProviderRequest> = a.requests().into_iter().chain(b.requests()).collect();
+        assert!(
+            all.iter().any(|r| r.tools.is_empty()),
+            "a presentation call"
+        );
+        for r in &all {
+            assert_eq!(r.sampling, expect, "allowed: {allowed}");
+        }
+    }
+    // Out of range or of the wrong type: a 400 naming the field, allowed or not.
+    let app = app(&[("a", member("a", "x", 0, "agent1"))]);
+    for (field, value) in [
+        ("temperature", json!(3)),
+        ("top_p", json!(-0.1)),
+        ("seed", json!("7")),
+    ] {
+        let mut body = body.clone();
+        body[field] = value;
+        let (status, response) = post(&app, "/v1/chat/completions", body).await;
+        assert_eq!(status, 400, "{field}");
+        assert_eq!(response["error"]["param"], field);
+    }
 }

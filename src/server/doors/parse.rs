@@ -5,6 +5,7 @@
 use serde_json::{Map, Value};
 
 use massgen_core::coordination::Quorum;
+use massgen_core::provider::Sampling;
 
 use super::narrate::Deliberation;
 use crate::app::Overrides;
@@ -33,6 +34,31 @@ pub fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
 /// A field whose meaning a panel cannot honour (400 `unsupported_parameter`).
 pub fn unsupported(param: &'static str, message: &str) -> ApiError {
     ApiError::invalid(message, Some(param), "unsupported_parameter")
+}
+
+/// `temperature` (0 to 2), `top_p` (0 to 1) and `seed` (an integer): used only where the
+/// operator lets requests set them (see `session::open`), but checked always.
+pub fn sampling(obj: &Map<String, Value>) -> Result<Sampling, ApiError> {
+    let number = |key: &'static str, max: f64| match obj.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => match v.as_f64().filter(|n| (0.0..=max).contains(n)) {
+            Some(n) => Ok(Some(n)),
+            None => Err(ApiError::invalid(
+                format!("'{key}' must be a number from 0 to {max}"),
+                Some(key),
+                "invalid_value",
+            )),
+        },
+    };
+    let seed = match obj.get("seed") {
+        None | Some(Value::Null) => None,
+        Some(v) => Some(v.as_i64().ok_or_else(|| type_error("seed", "an integer"))?),
+    };
+    Ok(Sampling {
+        temperature: number("temperature", 2.0)?,
+        top_p: number("top_p", 1.0)?,
+        seed,
+    })
 }
 
 /// Longest stop sequence (each is searched in the streamed answer).

@@ -13,7 +13,7 @@ use axum::response::Response;
 use massgen_core::coordination::{
     EventKind, SessionError, SessionErrorKind, SessionEvent, SessionInput, SessionSummary,
 };
-use massgen_core::provider::ToolCall;
+use massgen_core::provider::{Sampling, ToolCall};
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::SendTimeoutError;
 use tokio_util::sync::DropGuard;
@@ -135,7 +135,12 @@ pub struct Opened {
 }
 
 /// Resolves the panel for `ask.model`, takes a session slot and starts the session.
-pub fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
+pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
+    if !state.settings.allow_request_sampling {
+        // Ignored, not refused: most clients send `temperature` by default (LangChain,
+        // LiteLLM, the Agents SDK), and the panel's settings are the operator's.
+        ask.input.sampling = Sampling::default();
+    }
     let mut panel = routing::resolve(
         ask.route_as.as_deref().unwrap_or(&ask.model),
         &state.catalog,

@@ -64,6 +64,7 @@ pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
         max_output_tokens: limit::upstream_cap(max_tokens),
         stop: stop.clone(),
     };
+    input.sampling = parse::sampling(&obj)?;
     input.output = response_format(&obj)?
         .map(|format| structured::output(format, stream))
         .transpose()?;
@@ -129,6 +130,16 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
         .is_some_and(|m| m.iter().any(|m| m.as_str() == Some("audio")));
     if audio_out || present("audio") {
         return Err(unsupported("audio", "audio output is not supported"));
+    }
+    for legacy in ["functions", "function_call"] {
+        if present(legacy) {
+            return Err(unsupported(
+                legacy,
+                &format!(
+                    "the legacy '{legacy}' field is not supported: send 'tools' and 'tool_choice'"
+                ),
+            ));
+        }
     }
     if present("web_search_options") {
         return Err(unsupported(
@@ -354,6 +365,8 @@ mod tests {
             json!({"modalities": ["text", "audio"]}),
             json!({"audio": {"voice": "alloy", "format": "wav"}}),
             json!({"web_search_options": {}}),
+            json!({"functions": [{"name": "f", "parameters": {}}]}),
+            json!({"function_call": "auto"}),
         ] {
             assert_eq!(code(refused.clone()), "unsupported_parameter", "{refused}");
         }

@@ -47,6 +47,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         max_output_tokens: limit::upstream_cap(Some(request.max_tokens)),
         stop: request.stop_sequences.clone(),
     };
+    input.sampling = request.sampling;
     input.output = request
         .output
         .clone()

@@ -5,7 +5,7 @@
 //! server and client tool types, MCP connectors).
 
 use massgen_core::coordination::ClientTools;
-use massgen_core::provider::{Message, OutputFormat, ToolCall, ToolChoice};
+use massgen_core::provider::{Message, OutputFormat, Sampling, ToolCall, ToolChoice};
 use serde_json::{Map, Value};
 
 use crate::app::Overrides;
@@ -38,6 +38,7 @@ pub struct MessagesRequest {
     pub user_id: Option<String>,
     /// Structured outputs (`output_config.format`).
     pub output: Option<OutputFormat>,
+    pub sampling: Sampling,
 }
 
 /// `count_tokens` takes the same body without `max_tokens` (`needs_max_tokens: false`).
@@ -81,6 +82,7 @@ pub fn parse(body: &[u8], needs_max_tokens: bool) -> Result<MessagesRequest, Api
         stop_sequences: parse::stops(&obj, "stop_sequences", MAX_STOP_SEQUENCES, false)?,
         user_id: parse_user_id(obj.get("metadata"))?,
         output,
+        sampling: parse::sampling(&obj)?,
     })
 }
 

@@ -57,6 +57,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         "input",
     )?;
     input.answer_bounds.max_output_tokens = limit::upstream_cap(request.max_output_tokens);
+    input.sampling = request.sampling;
     input.output = request
         .output
         .clone()

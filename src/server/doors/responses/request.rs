@@ -4,7 +4,7 @@
 //! change the answer (background mode, stored prompts, log probabilities).
 
 use massgen_core::coordination::ClientTools;
-use massgen_core::provider::{Message, OutputFormat, Role, ToolCall, ToolChoice};
+use massgen_core::provider::{Message, OutputFormat, Role, Sampling, ToolCall, ToolChoice};
 use serde_json::{Map, Value, json};
 
 use crate::app::Overrides;
@@ -53,6 +53,7 @@ pub struct ResponsesRequest {
     pub output: Option<OutputFormat>,
     /// The `text` object echoed in the response.
     pub text: Value,
+    pub sampling: Sampling,
     pub previous_response_id: Option<String>,
     pub metadata: Map<String, Value>,
 }
@@ -66,6 +67,7 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
     Ok(ResponsesRequest {
         output,
         text,
+        sampling: parse::sampling(&obj)?,
         model: parse::model(&obj)?,
         stream: optional_bool(&obj, "stream")?.unwrap_or(false),
         store: optional_bool(&obj, "store")?.unwrap_or(true),
