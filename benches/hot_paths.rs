@@ -167,6 +167,7 @@ async fn session(agents: usize, options: OrchestratorOptions) -> usize {
                 provider: provider.clone(),
                 tools: None,
                 price: None,
+                vision: false,
             })
             .collect(),
         options,

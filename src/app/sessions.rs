@@ -184,6 +184,7 @@ impl Sessions {
                 provider: telemetry::instrument(provider, &agent.id, &tracker, meter),
                 tools: super::agent_tools(&self.tools, agent),
                 price: b.price,
+                vision: b.vision,
             });
         }
         if self.log_prompts {

@@ -22,7 +22,7 @@ use super::tools::TOOL_KEYS;
 use super::{BackendConfig, ConfigError};
 
 /// Backend keys the server itself interprets; everything else may become a param.
-const SERVER_KEYS: &[&str] = &["type", "model", "api_key", "base_url", "pricing"];
+const SERVER_KEYS: &[&str] = &["type", "model", "api_key", "base_url", "pricing", "vision"];
 
 /// Request fields the server sets itself: a config value would break the protocol.
 const REQUEST_OWNED_KEYS: &[&str] = &[
@@ -67,6 +67,9 @@ impl Cx<'_> {
         };
         let params = self.params(path, map, preset, &base_url)?;
         let price = self.pricing(path, map.get("pricing"), &model)?;
+        let vision = self
+            .boolean(map.get("vision"), &join(path, "vision"))?
+            .unwrap_or_else(|| super::default_vision(&model));
         Ok(BackendConfig {
             backend_type: preset.name.to_string(),
             model,
@@ -75,6 +78,7 @@ impl Cx<'_> {
             params,
             api_version,
             price,
+            vision,
         })
     }
 

@@ -29,6 +29,9 @@ pub fn demo_panel(mock_base_url: &str) -> PanelConfig {
             api_version: None,
             // The simulator charges nothing, and says so by having no price.
             price: None,
+            // The simulator takes images (and answers without looking at them), so the
+            // demo shows what a panel of seeing models does with them.
+            vision: true,
         },
         tools: None,
     };

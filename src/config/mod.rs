@@ -19,6 +19,7 @@ mod production;
 mod read;
 mod retry;
 mod tools;
+mod vision;
 mod yaml;
 
 pub use auto::{
@@ -29,6 +30,7 @@ pub use error::ConfigError;
 pub use load::{ConfigCheck, check_panel, load_catalog, load_panel, parse_panel, valid_panel_name};
 pub use production::ProductionSettings;
 pub use read::ConfigWarning;
+pub use vision::default_vision;
 
 /// Environment lookup seam: the process environment in production ([`process_env`]), a map in
 /// tests.
@@ -64,6 +66,8 @@ pub struct BackendConfig {
     pub api_version: Option<String>,
     /// What the model costs (`pricing`, else the built-in list price); `None`: unknown.
     pub price: Option<massgen_core::provider::Price>,
+    /// The model can see images (`vision`, else [`default_vision`] of the model).
+    pub vision: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]

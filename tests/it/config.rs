@@ -70,6 +70,39 @@ fn minimal_config_gets_defaults() {
 }
 
 #[test]
+fn vision_follows_the_model_family_unless_set() {
+    let panel = ok("
+agents:
+  - id: a
+    backend: {type: openai, model: gpt-4o-mini}
+  - id: b
+    backend: {type: groq, model: llama-3.3-70b-versatile}
+  - id: c
+    backend: {type: groq, model: llama-3.3-70b-versatile, vision: true}
+  - id: d
+    backend: {type: openai, model: gpt-4o, vision: \"false\"}
+");
+    let vision: Vec<bool> = panel.agents.iter().map(|a| a.backend.vision).collect();
+    assert_eq!(vision, [true, false, true, false]);
+    assert!(
+        panel
+            .agents
+            .iter()
+            .all(|a| !a.backend.params.contains_key("vision"))
+    );
+    fails(
+        "
+agents:
+  - id: a
+    backend: {type: openai, model: gpt-4o, vision: sometimes}
+",
+        &with_keys(),
+        "agents[0].backend.vision",
+        &["true or false"],
+    );
+}
+
+#[test]
 fn single_agent_form_and_generated_ids() {
     let panel = ok("
 agent:

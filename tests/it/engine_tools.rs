@@ -273,6 +273,7 @@ async fn a_follow_up_shows_the_calls_and_results() {
                 opaque: None,
             }],
             tool_call_id: None,
+            images: Vec::new(),
         },
         Message::tool_result("call_1", "18C, sunny"),
     ];

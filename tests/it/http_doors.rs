@@ -57,6 +57,7 @@ fn app_with(agents: &[(&str, Scripted)], settings: ServerSettings) -> axum::Rout
                     params: Default::default(),
                     api_version: None,
                     price: None,
+                    vision: false,
                 },
                 tools: None,
             })

@@ -92,7 +92,7 @@ async fn request_snapshots() {
     let p = provider(&format!("{url}/v1"), params, 1);
     let signature = json!({"anthropic": {"thinking": [
         {"type": "thinking", "thinking": "t", "signature": "sig"}]}});
-    let scenarios: [(&str, ProviderRequest); 4] = [
+    let scenarios: [(&str, ProviderRequest); 5] = [
         ("request_coordination", coordination_turn()),
         ("request_presentation", presentation_turn()),
         (
@@ -100,6 +100,7 @@ async fn request_snapshots() {
             history_with_tool_results(Some(signature)),
         ),
         ("request_system_messages", system_messages()),
+        ("request_images", images_turn()),
     ];
     for (name, request) in scenarios {
         let (_, error) = collect(p.stream(request)).await;
@@ -150,6 +151,7 @@ async fn thinking_blocks_round_trip_into_the_next_request() {
         content: o.text.clone(),
         tool_calls: o.calls.clone(),
         tool_call_id: None,
+        images: Vec::new(),
     });
     for call in &o.calls {
         request

@@ -65,6 +65,7 @@ async fn request_snapshots() {
             history_with_tool_results(None),
         ),
         ("request_system_messages", system_messages()),
+        ("request_images", images_turn()),
     ];
     for (name, request) in scenarios {
         let (_, error) = collect(p.stream(request)).await;

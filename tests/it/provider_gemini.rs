@@ -103,7 +103,7 @@ async fn request_snapshots() {
             "additionalProperties": false, "properties": {"q": {"type": ["string", "null"]}},
             "required": ["q"]}),
     });
-    let scenarios: [(&str, ProviderRequest); 5] = [
+    let scenarios: [(&str, ProviderRequest); 6] = [
         ("request_coordination", coordination_turn()),
         ("request_presentation", presentation_turn()),
         (
@@ -111,6 +111,7 @@ async fn request_snapshots() {
             history_with_tool_results(Some(opaque)),
         ),
         ("request_system_messages", system_messages()),
+        ("request_images", images_turn()),
         ("request_schema_subset", strict_tools),
     ];
     for (name, request) in scenarios {
@@ -135,6 +136,7 @@ async fn thought_signatures_round_trip() {
         content: String::new(),
         tool_calls: o.calls.clone(),
         tool_call_id: None,
+        images: Vec::new(),
     });
     request
         .messages
@@ -173,6 +175,7 @@ async fn upstream_call_ids_round_trip() {
         content: String::new(),
         tool_calls: o.calls.clone(),
         tool_call_id: None,
+        images: Vec::new(),
     });
     request
         .messages

@@ -89,7 +89,7 @@ async fn request_snapshots() {
     let p = provider(&format!("{url}/v1"), params, 1);
     let opaque = json!({"responses": {"item_id": "fc_9", "reasoning": [
         {"id": "rs_9", "type": "reasoning", "summary": []}]}});
-    let scenarios: [(&str, ProviderRequest); 4] = [
+    let scenarios: [(&str, ProviderRequest); 5] = [
         ("request_coordination", coordination_turn()),
         ("request_presentation", presentation_turn()),
         (
@@ -97,6 +97,7 @@ async fn request_snapshots() {
             history_with_tool_results(Some(opaque)),
         ),
         ("request_system_messages", system_messages()),
+        ("request_images", images_turn()),
     ];
     for (name, request) in scenarios {
         let (_, error) = collect(p.stream(request)).await;
@@ -145,6 +146,7 @@ async fn reasoning_items_round_trip() {
         content: String::new(),
         tool_calls: o.calls.clone(),
         tool_call_id: None,
+        images: Vec::new(),
     });
     request
         .messages

@@ -33,6 +33,53 @@ pub struct Message {
     /// For `Role::Tool`: the id of the call this message answers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Images attached to a user message, shown after its text (wire formats send them
+    /// in their native form; only models that can see images get them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<Image>,
+}
+
+/// An image the client attached. Doors check it (scheme, media type, size) before it gets
+/// here, so wire formats render it as it is.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    pub source: ImageSource,
+    /// OpenAI's `detail` (`low`, `high`, `auto`); the other wire formats have no such
+    /// setting and leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub detail: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ImageSource {
+    /// The image's bytes, base64 (standard alphabet, padded). Shared: every agent's turn
+    /// carries the same images, and a copy per turn would multiply the largest part of a
+    /// request.
+    Base64 {
+        media_type: String,
+        data: std::sync::Arc<str>,
+    },
+    /// An `https` URL the upstream fetches itself.
+    Url { url: String },
+}
+
+impl Image {
+    /// The image as a URL: a `data:` URL for bytes (OpenAI's formats take both kinds).
+    pub fn url(&self) -> String {
+        match &self.source {
+            ImageSource::Base64 { media_type, data } => format!("data:{media_type};base64,{data}"),
+            ImageSource::Url { url } => url.clone(),
+        }
+    }
+
+    /// Bytes this image holds in memory (its base64 text or its URL).
+    pub fn size(&self) -> usize {
+        match &self.source {
+            ImageSource::Base64 { media_type, data } => media_type.len() + data.len(),
+            ImageSource::Url { url } => url.len(),
+        }
+    }
 }
 
 impl Message {
@@ -51,6 +98,7 @@ impl Message {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: Some(call_id.into()),
+            images: Vec::new(),
         }
     }
     fn text(role: Role, content: impl Into<String>) -> Self {
@@ -59,6 +107,7 @@ impl Message {
             content: content.into(),
             tool_calls: Vec::new(),
             tool_call_id: None,
+            images: Vec::new(),
         }
     }
 }

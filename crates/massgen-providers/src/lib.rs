@@ -30,9 +30,9 @@ mod upstream;
 /// The neutral types every wire format speaks, re-exported from `massgen-core` so a user
 /// of this crate needs one import path.
 pub use massgen_core::provider::{
-    ChunkStream, FinishReason, Message, OutputFormat, Price, Provider, ProviderChunk,
-    ProviderError, ProviderErrorKind, ProviderRequest, Role, Sampling, ToolCall, ToolChoice,
-    ToolSpec, Usage,
+    ChunkStream, FinishReason, Image, ImageSource, Message, OutputFormat, Price, Provider,
+    ProviderChunk, ProviderError, ProviderErrorKind, ProviderRequest, Role, Sampling, ToolCall,
+    ToolChoice, ToolSpec, Usage,
 };
 
 pub use client::http_client;

@@ -61,6 +61,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
     let mut cost = Cost::default();
     let mut first_answer_ms = None;
     let mut budget = Value::Null;
+    let mut images = Value::Null;
     for event in &events {
         let SessionEvent { at_ms, kind, .. } = &**event;
         match kind {
@@ -150,6 +151,13 @@ pub fn record_json(record: &SessionRecord) -> Value {
                         "duration_ms": duration_ms, "error": error,
                     }));
             }
+            EventKind::ImagesShown {
+                images: count,
+                seen_by,
+                not_seen_by,
+            } => {
+                images = json!({"count": count, "seen_by": seen_by, "not_seen_by": not_seen_by});
+            }
             EventKind::BudgetExhausted {
                 spent_usd,
                 max_cost_usd,
@@ -209,6 +217,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
         "usage": usage,
         "cost_usd": cost.0,
         "budget_exhausted": budget,
+        "images": images,
         "timings": {
             "started_at_ms": started_ms,
             "first_answer_at_ms": first_answer_ms,

@@ -5,6 +5,7 @@
 use massgen_core::coordination::{ClientTools, SessionInput};
 use massgen_core::provider::{Message, Role};
 
+use super::images;
 use crate::server::error::ApiError;
 
 /// `param` names the request field the messages came from (`messages`, `input`), for
@@ -15,6 +16,7 @@ pub fn session_input(
     tools: ClientTools,
     param: &'static str,
 ) -> Result<SessionInput, ApiError> {
+    images::check_count(&messages).map_err(|r| r.at(param, &format!("'{param}'")))?;
     let Some(last_user) = messages.iter().rposition(|m| m.role == Role::User) else {
         return Err(ApiError::invalid(
             format!("'{param}' must contain a user message"),
@@ -34,8 +36,9 @@ pub fn session_input(
         messages.extend(after);
         Vec::new()
     };
-    let question = messages.remove(last_user).content;
-    if question.trim().is_empty() {
+    let question = messages.remove(last_user);
+    let (question, question_images) = (question.content, question.images);
+    if question.trim().is_empty() && question_images.is_empty() {
         return Err(ApiError::invalid(
             "The last user message is empty",
             Some(param),
@@ -46,6 +49,7 @@ pub fn session_input(
     Ok(SessionInput {
         history: messages,
         question,
+        question_images,
         extra_system,
         followup,
         tools,

@@ -3,8 +3,9 @@
 //! and error shape. No door uses another's types; what they share is door-neutral:
 //! [`session`] (body, parse → resolve → start, the events as steps), [`narrate`] (the
 //! deliberation as text), [`conversation`] (messages → session input), [`tools`] (client
-//! tool checks), [`limit`] (answer bounds), [`structured`] (response formats and their check), [`parse`] and
-//! [`metadata`]; and the server's [`sse`](super::sse)
+//! tool checks), [`images`] (image checks and limits), [`limit`] (answer bounds),
+//! [`structured`] (response formats and their check), [`parse`] and [`metadata`]; and the
+//! server's [`sse`](super::sse)
 //! frames.
 
 pub mod chat_completions;
@@ -12,6 +13,7 @@ pub mod messages;
 pub mod responses;
 
 pub mod conversation;
+pub mod images;
 pub mod limit;
 pub mod metadata;
 pub mod narrate;

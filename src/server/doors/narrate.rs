@@ -3,7 +3,7 @@
 //! lines in its own idiom (`reasoning_content`, a reasoning summary, a thinking block).
 
 use massgen_core::coordination::client_tools::describe_calls;
-use massgen_core::coordination::{AnswerContent, ConsensusReason, EventKind};
+use massgen_core::coordination::{AgentRef, AnswerContent, ConsensusReason, EventKind};
 
 /// How much of the deliberation the client sees (`massgen.deliberation`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,6 +69,30 @@ fn summary_line(event: &EventKind) -> Option<String> {
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
+        EventKind::ImagesShown {
+            images,
+            seen_by,
+            not_seen_by,
+        } => {
+            let labels = |list: &[AgentRef]| {
+                list.iter()
+                    .map(|a| a.label.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            };
+            let plural = if *images == 1 { "image" } else { "images" };
+            match (seen_by.is_empty(), not_seen_by.is_empty()) {
+                (_, true) => format!("[massgen] {images} {plural} shown to every agent"),
+                (true, _) => format!(
+                    "[massgen] {images} {plural} attached, but no agent can see images: they were told an image was there"
+                ),
+                _ => format!(
+                    "[massgen] {images} {plural} shown to {}; {} cannot see images and were told an image was there",
+                    labels(seen_by),
+                    labels(not_seen_by)
+                ),
+            }
+        }
         EventKind::Answer { answer } => match &answer.content {
             AnswerContent::ToolCalls { calls } => format!(
                 "[{}] proposes calling {} ({})",

@@ -5,7 +5,7 @@
 use serde_json::{Map, Value};
 
 use massgen_core::coordination::Quorum;
-use massgen_core::provider::Sampling;
+use massgen_core::provider::{Image, Sampling};
 
 use super::narrate::Deliberation;
 use crate::app::Overrides;
@@ -348,18 +348,35 @@ pub fn joined_text(
     field: impl Fn(&str) -> Option<&'static str>,
     error: impl Fn(&str) -> ApiError,
 ) -> Result<String, ApiError> {
+    let (text, _) = text_and_images(content, field, |_, _| None, error)?;
+    Ok(text)
+}
+
+/// [`joined_text`], and the images among the parts: `image` reads a part of type `kind`
+/// as an image, or returns `None` for a type that is not one (then `field` decides).
+pub fn text_and_images(
+    content: Option<&Value>,
+    field: impl Fn(&str) -> Option<&'static str>,
+    image: impl Fn(&str, &Value) -> Option<Result<Image, ApiError>>,
+    error: impl Fn(&str) -> ApiError,
+) -> Result<(String, Vec<Image>), ApiError> {
     match content {
-        None | Some(Value::Null) => Ok(String::new()),
-        Some(Value::String(s)) => Ok(s.clone()),
+        None | Some(Value::Null) => Ok((String::new(), Vec::new())),
+        Some(Value::String(s)) => Ok((s.clone(), Vec::new())),
         Some(Value::Array(parts)) => {
             let mut texts = Vec::with_capacity(parts.len());
+            let mut images = Vec::new();
             for part in parts {
                 let Some(kind) = part.get("type").and_then(Value::as_str) else {
                     return Err(error("has a content part without 'type'"));
                 };
+                if let Some(read) = image(kind, part) {
+                    images.push(read?);
+                    continue;
+                }
                 let Some(key) = field(kind) else {
                     return Err(error(&format!(
-                        "has a '{kind}' content part; only text parts are supported"
+                        "has a '{kind}' content part; only text and image parts are supported"
                     )));
                 };
                 // A missing or non-string text is the client's mistake, not an empty text.
@@ -370,7 +387,7 @@ pub fn joined_text(
                 };
                 texts.push(text.to_string());
             }
-            Ok(texts.join("\n"))
+            Ok((texts.join("\n"), images))
         }
         Some(_) => Err(error("'content' must be a string or an array of parts")),
     }

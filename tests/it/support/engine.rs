@@ -251,6 +251,7 @@ pub fn spec(agents: &[(&str, &Scripted)], options: OrchestratorOptions) -> Sessi
                 provider: Arc::new((*p).clone()),
                 tools: None,
                 price: None,
+                vision: false,
             })
             .collect(),
         options,

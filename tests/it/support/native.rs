@@ -18,8 +18,8 @@ use futures::StreamExt;
 use massgen_core::coordination::prompt::workflow_tools;
 use massgen_providers::retry::CallPolicy;
 use massgen_providers::{
-    ChunkStream, FinishReason, Message, ProviderChunk, ProviderError, ProviderRequest, Role,
-    ToolCall, ToolChoice, Usage,
+    ChunkStream, FinishReason, Image, ImageSource, Message, ProviderChunk, ProviderError,
+    ProviderRequest, Role, ToolCall, ToolChoice, Usage,
 };
 use massgen_providers::{anthropic, chat_completions, decode_stream, gemini, responses};
 use serde_json::Value;
@@ -430,6 +430,7 @@ pub fn history_with_tool_results(opaque: Option<Value>) -> ProviderRequest {
             },
         ],
         tool_call_id: None,
+        images: Vec::new(),
     });
     request.messages.push(Message::tool_result(
         "call_a",
@@ -454,6 +455,38 @@ pub fn system_messages() -> ProviderRequest {
             Message::user("Why is the sky blue?"),
             Message::assistant("Rayleigh scattering."),
             Message::user("Say more."),
+        ],
+        ..ProviderRequest::default()
+    }
+}
+
+/// A 1×1 PNG, base64.
+pub const PNG_BASE64: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+
+/// Images in two user messages: inline bytes in an earlier turn, an https URL (with
+/// OpenAI's `detail`) in the question.
+pub fn images_turn() -> ProviderRequest {
+    let mut earlier = Message::user("What is this? [image 1]");
+    earlier.images = vec![Image {
+        source: ImageSource::Base64 {
+            media_type: "image/png".into(),
+            data: PNG_BASE64.into(),
+        },
+        detail: None,
+    }];
+    let mut question = Message::user("And this one? [image 2]");
+    question.images = vec![Image {
+        source: ImageSource::Url {
+            url: "https://example.com/cat.jpg".into(),
+        },
+        detail: Some("low".into()),
+    }];
+    ProviderRequest {
+        messages: vec![
+            Message::system("Describe images."),
+            earlier,
+            Message::assistant("A dot."),
+            question,
         ],
         ..ProviderRequest::default()
     }

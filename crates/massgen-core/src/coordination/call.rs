@@ -234,6 +234,7 @@ pub async fn attempt(
             content: std::mem::take(&mut gathered.text),
             tool_calls: own.clone(),
             tool_call_id: None,
+            images: Vec::new(),
         });
         if last_round {
             let note = format!(

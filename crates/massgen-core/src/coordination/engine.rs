@@ -179,6 +179,19 @@ impl Session {
         let agents = self.state.everyone();
         em.send(&self.state, EventKind::SessionStarted { agents })
             .await?;
+        let images = prompt::image_count(&self.input);
+        if images > 0 {
+            let (seen_by, not_seen_by) = (0..self.agents.len())
+                .map(|i| (self.agents[i].vision, self.state.who(i).clone()))
+                .partition::<Vec<_>, _>(|(vision, _)| *vision);
+            let refs = |v: Vec<(bool, AgentRef)>| v.into_iter().map(|(_, a)| a).collect();
+            let shown = EventKind::ImagesShown {
+                images,
+                seen_by: refs(seen_by),
+                not_seen_by: refs(not_seen_by),
+            };
+            em.send(&self.state, shown).await?;
+        }
         if self.state.len() < self.state.min_live() {
             return Err(self.state.error(
                 SessionErrorKind::NoUsableAgent,
@@ -426,7 +439,8 @@ impl Session {
             Some(feedback) => format!("{feedback}{user}"),
             None => user,
         };
-        let messages = vec![Message::system(system), Message::user(user)];
+        let user = prompt::user_turn(user, &self.input, self.agents[i].vision);
+        let messages = vec![Message::system(system), user];
         let mut tools = prompt::workflow_tools(offer_new_answer, &vote_labels);
         let client_tools = client_specs.iter().map(|t| t.name.clone()).collect();
         tools.extend(client_specs);
@@ -685,6 +699,7 @@ impl Session {
                 content: gathered.text,
                 tool_calls: gathered.tool_calls,
                 tool_call_id: None,
+                images: Vec::new(),
             });
             turn.messages.extend(results);
         }

@@ -60,7 +60,11 @@ impl Evaluator<'_> {
         let request = ProviderRequest {
             messages: vec![
                 Message::system(system),
-                Message::user(prompt::evaluation_user(self.input, answer)),
+                prompt::user_turn(
+                    prompt::evaluation_user(self.input, answer),
+                    self.input,
+                    self.agent.vision,
+                ),
             ],
             tools: tools(),
             tool_choice: Some(ToolChoice::Auto),

@@ -236,6 +236,13 @@ pub enum EventKind {
     SessionStarted {
         agents: Vec<AgentRef>,
     },
+    /// The client's messages hold images (sent right after `SessionStarted`): which agents
+    /// are shown them and which get a note that they cannot see them (`backend.vision`).
+    ImagesShown {
+        images: usize,
+        seen_by: Vec<AgentRef>,
+        not_seen_by: Vec<AgentRef>,
+    },
     TurnStarted {
         agent: AgentRef,
         /// 1-based turn number of this agent.

@@ -9,7 +9,7 @@ use serde_json::json;
 use super::client_tools::describe_calls;
 use super::options::Strictness;
 use super::spec::SessionInput;
-use crate::provider::{Message, Role, ToolCall, ToolSpec};
+use crate::provider::{Image, Message, Role, ToolCall, ToolSpec};
 use crate::tool_names::{NEW_ANSWER, VOTE};
 
 /// One answer as the prompt shows it: the agent's label (`agent2`) and its latest text
@@ -336,6 +336,52 @@ pub fn missing_tool_reminder(offer_new_answer: bool, offer_vote: bool) -> String
     format!("You did not call a tool. Finish your turn now with exactly one call to {tools}.")
 }
 
+/// How many images the client's messages hold (history and question).
+pub fn image_count(input: &SessionInput) -> usize {
+    input.history.iter().map(|m| m.images.len()).sum::<usize>() + input.question_images.len()
+}
+
+/// The user message of a turn or of the presentation, whose text (from
+/// [`coordination_user`] or [`presentation_user`]) marks each image as `[image N]`: an
+/// agent that can see images gets them attached in that order; one that cannot gets a
+/// note instead, so it neither guesses their content nor ignores that they exist.
+pub fn user_turn(text: String, input: &SessionInput, vision: bool) -> Message {
+    let images: Vec<Image> = input
+        .history
+        .iter()
+        .flat_map(|m| m.images.iter())
+        .chain(&input.question_images)
+        .cloned()
+        .collect();
+    if images.is_empty() {
+        return Message::user(text);
+    }
+    if !vision {
+        return Message::user(format!(
+            "{text}\n\nEach [image N] above marks an image the user attached. Your model cannot \
+             see images, so they are not shown to you: do not guess what they show. Other \
+             agents may see them; rely on what their answers say about the images."
+        ));
+    }
+    let mut message = Message::user(format!(
+        "{text}\n\nThe images marked [image 1] to [image {}] above are attached below, in \
+         that order.",
+        images.len()
+    ));
+    message.images = images;
+    message
+}
+
+/// ` [image 3] [image 4]` for a message with two images after two earlier ones.
+fn image_marks(count: usize, first: &mut usize) -> String {
+    let mut out = String::new();
+    for _ in 0..count {
+        *first += 1;
+        out.push_str(&format!(" [image {first}]"));
+    }
+    out
+}
+
 fn join_system(agent_system: Option<&str>, extra_system: Option<&str>, tail: &str) -> String {
     [agent_system, extra_system]
         .into_iter()
@@ -366,16 +412,19 @@ fn context_blocks(input: &SessionInput, answers: &[ShownAnswer]) -> String {
 /// The conversation, the original message and any tool results.
 fn question_blocks(input: &SessionInput) -> String {
     let mut out = String::new();
+    let mut images = 0;
     if !input.history.is_empty() {
         out.push_str("<conversation>\n");
         for m in &input.history {
             out.push_str(&render_history(m));
+            out.push_str(&image_marks(m.images.len(), &mut images));
             out.push('\n');
         }
         out.push_str("</conversation>\n");
     }
     out.push_str("<original_message>\n");
     out.push_str(&input.question);
+    out.push_str(&image_marks(input.question_images.len(), &mut images));
     out.push_str("\n</original_message>\n");
     if !input.followup.is_empty() {
         out.push_str(&tool_results_block(&input.followup));

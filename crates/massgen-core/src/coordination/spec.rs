@@ -8,7 +8,7 @@ use super::agent_tools::AgentTools;
 use super::client_tools::ClientTools;
 use super::options::OrchestratorOptions;
 pub use super::structured::StructuredOutput;
-use crate::provider::{Message, Price, Provider, Sampling};
+use crate::provider::{Image, Message, Price, Provider, Sampling};
 
 /// Wall-clock seam (timestamps and the date in the prompt).
 pub trait Clock: Send + Sync {
@@ -34,6 +34,8 @@ pub struct SessionAgent {
     pub tools: Option<Arc<dyn AgentTools>>,
     /// What its model costs; `None` when unknown (its cost is then reported as unknown).
     pub price: Option<Price>,
+    /// Its model can see images: it gets the client's images, the others a note instead.
+    pub vision: bool,
 }
 
 /// What the client asked, split the way the prompt needs it.
@@ -43,6 +45,9 @@ pub struct SessionInput {
     pub history: Vec<Message>,
     /// The last user message.
     pub question: String,
+    /// The images attached to the last user message (those of earlier messages stay in
+    /// `history`).
+    pub question_images: Vec<Image>,
     /// The request's system messages, joined; given to every agent as extra system text.
     pub extra_system: Option<String>,
     /// Messages after the last user message: the assistant's earlier tool calls and the

@@ -11,7 +11,9 @@ use serde_json::{Map, Value, json};
 
 use crate::settings::{SamplingNames, cap_tokens, put_sampling};
 use crate::turns::{joined_system, merge_turns};
-use crate::{Message, OutputFormat, ProviderRequest, Role, ToolCall, ToolChoice};
+use crate::{
+    Image, ImageSource, Message, OutputFormat, ProviderRequest, Role, ToolCall, ToolChoice,
+};
 
 /// `max_tokens` is required by the Messages API; used when the config sets none.
 pub const DEFAULT_MAX_TOKENS: u64 = 8192;
@@ -94,7 +96,11 @@ fn messages(messages: &[Message]) -> Vec<Value> {
     let turns = messages.iter().filter_map(|message| {
         Some(match message.role {
             Role::System => return None,
-            Role::User => ("user", text_block(&message.content)),
+            Role::User => {
+                let mut blocks = text_block(&message.content);
+                blocks.extend(message.images.iter().map(image_block));
+                ("user", blocks)
+            }
             Role::Tool => (
                 "user",
                 vec![json!({
@@ -118,6 +124,18 @@ fn text_block(text: &str) -> Vec<Value> {
     } else {
         vec![json!({"type": "text", "text": text})]
     }
+}
+
+/// An `image` block: bytes as a `base64` source, an https URL as a `url` source (the API
+/// fetches it).
+fn image_block(image: &Image) -> Value {
+    let source = match &image.source {
+        ImageSource::Base64 { media_type, data } => {
+            json!({"type": "base64", "media_type": media_type, "data": &**data})
+        }
+        ImageSource::Url { url } => json!({"type": "url", "url": url}),
+    };
+    json!({"type": "image", "source": source})
 }
 
 fn assistant_blocks(message: &Message) -> Vec<Value> {

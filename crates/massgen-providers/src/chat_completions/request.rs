@@ -3,7 +3,7 @@
 use serde_json::{Map, Value, json};
 
 use crate::settings::{SamplingNames, cap_tokens, put_sampling};
-use crate::{Message, OutputFormat, ProviderRequest, Role, ToolChoice};
+use crate::{Image, Message, OutputFormat, ProviderRequest, Role, ToolChoice};
 
 /// Config passthrough first, then our fields on top: the engine's conversation, tools
 /// and streaming flags are not the config's to change.
@@ -100,14 +100,16 @@ fn message(message: &Message) -> Value {
     let mut out = Map::new();
     out.insert("role".into(), role.into());
     let only_tool_calls = message.content.is_empty() && !message.tool_calls.is_empty();
-    out.insert(
-        "content".into(),
-        if only_tool_calls {
-            Value::Null
-        } else {
-            Value::String(message.content.clone())
-        },
-    );
+    let content = if only_tool_calls {
+        Value::Null
+    } else if message.images.is_empty() {
+        Value::String(message.content.clone())
+    } else {
+        let mut parts = vec![json!({"type": "text", "text": message.content})];
+        parts.extend(message.images.iter().map(image_part));
+        Value::Array(parts)
+    };
+    out.insert("content".into(), content);
     if !message.tool_calls.is_empty() {
         let calls = message
             .tool_calls
@@ -132,6 +134,15 @@ fn message(message: &Message) -> Value {
         out.insert("tool_call_id".into(), Value::String(call_id.clone()));
     }
     Value::Object(out)
+}
+
+/// An `image_url` part: https and `data:` URLs alike, with OpenAI's `detail` when set.
+fn image_part(image: &Image) -> Value {
+    let mut url = json!({"url": image.url()});
+    if let Some(detail) = &image.detail {
+        url["detail"] = Value::String(detail.clone());
+    }
+    json!({"type": "image_url", "image_url": url})
 }
 
 fn tool_choice(choice: &ToolChoice) -> Value {
@@ -171,6 +182,7 @@ mod tests {
                         opaque: None,
                     }],
                     tool_call_id: None,
+                    images: Vec::new(),
                 },
                 Message::tool_result("c1", "ok"),
             ],

@@ -16,7 +16,9 @@ use super::schema::sanitize;
 use crate::anthropic::arguments_object;
 use crate::settings::{SamplingNames, cap_tokens, has_refs, put_sampling};
 use crate::turns::{joined_system, merge_turns};
-use crate::{Message, OutputFormat, ProviderRequest, Role, ToolCall, ToolChoice};
+use crate::{
+    Image, ImageSource, Message, OutputFormat, ProviderRequest, Role, ToolCall, ToolChoice,
+};
 
 /// Key of this format's data in [`ToolCall::opaque`].
 pub(crate) const OPAQUE_KEY: &str = "gemini";
@@ -150,7 +152,11 @@ fn contents(messages: &[Message]) -> Vec<Value> {
     let turns = messages.iter().enumerate().filter_map(|(at, message)| {
         Some(match message.role {
             Role::System => return None,
-            Role::User => ("user", text_part(&message.content)),
+            Role::User => {
+                let mut parts = text_part(&message.content);
+                parts.extend(message.images.iter().map(image_part));
+                ("user", parts)
+            }
             Role::Assistant => ("model", model_parts(message)),
             Role::Tool => {
                 let id = message.tool_call_id.as_deref().unwrap_or_default();
@@ -168,6 +174,39 @@ fn contents(messages: &[Message]) -> Vec<Value> {
         .into_iter()
         .map(|(role, parts)| json!({"role": role, "parts": parts}))
         .collect()
+}
+
+/// Bytes go inline (`inlineData`); an https URL goes as `fileData`, which the Gemini API
+/// fetches itself (public and signed URLs are accepted there since its external-URL
+/// support). The URL's media type is read from its file extension when it has a known
+/// one, and left for the API to detect otherwise.
+fn image_part(image: &Image) -> Value {
+    match &image.source {
+        ImageSource::Base64 { media_type, data } => {
+            json!({"inlineData": {"mimeType": media_type, "data": &**data}})
+        }
+        ImageSource::Url { url } => {
+            let mut file = json!({"fileUri": url});
+            if let Some(media_type) = media_type_of_url(url) {
+                file["mimeType"] = Value::String(media_type.to_owned());
+            }
+            json!({ "fileData": file })
+        }
+    }
+}
+
+fn media_type_of_url(url: &str) -> Option<&'static str> {
+    let path = url.split(['?', '#']).next().unwrap_or(url);
+    let extension = path.rsplit_once('.')?.1.to_ascii_lowercase();
+    Some(match extension.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        "heic" => "image/heic",
+        "heif" => "image/heif",
+        _ => return None,
+    })
 }
 
 fn text_part(text: &str) -> Vec<Value> {

@@ -99,7 +99,18 @@ pub(crate) fn build_body(
 fn push_items(message: &Message, stateless: bool, input: &mut Vec<Value>) {
     match message.role {
         Role::System => {}
-        Role::User => input.push(json!({"role": "user", "content": message.content})),
+        Role::User if message.images.is_empty() => {
+            input.push(json!({"role": "user", "content": message.content}));
+        }
+        Role::User => {
+            let mut parts = vec![json!({"type": "input_text", "text": message.content})];
+            // `detail` is a required field of `input_image` in OpenAI's schema.
+            parts.extend(message.images.iter().map(|image| {
+                json!({"type": "input_image", "image_url": image.url(),
+                    "detail": image.detail.as_deref().unwrap_or("auto")})
+            }));
+            input.push(json!({"role": "user", "content": parts}));
+        }
         Role::Assistant => {
             if !message.content.is_empty() {
                 input.push(json!({"role": "assistant", "content": message.content}));

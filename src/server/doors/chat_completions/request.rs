@@ -4,16 +4,15 @@
 //! probabilities, audio, hosted web search).
 
 use massgen_core::coordination::{AnswerBounds, ClientTools, SessionInput};
-use massgen_core::provider::{Message, OutputFormat, ToolCall, ToolChoice, ToolSpec};
+use massgen_core::provider::{Image, Message, OutputFormat, ToolCall, ToolChoice, ToolSpec};
 use serde_json::{Map, Value};
 
 use crate::app::Overrides;
 use crate::config::DeliberationFormat;
-use crate::server::doors::conversation;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, optional_bool, optional_count, type_error, unsupported};
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
-use crate::server::doors::{limit, structured};
+use crate::server::doors::{conversation, images, limit, structured};
 use crate::server::error::ApiError;
 
 /// The parts of a request the server uses.
@@ -217,10 +216,14 @@ fn parse_messages(value: Option<&Value>) -> Result<(Vec<String>, Vec<Message>), 
             .get("role")
             .and_then(Value::as_str)
             .ok_or_else(|| message_error(i, "needs a 'role' string"))?;
-        let content = content_text(i, m.get("content"))?;
+        let (content, images) = content_parts(i, m.get("content"), role == "user")?;
         match role {
             "system" | "developer" => system.push(content),
-            "user" => rest.push(Message::user(content)),
+            "user" => {
+                let mut message = Message::user(content);
+                message.images = images;
+                rest.push(message);
+            }
             "assistant" => {
                 let mut msg = Message::assistant(content);
                 msg.tool_calls = tool_calls(i, m.get("tool_calls"))?;
@@ -251,13 +254,46 @@ fn message_error(index: usize, problem: &str) -> ApiError {
     parse::entry_error("messages", index, problem)
 }
 
-/// A string, null, or an array of content parts whose text parts are joined.
-fn content_text(index: usize, content: Option<&Value>) -> Result<String, ApiError> {
-    parse::joined_text(
+/// A string, null, or an array of content parts whose text parts are joined; `image_url`
+/// parts are images, accepted in user messages only.
+fn content_parts(
+    index: usize,
+    content: Option<&Value>,
+    user: bool,
+) -> Result<(String, Vec<Image>), ApiError> {
+    parse::text_and_images(
         content,
         |kind| matches!(kind, "text" | "input_text").then_some("text"),
+        |kind, part| (kind == "image_url").then(|| image_part(index, part, user)),
         |problem| message_error(index, problem),
     )
+}
+
+/// `{"type": "image_url", "image_url": {"url": …, "detail": …}}` (or the older bare
+/// string `image_url`).
+fn image_part(index: usize, part: &Value, user: bool) -> Result<Image, ApiError> {
+    let place = format!("messages[{index}]");
+    if !user {
+        return Err(message_error(
+            index,
+            "has an image part; images are accepted in user messages only",
+        ));
+    }
+    let (url, detail) = match part.get("image_url") {
+        Some(Value::String(url)) => (Some(url.as_str()), None),
+        Some(Value::Object(o)) => (
+            o.get("url").and_then(Value::as_str),
+            o.get("detail").and_then(Value::as_str),
+        ),
+        _ => (None, None),
+    };
+    let Some(url) = url else {
+        return Err(message_error(
+            index,
+            "has an 'image_url' part without 'image_url.url'",
+        ));
+    };
+    images::from_url(url, detail).map_err(|r| r.at("messages", &place))
 }
 
 fn tool_calls(index: usize, value: Option<&Value>) -> Result<Vec<ToolCall>, ApiError> {
@@ -395,6 +431,62 @@ mod tests {
         );
         assert_eq!(code(json!({"stop": [""]})), "invalid_value");
         assert_eq!(code(json!({"stop": 3})), "invalid_type");
+    }
+
+    #[test]
+    fn image_parts_of_user_messages_become_images() {
+        use massgen_core::provider::ImageSource;
+        use serde_json::json;
+        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
+        let image =
+            |url: &str| json!({"type": "image_url", "image_url": {"url": url, "detail": "high"}});
+        let req = parse_json(json!({"messages": [
+            {"role": "user", "content": [{"type": "text", "text": "What is this?"},
+                image(&format!("data:image/png;base64,{png}"))]},
+            {"role": "assistant", "content": "A dot."},
+            {"role": "user", "content": [image("https://example.com/b.jpg"),
+                {"type": "image_url", "image_url": "https://example.com/c.webp"}]}
+        ]}))
+        .unwrap();
+        assert_eq!(req.input.history[0].images.len(), 1);
+        assert_eq!(
+            req.input.history[0].images[0].detail.as_deref(),
+            Some("high")
+        );
+        assert_eq!(req.input.question, "", "an image alone is a question");
+        assert_eq!(
+            req.input.question_images[1].source,
+            ImageSource::Url {
+                url: "https://example.com/c.webp".into()
+            }
+        );
+        let refused = |messages: Value| match parse_json(json!({"messages": messages})) {
+            Err(e) => (e.code(), e.message()),
+            Ok(_) => ("ok", String::new()),
+        };
+        let (code, message) =
+            refused(json!([{"role": "user", "content": [image("http://example.com/a.png")]}]));
+        assert_eq!(code, "invalid_image_url");
+        assert!(
+            message.contains("messages[0]") && message.contains("https"),
+            "{message}"
+        );
+        let (code, _) = refused(
+            json!([{"role": "system", "content": [image("https://example.com/a.png")]},
+            {"role": "user", "content": "x"}]),
+        );
+        assert_eq!(code, "invalid_message");
+        let many: Vec<Value> = (0..=images::MAX_IMAGES)
+            .map(|_| image("https://example.com/a.png"))
+            .collect();
+        let (code, message) = refused(json!([{"role": "user", "content": many}]));
+        assert_eq!(code, "too_many_images");
+        assert!(
+            message.contains(&images::MAX_IMAGES.to_string()),
+            "{message}"
+        );
+        let (code, _) = refused(json!([{"role": "user", "content": [{"type": "image_url"}]}]));
+        assert_eq!(code, "invalid_message");
     }
 
     #[test]

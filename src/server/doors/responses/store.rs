@@ -32,6 +32,7 @@ impl Stored {
             .iter()
             .map(|m| {
                 m.content.len()
+                    + m.images.iter().map(|i| i.size()).sum::<usize>()
                     + m.tool_calls
                         .iter()
                         .map(|c| c.id.len() + c.name.len() + c.arguments.len())
