@@ -227,3 +227,66 @@ async fn chat_completions_refuses_bad_images_in_its_error_shape() {
     }
     assert!(p.seen.lock().unwrap().is_empty(), "nothing went upstream");
 }
+
+#[tokio::test]
+async fn responses_and_messages_images_reach_every_wire_format() {
+    let https = "https://example.com/cat.jpg";
+    let doors = [
+        (
+            "/v1/responses",
+            json!({"model": "massgen", "input": [{"role": "user", "content": [
+                {"type": "input_text", "text": "What are these?"},
+                {"type": "input_image", "image_url": data_url()},
+                {"type": "input_image", "image_url": https, "detail": "low"}]}]}),
+        ),
+        (
+            "/v1/messages",
+            json!({"model": "massgen", "max_tokens": 1000, "messages": [{"role": "user", "content": [
+                {"type": "text", "text": "What are these?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG_BASE64}},
+                {"type": "image", "source": {"type": "url", "url": https}}]}]}),
+        ),
+    ];
+    for (path, body) in doors {
+        let p = panel().await;
+        let response = post(&p.server.url, path, None, &body).await;
+        assert_eq!(response.status(), 200, "{path}");
+        let body: Value = response.json().await.unwrap();
+        // The deliberation is in the door's own reasoning items or thinking blocks.
+        let everything = body.to_string();
+        assert_images_reached_the_panel(&p, &body["massgen_metadata"], &everything).await;
+    }
+}
+
+#[tokio::test]
+async fn responses_and_messages_refuse_bad_images_in_their_error_shapes() {
+    let p = panel().await;
+    let response = post(
+        &p.server.url,
+        "/v1/responses",
+        None,
+        &json!({"input": [{"role": "user", "content": [
+            {"type": "input_image", "image_url": "http://example.com/a.png"}]}]}),
+    )
+    .await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "invalid_image_url", "{body}");
+    assert_eq!(body["error"]["param"], "input", "{body}");
+    let response = post(
+        &p.server.url,
+        "/v1/messages",
+        None,
+        &json!({"max_tokens": 10, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "base64", "media_type": "image/png",
+                "data": "A".repeat(5 * 1024 * 1024 / 3 * 4 + 8)}}]}]}),
+    )
+    .await;
+    assert_eq!(response.status(), 400);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["type"], "error", "{body}");
+    assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("5242880 bytes"), "{message}");
+    assert!(p.seen.lock().unwrap().is_empty(), "nothing went upstream");
+}

@@ -5,14 +5,14 @@
 //! server and client tool types, MCP connectors).
 
 use massgen_core::coordination::ClientTools;
-use massgen_core::provider::{Message, OutputFormat, Sampling, ToolCall, ToolChoice};
+use massgen_core::provider::{Image, Message, OutputFormat, Sampling, ToolCall, ToolChoice};
 use serde_json::{Map, Value};
 
 use crate::app::Overrides;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, optional_bool, optional_count, type_error};
-use crate::server::doors::structured;
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
+use crate::server::doors::{images, structured};
 use crate::server::error::ApiError;
 
 /// Anthropic's bound on `stop_sequences`.
@@ -221,12 +221,14 @@ fn plain_text(index: usize, blocks: &[Value]) -> Result<String, ApiError> {
     Ok(texts.join("\n"))
 }
 
-/// A user turn: its tool results (each a neutral tool message), then its text.
+/// A user turn: its tool results (each a neutral tool message), then its text and images.
 fn user_turn(index: usize, blocks: &[Value], out: &mut Vec<Message>) -> Result<(), ApiError> {
     let mut texts = Vec::new();
+    let mut pictures = Vec::new();
     for block in blocks {
         match kind(block) {
             "text" => texts.push(message_text(index, block)?),
+            "image" => pictures.push(image_block(index, block)?),
             "tool_result" => {
                 let id = block
                     .get("tool_use_id")
@@ -256,10 +258,48 @@ fn user_turn(index: usize, blocks: &[Value], out: &mut Vec<Message>) -> Result<(
             other => return Err(unsupported_block(index, other)),
         }
     }
-    if !texts.is_empty() {
-        out.push(Message::user(texts.join("\n")));
+    if !texts.is_empty() || !pictures.is_empty() {
+        let mut message = Message::user(texts.join("\n"));
+        message.images = pictures;
+        out.push(message);
     }
     Ok(())
+}
+
+/// An `image` block: a `base64` source (`media_type`, `data`) or a `url` source (https).
+fn image_block(index: usize, block: &Value) -> Result<Image, ApiError> {
+    let source = block.get("source");
+    let field = |key: &str| source.and_then(|s| s.get(key)).and_then(Value::as_str);
+    let read = match field("type") {
+        Some("base64") => match (field("media_type"), field("data")) {
+            (Some(media_type), Some(data)) => images::from_base64(media_type, data),
+            _ => {
+                return Err(message_error(
+                    index,
+                    "has an image whose base64 source needs 'media_type' and 'data' strings",
+                ));
+            }
+        },
+        Some("url") => match field("url") {
+            Some(url) => images::from_https(url),
+            None => {
+                return Err(message_error(
+                    index,
+                    "has an image whose url source needs a 'url' string",
+                ));
+            }
+        },
+        other => {
+            return Err(message_error(
+                index,
+                &format!(
+                    "has an image with source type '{}'; only base64 and url sources are supported (uploaded files are not)",
+                    other.unwrap_or("(none)")
+                ),
+            ));
+        }
+    };
+    read.map_err(|r| r.at("messages", &format!("messages[{index}]")))
 }
 
 fn optional_bool_in(block: &Value, key: &str) -> bool {
@@ -306,7 +346,7 @@ fn unsupported_block(index: usize, kind: &str) -> ApiError {
     message_error(
         index,
         &format!(
-            "has a '{kind}' block; only text, tool_use, tool_result and thinking blocks are supported"
+            "has a '{kind}' block; only text, image (in user turns), tool_use, tool_result and thinking blocks are supported"
         ),
     )
 }
@@ -471,6 +511,41 @@ mod tests {
             ),
             "invalid_message"
         );
+        let image = |source: Value| {
+            code(
+                json!({"max_tokens": 10, "messages": [{"role": "user", "content": [
+                {"type": "image", "source": source}]}]}),
+            )
+        };
+        assert_eq!(
+            image(json!({"type": "url", "url": "http://example.com/a.png"})),
+            "invalid_image_url"
+        );
+        assert_eq!(
+            image(json!({"type": "base64", "media_type": "image/gif", "data": "R0lGODlh"})),
+            "unsupported_image_type"
+        );
+        assert_eq!(
+            image(json!({"type": "file", "file_id": "file_1"})),
+            "invalid_message"
+        );
+        assert_eq!(
+            code(
+                json!({"max_tokens": 10, "messages": [{"role": "user", "content": "x"},
+                {"role": "assistant", "content": [{"type": "image",
+                "source": {"type": "url", "url": "https://example.com/a.png"}}]},
+                {"role": "user", "content": "y"}]})
+            ),
+            "invalid_message"
+        );
+        let req = parse_json(
+            json!({"max_tokens": 10, "messages": [{"role": "user", "content": [
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/a.png"}},
+            {"type": "text", "text": "What is it?"}]}]}),
+        )
+        .unwrap();
+        assert_eq!(req.messages[0].images.len(), 1);
+        assert_eq!(req.messages[0].content, "What is it?");
         assert_eq!(
             code(json!({"max_tokens": 10, "messages": msgs,
                 "tools": [{"type": "web_search_20250305", "name": "web_search"}]})),

@@ -4,7 +4,7 @@
 //! change the answer (background mode, stored prompts, log probabilities).
 
 use massgen_core::coordination::ClientTools;
-use massgen_core::provider::{Message, OutputFormat, Role, Sampling, ToolCall, ToolChoice};
+use massgen_core::provider::{Image, Message, OutputFormat, Role, Sampling, ToolCall, ToolChoice};
 use serde_json::{Map, Value, json};
 
 use crate::app::Overrides;
@@ -12,8 +12,8 @@ use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{
     self, optional_bool, optional_count, optional_str, type_error, unsupported,
 };
-use crate::server::doors::structured;
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
+use crate::server::doors::{images, structured};
 use crate::server::error::ApiError;
 
 /// Tool types Codex sends with every request that a panel cannot offer: OpenAI-hosted
@@ -246,10 +246,22 @@ fn parse_input(value: Option<&Value>) -> Result<(Vec<String>, Vec<Message>), Api
                     .get("role")
                     .and_then(Value::as_str)
                     .ok_or_else(|| item_error(i, "needs a 'role' string"))?;
-                let text = content_text(i, item.get("content"))?;
+                // `input_image` parts are images, accepted in user messages only.
+                let (text, images) = parse::text_and_images(
+                    item.get("content"),
+                    text_field,
+                    |kind, part| {
+                        (kind == "input_image").then(|| input_image(i, part, role == "user"))
+                    },
+                    |problem| item_error(i, problem),
+                )?;
                 match role {
                     "system" | "developer" => system.push(text),
-                    "user" => messages.push(Message::user(text)),
+                    "user" => {
+                        let mut message = Message::user(text);
+                        message.images = images;
+                        messages.push(message);
+                    }
                     "assistant" => messages.push(Message::assistant(text)),
                     other => {
                         return Err(item_error(
@@ -319,15 +331,36 @@ fn item_error(index: usize, problem: &str) -> ApiError {
 /// A string, or a list of text parts (`input_text`, `output_text`, `text`, an assistant's
 /// `refusal`) joined by line breaks.
 fn content_text(index: usize, content: Option<&Value>) -> Result<String, ApiError> {
-    parse::joined_text(
-        content,
-        |kind| match kind {
-            "input_text" | "output_text" | "text" => Some("text"),
-            "refusal" => Some("refusal"),
-            _ => None,
-        },
-        |problem| item_error(index, problem),
-    )
+    parse::joined_text(content, text_field, |problem| item_error(index, problem))
+}
+
+fn text_field(kind: &str) -> Option<&'static str> {
+    match kind {
+        "input_text" | "output_text" | "text" => Some("text"),
+        "refusal" => Some("refusal"),
+        _ => None,
+    }
+}
+
+/// `{"type": "input_image", "image_url": …, "detail": …}`; a `file_id` (OpenAI's file
+/// store, which this server does not have) is refused.
+fn input_image(index: usize, part: &Value, user: bool) -> Result<Image, ApiError> {
+    if !user {
+        return Err(item_error(
+            index,
+            "has an image part; images are accepted in user messages only",
+        ));
+    }
+    let Some(url) = part.get("image_url").and_then(Value::as_str) else {
+        let problem = if part.get("file_id").is_some_and(|f| !f.is_null()) {
+            "has an 'input_image' with a 'file_id'; uploaded files are not supported, send 'image_url' (https or data: URL)"
+        } else {
+            "has an 'input_image' part without an 'image_url' string"
+        };
+        return Err(item_error(index, problem));
+    };
+    let detail = part.get("detail").and_then(Value::as_str);
+    images::from_url(url, detail).map_err(|r| r.at("input", &format!("input[{index}]")))
 }
 
 /// Up to 16 string values, keys of at most 64 characters, values of at most 512.
@@ -469,8 +502,25 @@ mod tests {
         assert_eq!(
             code(json!({"input": [{"type": "message", "role": "user",
                 "content": [{"type": "input_image", "image_url": "x"}]}]})),
+            "invalid_image_url"
+        );
+        assert_eq!(
+            code(json!({"input": [{"type": "message", "role": "user",
+                "content": [{"type": "input_image", "file_id": "file_1"}]}]})),
             "invalid_message"
         );
+        assert_eq!(
+            code(json!({"input": [{"role": "assistant",
+                "content": [{"type": "input_image", "image_url": "https://example.com/a.png"}]},
+                {"role": "user", "content": "x"}]})),
+            "invalid_message"
+        );
+        let req = parse_json(json!({"input": [{"role": "user", "content": [
+            {"type": "input_text", "text": "What is it?"},
+            {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"}]}]}))
+        .unwrap();
+        assert_eq!(req.messages[0].images.len(), 1);
+        assert_eq!(req.messages[0].images[0].detail.as_deref(), Some("low"));
         assert_eq!(
             code(json!({"input": [{"type": "item_reference", "id": "msg_1"}]})),
             "invalid_message"
