@@ -191,6 +191,13 @@ pub struct ProductionArgs {
     /// dropped as a disconnect [default: 30]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_CLIENT_STALL_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
     pub client_stall_timeout_seconds: Option<u64>,
+    /// Readers of one session's event stream at once; more get 429 [default: 16]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SUBSCRIBERS_PER_SESSION", value_parser = Number::<usize>::new())]
+    pub max_subscribers_per_session: Option<usize>,
+    /// Readers of session event streams one API key (the whole server, without keys) holds
+    /// at once; more get 429 [default: 64]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SUBSCRIBERS_PER_KEY", value_parser = Number::<usize>::new())]
+    pub max_subscribers_per_key: Option<usize>,
     /// Session records kept in memory [default: 1000]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_MAX", value_parser = Number::<usize>::new())]
     pub records_max: Option<usize>,
@@ -381,6 +388,16 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
                 .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
             "--max-connections",
         ),
+        (
+            args.max_subscribers_per_session
+                .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
+            "--max-subscribers-per-session",
+        ),
+        (
+            args.max_subscribers_per_key
+                .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
+            "--max-subscribers-per-key",
+        ),
     ] {
         if value == Some(0) {
             return Err(Fatal::usage(format!("{name} must be at least 1")));
@@ -420,6 +437,12 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         client_stall_timeout: args
             .client_stall_timeout_seconds
             .map_or(defaults.client_stall_timeout, Duration::from_secs),
+        max_subscribers_per_session: args
+            .max_subscribers_per_session
+            .unwrap_or(defaults.max_subscribers_per_session),
+        max_subscribers_per_key: args
+            .max_subscribers_per_key
+            .unwrap_or(defaults.max_subscribers_per_key),
         records_max_sessions: args.records_max.unwrap_or(defaults.records_max_sessions),
         records_max_age: args
             .records_max_age_seconds

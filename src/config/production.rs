@@ -39,6 +39,10 @@ pub struct ProductionSettings {
     pub max_connections: usize,
     /// A streaming client whose buffer stays full this long is dropped as a disconnect.
     pub client_stall_timeout: Duration,
+    /// Readers of one session's `/events` at once; more are answered 429.
+    pub max_subscribers_per_session: usize,
+    /// Readers of `/events` one API key (the whole server, without keys) holds at once.
+    pub max_subscribers_per_key: usize,
     /// Session records kept in memory (oldest dropped first).
     pub records_max_sessions: usize,
     /// Age after which a finished session's record is dropped.
@@ -64,6 +68,8 @@ impl Default for ProductionSettings {
             idle_timeout: Duration::from_secs(60),
             max_connections: 4096,
             client_stall_timeout: Duration::from_secs(30),
+            max_subscribers_per_session: 16,
+            max_subscribers_per_key: 64,
             records_max_sessions: 1000,
             records_max_age: Duration::from_secs(3600),
             records_dir: None,

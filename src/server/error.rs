@@ -16,6 +16,13 @@ mod upstream;
 /// Tells clients (the OpenAI and Anthropic SDKs, Claude Code) whether retrying can help.
 pub const SHOULD_RETRY: &str = "x-should-retry";
 
+/// What a subscriber limit counts: one session's readers, or one key's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SubscriberScope {
+    Session,
+    Key,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub enum ApiError {
     /// 400: a request we cannot use.
@@ -55,6 +62,8 @@ pub enum ApiError {
     RateLimited { retry_after: Duration },
     /// 429: the server already runs its maximum of sessions.
     TooManySessions { max: usize },
+    /// 429: a session's or a key's `/events` readers are at their limit.
+    TooManySubscribers { per: SubscriberScope, max: usize },
     /// 404: no session record with this id (or not the caller's).
     SessionNotFound { id: String },
     /// 404: no stored response with this id (or not the caller's).
@@ -90,9 +99,9 @@ impl ApiError {
             Self::Session(e) => session_status(e),
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
-            Self::RateLimited { .. } | Self::TooManySessions { .. } => {
-                StatusCode::TOO_MANY_REQUESTS
-            }
+            Self::RateLimited { .. }
+            | Self::TooManySessions { .. }
+            | Self::TooManySubscribers { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::SessionNotFound { .. } | Self::ResponseNotFound { .. } => StatusCode::NOT_FOUND,
         }
     }
@@ -123,7 +132,9 @@ impl ApiError {
             Self::Unauthorized { .. }
             | Self::SessionNotFound { .. }
             | Self::ResponseNotFound { .. } => "invalid_request_error",
-            Self::RateLimited { .. } | Self::TooManySessions { .. } => "rate_limit_error",
+            Self::RateLimited { .. }
+            | Self::TooManySessions { .. }
+            | Self::TooManySubscribers { .. } => "rate_limit_error",
         }
     }
 
@@ -153,6 +164,7 @@ impl ApiError {
             Self::Unauthorized { .. } => "invalid_api_key",
             Self::RateLimited { .. } => "rate_limit_exceeded",
             Self::TooManySessions { .. } => "too_many_sessions",
+            Self::TooManySubscribers { .. } => "too_many_subscribers",
             Self::SessionNotFound { .. } => "session_not_found",
             Self::ResponseNotFound { .. } => "response_not_found",
         }
@@ -207,6 +219,20 @@ impl ApiError {
             ),
             Self::TooManySessions { max } => format!(
                 "The server is running its maximum of {max} concurrent sessions; retry shortly"
+            ),
+            Self::TooManySubscribers {
+                per: SubscriberScope::Session,
+                max,
+            } => format!(
+                "This session's event stream already has its maximum of {max} readers \
+                 (--max-subscribers-per-session); retry when one has left"
+            ),
+            Self::TooManySubscribers {
+                per: SubscriberScope::Key,
+                max,
+            } => format!(
+                "This API key already reads its maximum of {max} session event streams at once \
+                 (--max-subscribers-per-key); close one and retry"
             ),
             Self::SessionNotFound { id } => format!("No session record '{id}'"),
             Self::ResponseNotFound { id } => format!(
@@ -269,7 +295,9 @@ impl ApiError {
                 Some(asked.map_or(Duration::from_secs(1), Duration::from_millis))
             }
             Self::RateLimited { retry_after } => Some(*retry_after),
-            Self::TooManySessions { .. } => Some(Duration::from_secs(1)),
+            Self::TooManySessions { .. } | Self::TooManySubscribers { .. } => {
+                Some(Duration::from_secs(1))
+            }
             _ => None,
         }
     }

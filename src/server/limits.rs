@@ -2,9 +2,10 @@
 //! without a valid key. Over a limit the answer is 429 with `Retry-After` at once: nothing
 //! queues, so nothing hangs.
 
+use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -16,7 +17,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::AppState;
 use super::auth::{Caller, KeyId};
-use super::error::ApiError;
+use super::error::{ApiError, SubscriberScope};
 use crate::config::ProductionSettings;
 use crate::telemetry::metrics;
 
@@ -47,6 +48,7 @@ pub struct Limits {
     /// With keys: failed authentications per client address.
     auth_failures: Option<DefaultKeyedRateLimiter<IpAddr>>,
     pub max_upstream_calls: Option<u32>,
+    subscribers: Subscribers,
 }
 
 impl Limits {
@@ -72,7 +74,40 @@ impl Limits {
                 .filter(|_| keys)
                 .map(|n| RateLimiter::keyed(Quota::per_minute(n))),
             max_upstream_calls: settings.max_upstream_calls,
+            subscribers: Subscribers {
+                per_session: settings.max_subscribers_per_session,
+                per_key: settings.max_subscribers_per_key,
+                held: Arc::default(),
+            },
         }
+    }
+
+    /// A place among the readers of `session`'s events for `key`, held until the reader
+    /// leaves or is dropped; 429 when the session or the key is at its limit.
+    pub fn try_subscriber(
+        &self,
+        key: Option<KeyId>,
+        session: &Arc<str>,
+    ) -> Result<SubscriberSlot, ApiError> {
+        let limits = &self.subscribers;
+        let mut held = limits.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let over = |per, max| {
+            count("max_subscribers");
+            Err(ApiError::TooManySubscribers { per, max })
+        };
+        if held.sessions.get(session).copied().unwrap_or(0) >= limits.per_session {
+            return over(SubscriberScope::Session, limits.per_session);
+        }
+        if held.keys.get(&key).copied().unwrap_or(0) >= limits.per_key {
+            return over(SubscriberScope::Key, limits.per_key);
+        }
+        *held.sessions.entry(Arc::clone(session)).or_default() += 1;
+        *held.keys.entry(key).or_default() += 1;
+        Ok(SubscriberSlot {
+            held: Arc::clone(&limits.held),
+            session: Arc::clone(session),
+            key,
+        })
     }
 
     /// A slot for one more session, held until the session ends.
@@ -119,6 +154,45 @@ impl Limits {
         for limiter in [&self.anonymous, &self.auth_failures].into_iter().flatten() {
             limiter.retain_recent();
             limiter.shrink_to_fit();
+        }
+    }
+}
+
+struct Subscribers {
+    per_session: usize,
+    per_key: usize,
+    held: Arc<Mutex<Held>>,
+}
+
+/// Readers held per session and per key; entries leave with their last reader, so the maps
+/// only hold what is in use.
+#[derive(Default)]
+struct Held {
+    sessions: HashMap<Arc<str>, usize>,
+    keys: HashMap<Option<KeyId>, usize>,
+}
+
+/// One `/events` reader's place; dropping it frees the place.
+pub struct SubscriberSlot {
+    held: Arc<Mutex<Held>>,
+    session: Arc<str>,
+    key: Option<KeyId>,
+}
+
+impl Drop for SubscriberSlot {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let Held { sessions, keys } = &mut *held;
+        release(sessions, &self.session);
+        release(keys, &self.key);
+    }
+}
+
+fn release<K: std::hash::Hash + Eq>(counts: &mut HashMap<K, usize>, key: &K) {
+    if let Some(n) = counts.get_mut(key) {
+        *n = n.saturating_sub(1);
+        if *n == 0 {
+            counts.remove(key);
         }
     }
 }
@@ -205,6 +279,38 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn subscriber_places_per_session_and_per_key_are_given_back() {
+        let limits = Limits::new(&ProductionSettings {
+            max_subscribers_per_session: 2,
+            max_subscribers_per_key: 3,
+            ..ProductionSettings::default()
+        });
+        let (a, b): (Arc<str>, Arc<str>) = ("a".into(), "b".into());
+        let first = limits.try_subscriber(None, &a).unwrap();
+        let _second = limits.try_subscriber(None, &a).unwrap();
+        let per = |r: Result<SubscriberSlot, ApiError>| match r {
+            Err(ApiError::TooManySubscribers { per, max }) => Some((per, max)),
+            _ => None,
+        };
+        assert_eq!(
+            per(limits.try_subscriber(None, &a)),
+            Some((SubscriberScope::Session, 2))
+        );
+        let _third = limits.try_subscriber(None, &b).unwrap();
+        assert_eq!(
+            per(limits.try_subscriber(None, &b)),
+            Some((SubscriberScope::Key, 3))
+        );
+        // Another key has its own places.
+        let key = ApiKeysForTest::key();
+        let other = limits.try_subscriber(Some(key), &b).unwrap();
+        drop((first, other));
+        assert!(limits.try_subscriber(None, &a).is_ok());
+        let held = limits.subscribers.held.lock().unwrap();
+        assert_eq!(held.keys.len(), 1, "a key without readers is forgotten");
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! `GET /v1/sessions`, `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`: the
 //! session records (`app::records`) over HTTP.
 
-use std::convert::Infallible;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::Bytes;
@@ -11,10 +11,13 @@ use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
 use futures::{Stream, StreamExt};
 use massgen_core::coordination::SessionEvent;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, PathId};
+use super::limits::SubscriberSlot;
 use super::sse;
 use crate::app::records::{Cursor, SessionRecord, list_entry_json, record_json};
 
@@ -85,24 +88,86 @@ pub async fn get_session(
 }
 
 /// SSE: `event: <type>` + `data: <SessionEvent JSON>` per event, the stored ones first,
-/// then live ones until the session ends; `: keep-alive` comments while quiet.
+/// then live ones until the session ends; `: keep-alive` comments while quiet. A session
+/// and a key have a bounded number of readers; a reader that stops reading is dropped.
 pub async fn session_events(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
 ) -> Result<Response, ApiError> {
     let record = record_of(&state, &caller, id)?;
+    let slot = state
+        .production
+        .limits
+        .try_subscriber(caller.key, &record.id)?;
     let status = if record.is_finished() {
         "finished"
     } else {
         "running"
     };
-    let body = frames(Cursor::new(record), state.settings.keepalive).map(Ok::<_, Infallible>);
-    let mut response = sse::response(body);
+    let session = Arc::clone(&record.id);
+    let frames = frames(Cursor::new(record), state.settings.keepalive);
+    let stall = state.settings.production.client_stall_timeout;
+    let mut response = sse::response(bounded(frames, slot, stall, session));
     response
         .headers_mut()
         .insert(STATUS_HEADER, HeaderValue::from_static(status));
     Ok(response)
+}
+
+/// Chunks held for one reader between the record and its connection.
+const READER_BUFFER: usize = 2;
+
+/// Moves `frames` to the response through [`READER_BUFFER`] chunks, so a reader holds at
+/// most about three chunks whatever the record's size. A reader that leaves the buffer
+/// full for `stall` (it stopped reading, or its HTTP/2 window is 0) is dropped as the
+/// chat streams drop theirs: its place (`slot`) is freed at once, and the response ends in
+/// an error, which closes the connection (HTTP/1) or resets the stream (HTTP/2) as soon
+/// as the reader takes what was already buffered.
+fn bounded(
+    frames: impl Stream<Item = Bytes> + Send + 'static,
+    slot: SubscriberSlot,
+    stall: Duration,
+    session: Arc<str>,
+) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
+    let (to, mut from) = mpsc::channel(READER_BUFFER);
+    let stalled = Arc::new(AtomicBool::new(false));
+    let dropped = Arc::clone(&stalled);
+    tokio::spawn(async move {
+        let _slot = slot;
+        let mut frames = std::pin::pin!(frames);
+        loop {
+            let chunk = tokio::select! {
+                chunk = frames.next() => match chunk {
+                    Some(chunk) => chunk,
+                    None => return,
+                },
+                // The reader went away: free the place now, not at the next event.
+                () = to.closed() => return,
+            };
+            match to.send_timeout(chunk, stall).await {
+                Ok(()) => {}
+                Err(SendTimeoutError::Closed(_)) => return,
+                Err(SendTimeoutError::Timeout(_)) => {
+                    dropped.store(true, Ordering::Relaxed);
+                    tracing::warn!(
+                        session_id = %session,
+                        stall_seconds = stall.as_secs_f64(),
+                        "a reader of the session's events stopped reading: dropping it"
+                    );
+                    return;
+                }
+            }
+        }
+    });
+    async_stream::stream! {
+        while let Some(chunk) = from.recv().await {
+            yield Ok(chunk);
+        }
+        if stalled.load(Ordering::Relaxed) {
+            yield Err(std::io::Error::other("the reader stopped reading"));
+        }
+    }
 }
 
 /// Events read from the record at a time.

@@ -8,8 +8,6 @@
 //! serde makes for line breaks), and 40 chunks through `Sse`'s body 10 times as much. The
 //! keep-alive is a timer in each stream, reset by every frame, as `KeepAlive` does.
 
-use std::convert::Infallible;
-
 use axum::body::{Body, Bytes};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -42,9 +40,12 @@ pub fn named(kind: &str, value: &impl Serialize) -> Bytes {
 pub const KEEPALIVE_COMMENT: &[u8] = b": keep-alive\n\n";
 
 /// A 200 `text/event-stream` response over `frames`, unbuffered by proxies.
-pub fn response(
-    frames: impl Stream<Item = Result<Bytes, Infallible>> + Send + 'static,
-) -> Response {
+/// A frame stream that fails ends the response abruptly (the connection closed, or the
+/// HTTP/2 stream reset).
+pub fn response<E>(frames: impl Stream<Item = Result<Bytes, E>> + Send + 'static) -> Response
+where
+    E: Into<Box<dyn std::error::Error + Send + Sync>> + 'static,
+{
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")

@@ -61,7 +61,7 @@ type SetArg = fn(&mut ProductionArgs);
 
 #[test]
 fn the_new_limits_refuse_zero_and_default_to_bounded_values() {
-    let zero: [(&str, SetArg); 5] = [
+    let zero: [(&str, SetArg); 7] = [
         ("--max-connections", |a| a.max_connections = Some(0)),
         ("--body-timeout-seconds", |a| {
             a.body_timeout_seconds = Some(0)
@@ -74,6 +74,12 @@ fn the_new_limits_refuse_zero_and_default_to_bounded_values() {
         }),
         ("--auth-failures-per-minute", |a| {
             a.auth_failures_per_minute = Some(0)
+        }),
+        ("--max-subscribers-per-session", |a| {
+            a.max_subscribers_per_session = Some(0)
+        }),
+        ("--max-subscribers-per-key", |a| {
+            a.max_subscribers_per_key = Some(0)
         }),
     ];
     for (flag, set) in zero {
@@ -89,6 +95,10 @@ fn the_new_limits_refuse_zero_and_default_to_bounded_values() {
     assert_eq!(p.idle_timeout, Duration::from_secs(60));
     assert_eq!(p.client_stall_timeout, Duration::from_secs(30));
     assert_eq!(p.auth_failures_per_minute, 30);
+    assert_eq!(
+        (p.max_subscribers_per_session, p.max_subscribers_per_key),
+        (16, 64)
+    );
 }
 
 /// Two agents whose first token comes long after their turn's time limit.

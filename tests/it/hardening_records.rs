@@ -105,3 +105,187 @@ async fn a_huge_question_is_kept_as_a_prefix_with_its_size_and_hash() {
     let hash = format!("{:x}", sha2::Sha256::digest(question.as_bytes()));
     assert_eq!(record["question_sha256"], hash);
 }
+
+/// A panel whose answer is `words` final-answer deltas: a record of that many events.
+fn long(words: usize, extra: &[&str]) -> Setup {
+    let model = format!("long:words={words},token_ms=0,ttft_ms=1");
+    Setup::with_panel(|url| panel_yaml(url, &[&model], ""), extra)
+}
+
+/// The id of a finished session on `url`.
+async fn finished_session(url: &str) -> String {
+    sessions(url, 1, 1).await.remove(0)
+}
+
+/// An HTTP/2 client with a zero window: response headers arrive, no byte of a body can.
+fn never_reads() -> reqwest::Client {
+    reqwest::Client::builder()
+        .http2_prior_knowledge()
+        .http2_initial_stream_window_size(Some(0))
+        .http2_initial_connection_window_size(Some(0))
+        .timeout(Duration::from_secs(120))
+        .build()
+        .unwrap()
+}
+
+/// Each reader used to get its own copy of the record (the old `subscribe()` cloned
+/// every stored event): 300 slow readers of a 20,000-event record took 1.6 GB. Readers now
+/// share the record and hold a few chunks of frames each: 100 readers that never read a
+/// record of ~5,000 events (> 500 KB as SSE) must cost less than 128 KB of RSS each.
+#[cfg(target_os = "linux")]
+#[tokio::test]
+async fn many_readers_of_a_large_record_do_not_multiply_memory() {
+    let setup = long(
+        5_000,
+        &[
+            "--max-subscribers-per-session",
+            "500",
+            "--max-subscribers-per-key",
+            "500",
+        ],
+    );
+    let url = &setup.server.url;
+    let pid = setup.server.pid();
+    let id = finished_session(url).await;
+    let events = format!("{url}/v1/sessions/{id}/events");
+    let size = get(&events, None).await.bytes().await.unwrap().len() as u64;
+    assert!(size > 500_000, "a large record: {size} B");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss(pid);
+    let http = never_reads();
+    let n = 100;
+    let held = futures::future::join_all((0..n).map(|_| http.get(&events).send())).await;
+    for r in &held {
+        assert_eq!(r.as_ref().unwrap().status(), 200);
+    }
+    // Every reader has filled what it may hold by now.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let per_reader = rss(pid).saturating_sub(before) / n;
+    assert!(
+        per_reader < 128 * 1024,
+        "each reader of a {size} B record costs {per_reader} B of RSS"
+    );
+    drop(held);
+}
+
+async fn code_of(r: reqwest::Response) -> (u16, String) {
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap_or_default();
+    (
+        status,
+        body["error"]["code"].as_str().unwrap_or("").to_string(),
+    )
+}
+
+#[tokio::test]
+async fn readers_over_the_session_or_key_limit_get_429() {
+    use crate::support::{mock_upstream, serve_with_keys, write};
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let slow = ["a:ttft_ms=30000", "b:ttft_ms=30000"];
+    let config = write(dir.path(), "team.yaml", &panel_yaml(&mock.url, &slow, ""));
+    let args: Vec<&std::ffi::OsStr> = [
+        "--config".as_ref(),
+        config.as_os_str(),
+        "--max-subscribers-per-session".as_ref(),
+        "2".as_ref(),
+        "--max-subscribers-per-key".as_ref(),
+        "3".as_ref(),
+    ]
+    .to_vec();
+    let server = serve_with_keys(&args, "k1,k2");
+    let url = &server.url;
+    let http = client();
+    // Two running sessions of k1 (their streams stay open: nothing is read from them).
+    let mut running = Vec::new();
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let r = http
+            .post(format!("{url}/v1/chat/completions"))
+            .bearer_auth("k1")
+            .json(&question(true))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        ids.push(
+            r.headers()["x-massgen-session-id"]
+                .to_str()
+                .unwrap()
+                .to_string(),
+        );
+        running.push(r);
+    }
+    let read = |id: &str, key: &str| {
+        http.get(format!("{url}/v1/sessions/{id}/events"))
+            .bearer_auth(key)
+            .send()
+    };
+    let first = read(&ids[0], "k1").await.unwrap();
+    let second = read(&ids[0], "k1").await.unwrap();
+    assert_eq!(
+        (first.status().as_u16(), second.status().as_u16()),
+        (200, 200)
+    );
+    let (status, code) = code_of(read(&ids[0], "k1").await.unwrap()).await;
+    assert_eq!((status, code.as_str()), (429, "too_many_subscribers"));
+    let third = read(&ids[1], "k1").await.unwrap();
+    assert_eq!(third.status(), 200);
+    let over = read(&ids[1], "k1").await.unwrap();
+    assert_eq!(over.headers()["retry-after"], "1");
+    let body: serde_json::Value = over.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_subscribers", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--max-subscribers-per-key"), "{message}");
+    // A reader that leaves gives its place back.
+    drop(first);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = read(&ids[1], "k1").await.unwrap();
+        if r.status() == 200 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the place was not freed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop((second, third, running));
+}
+
+#[tokio::test]
+async fn a_reader_that_stops_reading_is_dropped_and_frees_its_place() {
+    let setup = long(
+        2_000,
+        &[
+            "--max-subscribers-per-session",
+            "1",
+            "--client-stall-timeout-seconds",
+            "2",
+        ],
+    );
+    let url = &setup.server.url;
+    let id = finished_session(url).await;
+    let events = format!("{url}/v1/sessions/{id}/events");
+    let held = never_reads().get(&events).send().await.unwrap();
+    assert_eq!(held.status(), 200);
+    assert_eq!(held.version(), reqwest::Version::HTTP_2);
+    let (status, code) = code_of(get(&events, None).await).await;
+    assert_eq!((status, code.as_str()), (429, "too_many_subscribers"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let r = get(&events, None).await;
+        if r.status() == 200 {
+            let replay = r.text().await.unwrap();
+            assert!(replay.contains("session_completed"), "{replay}");
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the reader that stopped reading kept its place"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(held);
+}
