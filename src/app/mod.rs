@@ -12,5 +12,7 @@ mod tools;
 
 pub use caller::{Caller, KeyId};
 pub use providers::{HttpProviders, ProviderFactory};
-pub use sessions::{Overrides, SessionRequest, Sessions, SessionsConfig, StartError, Started};
+pub use sessions::{
+    Overrides, SHUTDOWN_CANCELLED, SessionRequest, Sessions, SessionsConfig, StartError, Started,
+};
 pub use tools::{agent_tools, servers_of};

@@ -23,6 +23,10 @@ use crate::telemetry::{self, SessionTracker};
 /// Events buffered between the engine and a slow client before the engine waits.
 const EVENT_BUFFER: usize = 256;
 
+/// Why a session failed when the shutdown's grace period ended it (the engine only knows
+/// it was cancelled; left alone, the record would say the client went away).
+pub const SHUTDOWN_CANCELLED: &str = "the session was cancelled: the server is shutting down and its grace period for running sessions is over; send the request again";
+
 /// What the service is built from; everything else it makes itself.
 pub struct SessionsConfig {
     pub providers: Arc<dyn ProviderFactory>,
@@ -229,6 +233,7 @@ impl Sessions {
             tracker,
             permit: request.permit,
             files_dir: self.records.dir.clone(),
+            shutdown: self.cancel_all.clone(),
         };
         let events = records::tee(&self.tasks, start, engine_rx, EVENT_BUFFER);
         Ok(Started {

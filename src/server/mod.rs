@@ -324,6 +324,10 @@ pub async fn serve(
         () = server => {}
         () = deadline => tracing::warn!("connections still open after the grace period; exiting"),
     }
+    // Sessions cancelled at the end still write their records (files) before the exit.
+    let tasks = sessions.tasks();
+    tasks.close();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), tasks.wait()).await;
     housekeeping.abort();
     Ok(())
 }

@@ -139,7 +139,10 @@ async fn every_agent_timed_out_is_a_504_on_every_door() {
 
 #[tokio::test]
 async fn a_session_cancelled_by_shutdown_says_so() {
-    let mut setup = Setup::with_panel(too_slow_for_grace, &["--shutdown-grace-seconds", "1"]);
+    let records = tempfile::tempdir().unwrap();
+    let dir = records.path().to_str().unwrap();
+    let flags = ["--shutdown-grace-seconds", "1", "--records-dir", dir];
+    let mut setup = Setup::with_panel(too_slow_for_grace, &flags);
     let url = setup.server.url.clone();
     let response = client()
         .post(format!("{url}/v1/chat/completions"))
@@ -164,6 +167,12 @@ async fn a_session_cancelled_by_shutdown_says_so() {
     let message = error["message"].as_str().unwrap();
     assert!(message.contains("shutting down"), "{message}");
     assert!(!message.contains("client went away"), "{message}");
+    // The stored record says so too (it used to say the client went away).
+    let folder = std::fs::read_dir(records.path()).unwrap().next().unwrap();
+    let record = std::fs::read_to_string(folder.unwrap().path().join("session.json")).unwrap();
+    let record: Value = serde_json::from_str(&record).unwrap();
+    let stored = record["outcome"]["message"].as_str().unwrap_or_default();
+    assert!(stored.contains("shutting down"), "{record}");
 }
 
 /// Agents slower than the shutdown grace period (and with time to spare in their turn).

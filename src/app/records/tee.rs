@@ -9,6 +9,7 @@ use massgen_core::coordination::{
     AgentErrorKind, ConsensusReason, EventKind, SessionErrorKind, SessionEvent,
 };
 use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::SessionRecord;
@@ -20,6 +21,8 @@ pub struct SessionStart {
     /// The session's concurrency slot, released when the session ends.
     pub permit: Option<OwnedSemaphorePermit>,
     pub files_dir: Option<PathBuf>,
+    /// Cancelled when the shutdown's grace period is over.
+    pub shutdown: CancellationToken,
 }
 
 pub fn tee(
@@ -36,12 +39,20 @@ pub fn tee(
             tracker,
             permit,
             files_dir,
+            shutdown,
         } = start;
         let _permit = permit;
         let mut client = Some(to_client);
         let mut votes = 0u32;
         let mut restarts = 0u32;
-        while let Some(event) = from_engine.recv().await {
+        while let Some(mut event) = from_engine.recv().await {
+            // The record and the client both say who ended the session.
+            if let EventKind::SessionFailed { error } = &mut event.kind
+                && error.kind == SessionErrorKind::Cancelled
+                && shutdown.is_cancelled()
+            {
+                crate::app::SHUTDOWN_CANCELLED.clone_into(&mut error.message);
+            }
             match &event.kind {
                 EventKind::Vote { .. } => votes += 1,
                 EventKind::TurnStarted { turn, .. } if *turn > 1 => restarts += 1,

@@ -20,7 +20,7 @@ use tokio_util::sync::DropGuard;
 
 use super::narrate::{Deliberation, Narrator};
 use crate::app::records::SessionInfo;
-use crate::app::{Caller, Overrides, SessionRequest, Sessions, StartError};
+use crate::app::{Caller, Overrides, SHUTDOWN_CANCELLED, SessionRequest, Sessions, StartError};
 use crate::server::error::ApiError;
 use crate::server::panel_choice::request_panel;
 use crate::server::{AppState, routing};
@@ -385,9 +385,6 @@ impl Steps {
         }
     }
 }
-
-/// What a client reads when the shutdown's grace period ended its session.
-const SHUTDOWN_CANCELLED: &str = "the session was cancelled: the server is shutting down and its grace period for running sessions is over; send the request again";
 
 fn log_failed(session_id: &str, error: &SessionError) {
     if error.kind == SessionErrorKind::Cancelled {
