@@ -2,7 +2,8 @@
 //! with `wire_api = "responses"`) and Claude Code (`claude -p`, `ANTHROPIC_BASE_URL`), at the
 //! versions tests/clients/package-lock.json pins. Both can exit 0 with an empty answer
 //! when a stream misses an event they need, so the answer text is checked, not only the
-//! exit status. `.ci/run` installs them (`npm ci` in tests/clients) and sets
+//! exit status. The official `openai` Node SDK's structured-output `parse()` runs from a
+//! small script there too (tests/clients/structured_output.mjs). `.ci/run` installs them (`npm ci` in tests/clients) and sets
 //! MASSGEN_REQUIRE_CLIENTS=1 so that a missing client fails instead of skipping.
 
 use std::path::{Path, PathBuf};
@@ -253,5 +254,33 @@ fn claude_code_handles_the_tool_use_the_panel_chose_and_sends_back_its_result() 
     assert_eq!(
         doors_of_sessions(&server.url)[..2],
         ["messages", "messages"]
+    );
+}
+
+/// The official `openai` Node SDK (pinned in tests/clients) parses the panel's structured
+/// output, streamed and not, through the corrective retry, and raises on a clear error.
+#[test]
+fn openai_node_sdk_parses_structured_output() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients");
+    if !dir.join("node_modules/openai/package.json").is_file() {
+        assert!(
+            std::env::var("MASSGEN_REQUIRE_CLIENTS").is_err(),
+            "the openai npm package is missing: run `npm ci` in tests/clients"
+        );
+        println!("skipped: the openai npm package is not installed (npm ci in tests/clients)");
+        return;
+    }
+    let server = support::serve(&["--demo"]);
+    let mut cmd = Command::new("node");
+    cmd.arg("structured_output.mjs")
+        .current_dir(&dir)
+        .env("MASSGEN_BASE_URL", &server.url);
+    support::offline(&mut cmd);
+    let output = support::run_bounded(cmd, CLIENT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.trim_end().ends_with("ok"),
+        "node structured_output.mjs failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
     );
 }

@@ -15,11 +15,18 @@ const PYTEST_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// The python interpreter, or `None` (skip) when the packages are missing.
 fn python() -> Option<String> {
+    python_with("")
+}
+
+/// [`python`], with `extra` modules too (`, mod`…): the packages only one test needs.
+fn python_with(extra: &str) -> Option<String> {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
     let probe = Command::new(&python)
         .args([
             "-c",
-            "import openai, anthropic, agents, pytest, jsonschema, yaml, httpx, pydantic",
+            &format!(
+                "import openai, anthropic, agents, pytest, jsonschema, yaml, httpx, pydantic{extra}"
+            ),
         ])
         .status();
     if !probe.is_ok_and(|s| s.success()) {
@@ -108,6 +115,19 @@ fn openai_python_sdk_structured_output_parse() {
     pytest(
         &python,
         "tests/python/test_structured_output.py",
+        &server.url,
+    );
+}
+
+#[test]
+fn langchain_with_structured_output_json_schema_and_json_mode() {
+    let Some(python) = python_with(", langchain_openai") else {
+        return;
+    };
+    let server = support::serve(&["--demo"]);
+    pytest(
+        &python,
+        "tests/python/test_langchain_structured.py",
         &server.url,
     );
 }

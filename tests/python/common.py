@@ -5,8 +5,11 @@ client tool the tool tests offer, to be put in each API's own tool shape."""
 import json
 import pathlib
 
+from typing import List, Literal
+
 import httpx
 import jsonschema
+import pydantic
 import yaml
 
 SPEC = yaml.safe_load(
@@ -47,3 +50,21 @@ def sse_events(url, body, headers=None):
                 events.append((name, None if data == "[DONE]" else json.loads(data)))
                 name = None
     return events
+
+
+class Address(pydantic.BaseModel):
+    city: str
+
+
+class Person(pydantic.BaseModel):
+    """The structured-output tests' model: nested, an enum, a list."""
+
+    name: str
+    age: int
+    role: Literal["admin", "user"]
+    tags: List[str]
+    address: Address
+
+
+# What the simulator writes for Person's schema (its smallest valid instance).
+SIMULATED_PERSON = Person(name="simulated", age=1, role="admin", tags=[], address=Address(city="simulated"))

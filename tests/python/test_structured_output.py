@@ -3,28 +3,13 @@ against the simulator-backed demo panel (which answers a requested schema with i
 valid instance). Started by tests/it/python_clients.rs with MASSGEN_BASE_URL."""
 
 import os
-from typing import List, Literal
 
 import openai
-import pydantic
 import pytest
 
+from common import SIMULATED_PERSON as EXPECTED, Person
+
 BASE = os.environ["MASSGEN_BASE_URL"]
-
-
-class Address(pydantic.BaseModel):
-    city: str
-
-
-class Person(pydantic.BaseModel):
-    name: str
-    age: int
-    role: Literal["admin", "user"]
-    tags: List[str]
-    address: Address
-
-
-EXPECTED = Person(name="simulated", age=1, role="admin", tags=[], address=Address(city="simulated"))
 MESSAGES = [{"role": "user", "content": "Describe a typical user as a person record."}]
 
 
