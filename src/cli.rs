@@ -112,6 +112,10 @@ pub struct ServeArgs {
     /// (otherwise they are ignored)
     #[arg(long, env = "MASSGEN_SERVER_ALLOW_REQUEST_SAMPLING", value_parser = Switch)]
     pub allow_request_sampling: bool,
+    /// Answer a request identical to one answered within N seconds (same API key, same
+    /// panel) from the response cache [default: off]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_CACHE_TTL_SECONDS", value_parser = Number::<u64>::new())]
+    pub cache_ttl_seconds: Option<u64>,
     /// Period of SSE keep-alive comments [default: 15]
     #[arg(long, value_name = "N", value_parser = Number::<u64>::new())]
     pub keepalive_seconds: Option<u64>,
@@ -272,6 +276,11 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
     if keepalive.is_zero() {
         return Err(Fatal::usage("--keepalive-seconds must be at least 1"));
     }
+    if args.cache_ttl_seconds == Some(0) {
+        return Err(Fatal::usage(
+            "--cache-ttl-seconds must be at least 1 (leave it out to keep the cache off)",
+        ));
+    }
     let settings = ServerSettings {
         host: given(&args.host).unwrap_or(defaults.host),
         port: args.port.unwrap_or(defaults.port),
@@ -291,6 +300,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         messages_default_panel: messages_default_panel(args)?,
         deliberation_format: args.deliberation_format.unwrap_or_default(),
         production: resolve_production(&args.production, env)?,
+        cache_ttl: args.cache_ttl_seconds.map(Duration::from_secs),
     };
     Ok(ServePlan {
         settings,

@@ -125,6 +125,8 @@ pub struct ServerSettings {
     pub deliberation_format: DeliberationFormat,
     /// Auth, limits, records and timeouts (`production.rs`).
     pub production: ProductionSettings,
+    /// How long identical requests are answered from the response cache; `None`: off.
+    pub cache_ttl: Option<Duration>,
 }
 
 /// Where the Chat Completions door puts the deliberation (`--deliberation-format`,
@@ -173,6 +175,7 @@ impl Default for ServerSettings {
             messages_default_panel: None,
             deliberation_format: DeliberationFormat::Reasoning,
             production: ProductionSettings::default(),
+            cache_ttl: None,
         }
     }
 }

@@ -4,6 +4,7 @@
 //! the session, and the door renders its events.
 
 pub mod auth;
+pub mod cache;
 pub mod doors;
 pub mod error;
 pub mod limits;
@@ -57,6 +58,8 @@ pub struct AppState {
     pub responses: Arc<ResponseStore>,
     /// Access control and limits.
     pub production: Arc<Production>,
+    /// The response cache, when `--cache-ttl-seconds` is set.
+    pub cache: Option<Arc<cache::ResponseCache>>,
 }
 
 /// What `settings.production` turns into at start-up (the records go to [`Sessions`]).
@@ -125,6 +128,9 @@ impl AppState {
         );
         Self {
             production,
+            cache: settings
+                .cache_ttl
+                .map(|ttl| Arc::new(cache::ResponseCache::new(ttl))),
             catalog: Arc::new(catalog),
             settings: Arc::new(settings),
             sessions: Arc::new(sessions),
@@ -224,6 +230,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
             HeaderName::from_static("x-request-id"),
             HeaderName::from_static(SESSION_HEADER),
             HeaderName::from_static(WINNER_HEADER),
+            HeaderName::from_static(cache::CACHE_HEADER),
             header::RETRY_AFTER,
             HeaderName::from_static(error::SHOULD_RETRY),
         ]);

@@ -44,6 +44,7 @@ pub struct Metrics {
     pub rejected: IntCounterVec,
     pub tool_calls: IntCounterVec,
     pub tool_call_duration: HistogramVec,
+    pub response_cache: IntCounterVec,
 }
 
 impl Metrics {
@@ -132,6 +133,11 @@ impl Metrics {
                 "massgen_upstream_errors_total",
                 "Failed upstream calls, by provider and error kind.",
                 &["provider", "kind"],
+            )?,
+            response_cache: counter(
+                "massgen_response_cache_total",
+                "Response cache lookups and stores (--cache-ttl-seconds): hit, miss, stored.",
+                &["result"],
             )?,
             upstream_retries: counter(
                 "massgen_upstream_retries_total",

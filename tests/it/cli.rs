@@ -43,6 +43,7 @@ fn plan_of(argv: &[&str]) -> Result<ServePlan, Fatal> {
 fn defaults_without_flags_or_env() {
     in_child_env("cli::defaults_without_flags_or_env", &[], || {
         let plan = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(plan.settings.cache_ttl, None, "the response cache is off");
         assert_eq!(plan.settings, massgen::config::ServerSettings::default());
         assert_eq!(plan.settings.host, "127.0.0.1");
         assert_eq!(plan.settings.port, 4000);
@@ -162,6 +163,25 @@ fn bad_switch_values_are_usage_errors() {
         let err = plan_of(&["--keepalive-seconds", "0"]).err();
         assert!(err.is_some_and(|f| f.code == 2));
     });
+}
+
+#[test]
+fn the_response_cache_is_off_unless_given_a_ttl_of_at_least_one_second() {
+    let ttl = [("MASSGEN_SERVER_CACHE_TTL_SECONDS", "30")];
+    in_child_env(
+        "cli::the_response_cache_is_off_unless_given_a_ttl_of_at_least_one_second",
+        &ttl,
+        || {
+            let ttl = |argv: &[&str]| plan_of(argv).map(|p| p.settings.cache_ttl).ok();
+            assert_eq!(ttl(&[]), Some(Some(std::time::Duration::from_secs(30))));
+            assert_eq!(
+                ttl(&["--cache-ttl-seconds", "5"]),
+                Some(Some(std::time::Duration::from_secs(5)))
+            );
+            let err = plan_of(&["--cache-ttl-seconds", "0"]).err();
+            assert!(err.is_some_and(|f| f.code == 2 && f.message.contains("--cache-ttl-seconds")));
+        },
+    );
 }
 
 #[test]

@@ -22,6 +22,7 @@ mod engine_tools;
 mod hardening;
 mod hardening_records;
 mod http_blackbox;
+mod http_cache;
 mod http_client_habits;
 mod http_doors;
 mod http_efficiency;

@@ -21,6 +21,8 @@ use tokio_util::sync::DropGuard;
 use super::narrate::{Deliberation, Narrator};
 use crate::app::records::SessionInfo;
 use crate::app::{Caller, Overrides, SHUTDOWN_CANCELLED, SessionRequest, Sessions, StartError};
+use crate::config::PanelConfig;
+use crate::server::cache::{Lookup, ResponseCache};
 use crate::server::error::ApiError;
 use crate::server::panel_choice::request_panel;
 use crate::server::{AppState, routing};
@@ -134,14 +136,9 @@ pub struct Opened {
     pub steps: Steps,
 }
 
-/// Resolves the panel for `ask.model`, takes a session slot and starts the session.
-pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
-    if !state.settings.allow_request_sampling {
-        // Ignored, not refused: most clients send `temperature` by default (LangChain,
-        // LiteLLM, the Agents SDK), and the panel's settings are the operator's.
-        ask.input.sampling = Sampling::default();
-    }
-    let mut panel = routing::resolve(
+/// The panel `ask` runs on: its model's, or the one its `massgen.models` make.
+fn resolve_panel(state: &AppState, ask: &Ask) -> Result<Arc<PanelConfig>, ApiError> {
+    let panel = routing::resolve(
         ask.route_as.as_deref().unwrap_or(&ask.model),
         &state.catalog,
         state.settings.allow_config_paths,
@@ -150,10 +147,38 @@ pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
         state.env.as_ref(),
     )?;
     let models = &ask.overrides.models;
-    if !models.is_empty() {
-        let allowed = state.settings.allow_request_panels;
-        panel = Arc::new(request_panel(&panel, models, &state.catalog, allowed)?);
+    if models.is_empty() {
+        return Ok(panel);
     }
+    let allowed = state.settings.allow_request_panels;
+    Ok(Arc::new(request_panel(
+        &panel,
+        models,
+        &state.catalog,
+        allowed,
+    )?))
+}
+
+/// The response cache's part in a request to `ask`'s panel with `body` (nothing when
+/// the cache is off).
+pub fn cache_lookup(state: &AppState, ask: &Ask, body: &[u8]) -> Result<Lookup, ApiError> {
+    let Some(cache) = state.cache.as_ref() else {
+        return Ok(Lookup::off(ask.door));
+    };
+    let panel = resolve_panel(state, ask)?;
+    let key = ResponseCache::key(ask.door, &ask.caller, &panel, body);
+    Ok(Lookup::new(Some(cache), ask.door, key))
+}
+
+/// Resolves the panel for `ask.model`, takes a session slot and starts the session.
+pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
+    if !state.settings.allow_request_sampling {
+        // Ignored, not refused: most clients send `temperature` by default (LangChain,
+        // LiteLLM, the Agents SDK), and the panel's settings are the operator's.
+        ask.input.sampling = Sampling::default();
+    }
+    let panel = resolve_panel(state, &ask)?;
+    let models = &ask.overrides.models;
     // Held by the session until it ends; over the cap the request is refused at once.
     let permit = state.production.limits.try_session()?;
     let model_chosen =

@@ -45,19 +45,21 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         DeliberationFormat::None => Deliberation::Off,
         _ => request.deliberation,
     };
-    let Opened { id, created, steps } = session::open(
-        &state,
-        Ask {
-            caller,
-            door: DOOR,
-            model: request.model.clone(),
-            route_as: None,
-            metadata: Default::default(),
-            input: request.input.clone(),
-            deliberation,
-            overrides: request.overrides.clone(),
-        },
-    )?;
+    let ask = Ask {
+        caller,
+        door: DOOR,
+        model: request.model.clone(),
+        route_as: None,
+        metadata: Default::default(),
+        input: request.input.clone(),
+        deliberation,
+        overrides: request.overrides.clone(),
+    };
+    let cached = session::cache_lookup(&state, &ask, &body)?;
+    if let Some(hit) = cached.hit() {
+        return Ok(hit);
+    }
+    let Opened { id, created, steps } = session::open(&state, ask)?;
     let header = ChunkHeader {
         id: format!("chatcmpl-{}", &id[5..]),
         created,
@@ -77,7 +79,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     } else {
         collect_response(header, steps, limit, &id, format).await?
     };
-    Ok(session::with_session_header(response, &id))
+    Ok(cached.keep(session::with_session_header(response, &id)))
 }
 
 async fn collect_response(

@@ -57,22 +57,24 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
     if let Some(user) = &request.user_id {
         metadata.insert("user_id".into(), Value::String(user.clone()));
     }
-    let Opened { id, steps, .. } = session::open(
-        &state,
-        Ask {
-            caller,
-            door: DOOR,
-            model: request.model.clone(),
-            route_as: route_as(
-                &request.model,
-                state.settings.messages_default_panel.as_deref(),
-            ),
-            metadata,
-            input,
-            deliberation: request.deliberation,
-            overrides: request.overrides.clone(),
-        },
-    )?;
+    let ask = Ask {
+        caller,
+        door: DOOR,
+        model: request.model.clone(),
+        route_as: route_as(
+            &request.model,
+            state.settings.messages_default_panel.as_deref(),
+        ),
+        metadata,
+        input,
+        deliberation: request.deliberation,
+        overrides: request.overrides.clone(),
+    };
+    let cached = session::cache_lookup(&state, &ask, &body)?;
+    if let Some(hit) = cached.hit() {
+        return Ok(hit);
+    }
+    let Opened { id, steps, .. } = session::open(&state, ask)?;
     let header = Header {
         id: format!("msg_{}", &id[5..]),
         model: request.model.clone(),
@@ -89,7 +91,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
     } else {
         collect_response(&request, header, steps, &id).await?
     };
-    Ok(session::with_session_header(response, &id))
+    Ok(cached.keep(session::with_session_header(response, &id)))
 }
 
 /// Claude Code sends its own model names (`claude-…`); with `--messages-default-panel`

@@ -63,19 +63,21 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         .clone()
         .map(|format| structured::output(format, request.stream))
         .transpose()?;
-    let Opened { id, created, steps } = session::open(
-        &state,
-        Ask {
-            caller,
-            door: DOOR,
-            model: request.model.clone(),
-            route_as: None,
-            metadata: request.metadata.clone(),
-            input,
-            deliberation: request.deliberation,
-            overrides: request.overrides,
-        },
-    )?;
+    let ask = Ask {
+        caller,
+        door: DOOR,
+        model: request.model.clone(),
+        route_as: None,
+        metadata: request.metadata.clone(),
+        input,
+        deliberation: request.deliberation,
+        overrides: request.overrides,
+    };
+    let cached = session::cache_lookup(&state, &ask, &body)?;
+    if let Some(hit) = cached.hit() {
+        return Ok(hit);
+    }
+    let Opened { id, created, steps } = session::open(&state, ask)?;
     let env = Envelope {
         id: format!("resp_{}", &id[5..]),
         created_at: created,
@@ -108,7 +110,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
     } else {
         collect_response(finish, steps).await?
     };
-    Ok(session::with_session_header(response, &id))
+    Ok(cached.keep(session::with_session_header(response, &id)))
 }
 
 /// The stored conversation `previous_response_id` names, followed by this request's input.
