@@ -2,7 +2,9 @@
 //! the `openai` SDK over Chat Completions and the Responses API, the OpenAI Agents SDK, and
 //! the `anthropic` SDK over the Messages API, at the versions tests/python/requirements.txt
 //! pins. `.ci/run` installs the packages and sets MASSGEN_REQUIRE_PYTHON=1 so that a missing
-//! package fails instead of skipping.
+//! package fails instead of skipping. instructor runs from its own virtualenv
+//! (tests/python/instructor/requirements.txt; its `jiter` pin conflicts with our `openai`),
+//! whose interpreter is MASSGEN_INSTRUCTOR_PYTHON.
 
 use std::process::Command;
 use std::time::Duration;
@@ -38,6 +40,31 @@ fn python_with(extra: &str) -> Option<String> {
         return None;
     }
     Some(python)
+}
+
+/// The interpreter of instructor's virtualenv (MASSGEN_INSTRUCTOR_PYTHON, which `.ci/run`
+/// sets), or `None` (skip) when it is unset or lacks the packages.
+fn instructor_python() -> Option<String> {
+    let python = std::env::var("MASSGEN_INSTRUCTOR_PYTHON").ok();
+    let ready = python.as_ref().is_some_and(|python| {
+        Command::new(python)
+            .args([
+                "-c",
+                "import instructor, openai, pytest, jsonschema, yaml, httpx",
+            ])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !ready {
+        assert!(
+            std::env::var("MASSGEN_REQUIRE_PYTHON").is_err(),
+            "instructor's virtualenv missing: set MASSGEN_INSTRUCTOR_PYTHON to the python of a \
+             venv with tests/python/instructor/requirements.txt installed (as .ci/run does)"
+        );
+        println!("skipped: MASSGEN_INSTRUCTOR_PYTHON is not a python with instructor installed");
+        return None;
+    }
+    python
 }
 
 fn pytest(python: &str, file: &str, base_url: &str) {
@@ -130,4 +157,13 @@ fn langchain_with_structured_output_json_schema_and_json_mode() {
         "tests/python/test_langchain_structured.py",
         &server.url,
     );
+}
+
+#[test]
+fn instructor_json_mode_and_json_schema_mode() {
+    let Some(python) = instructor_python() else {
+        return;
+    };
+    let server = support::serve(&["--demo"]);
+    pytest(&python, "tests/python/test_instructor.py", &server.url);
 }
