@@ -106,6 +106,7 @@ pub async fn serve_connections(
         let stopping = stopping.clone();
         connections.spawn(async move {
             let _slot = slot;
+            let _open = Open::new();
             // hyper's header timeout starts after the protocol is detected: a client that
             // connects and sends nothing is cut here instead.
             let mut first = [0u8; 1];
@@ -219,5 +220,25 @@ where
                 Body::new(body.map_frame(move |frame| busy.pass(frame)))
             }))
         })
+    }
+}
+
+/// The open-connections gauge, decremented however the connection ends.
+struct Open;
+
+impl Open {
+    fn new() -> Self {
+        if let Some(m) = metrics() {
+            m.open_connections.inc();
+        }
+        Self
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        if let Some(m) = metrics() {
+            m.open_connections.dec();
+        }
     }
 }

@@ -26,6 +26,7 @@ pub struct Metrics {
     pub http_requests: IntCounterVec,
     pub http_request_duration: HistogramVec,
     pub active_sessions: IntGauge,
+    pub open_connections: IntGauge,
     pub session_duration: HistogramVec,
     pub time_to_first_byte: Histogram,
     pub server_overhead: Histogram,
@@ -88,6 +89,11 @@ impl Metrics {
             "Coordination sessions running now.",
         )?;
         registry.register(Box::new(active_sessions.clone()))?;
+        let open_connections = IntGauge::new(
+            "massgen_open_connections",
+            "Client connections open now (HTTP/1 and HTTP/2).",
+        )?;
+        registry.register(Box::new(open_connections.clone()))?;
         Ok(Self {
             http_requests: counter(
                 "massgen_http_requests_total",
@@ -101,6 +107,7 @@ impl Metrics {
                 SLOW,
             )?,
             active_sessions,
+            open_connections,
             session_duration: histogram_vec(
                 "massgen_session_duration_seconds",
                 "Wall time of a session, by outcome.",

@@ -289,3 +289,45 @@ async fn a_reader_that_stops_reading_is_dropped_and_frees_its_place() {
     }
     drop(held);
 }
+
+/// `massgen_open_connections` over fresh connections (`connection: close`), so the
+/// client's own pool holds none.
+async fn open_connections(url: &str) -> f64 {
+    let text = client()
+        .get(format!("{url}/metrics"))
+        .header("connection", "close")
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    crate::support::sample(&text, "massgen_open_connections", &[]).unwrap()
+}
+
+#[tokio::test]
+async fn the_open_connections_gauge_follows_the_connections() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let setup = fast(&[]);
+    let url = &setup.server.url;
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut c = tokio::net::TcpStream::connect(url.trim_start_matches("http://"))
+            .await
+            .unwrap();
+        c.write_all(b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n")
+            .await
+            .unwrap();
+        let mut buf = [0u8; 512];
+        assert!(c.read(&mut buf).await.unwrap() > 0);
+        held.push(c);
+    }
+    // The three kept alive, and the one asking.
+    assert_eq!(open_connections(url).await, 4.0);
+    drop(held);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while open_connections(url).await != 1.0 {
+        assert!(std::time::Instant::now() < deadline, "the gauge stayed up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
