@@ -108,7 +108,7 @@ fn smaller(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 pub struct Started {
     pub id: Arc<str>,
     /// Every event, the last one `session_completed` or `session_failed`.
-    pub events: mpsc::Receiver<SessionEvent>,
+    pub events: mpsc::Receiver<Box<SessionEvent>>,
     /// Dropping it (client gone, handler dropped) cancels every upstream call at once.
     pub cancel: DropGuard,
 }

@@ -28,9 +28,9 @@ pub struct SessionStart {
 pub fn tee(
     tasks: &TaskTracker,
     start: SessionStart,
-    mut from_engine: mpsc::Receiver<SessionEvent>,
+    mut from_engine: mpsc::Receiver<Box<SessionEvent>>,
     buffer: usize,
-) -> mpsc::Receiver<SessionEvent> {
+) -> mpsc::Receiver<Box<SessionEvent>> {
     let (to_client, rx) = mpsc::channel(buffer);
     tasks.spawn(async move {
         let _active = Active::new();
@@ -75,7 +75,7 @@ pub fn tee(
                 }
                 _ => {}
             }
-            record.push(event.clone());
+            record.push(SessionEvent::clone(&event));
             if let Some(tx) = &client
                 && tx.send(event).await.is_err()
             {

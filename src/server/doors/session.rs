@@ -235,11 +235,11 @@ const CLIENT_BUFFER: usize = 64;
 /// goes away. Either way `cancel` is dropped, which cancels the session's upstream calls;
 /// the session then ends and frees its slot.
 fn relay(
-    mut from: mpsc::Receiver<SessionEvent>,
+    mut from: mpsc::Receiver<Box<SessionEvent>>,
     cancel: DropGuard,
     stall: Duration,
     stalled: Arc<AtomicBool>,
-) -> mpsc::Receiver<SessionEvent> {
+) -> mpsc::Receiver<Box<SessionEvent>> {
     let (to, events) = mpsc::channel(CLIENT_BUFFER);
     tokio::spawn(async move {
         let _cancel = cancel;
@@ -329,7 +329,7 @@ pub enum Step {
 
 /// The session's events as [`Step`]s. Dropping it cancels the session's upstream calls.
 pub struct Steps {
-    events: mpsc::Receiver<SessionEvent>,
+    events: mpsc::Receiver<Box<SessionEvent>>,
     narrator: Narrator,
     session_id: Arc<str>,
     /// Tells a cancellation by shutdown from one by the client.

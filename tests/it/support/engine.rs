@@ -303,7 +303,7 @@ pub async fn run_with(spec: SessionSpec, cancel: CancellationToken) -> Run {
     let result = run_session(spec, tx, cancel, Arc::new(FixedClock)).await;
     let mut events = Vec::new();
     while let Ok(e) = rx.try_recv() {
-        events.push(e);
+        events.push(*e);
     }
     Run { result, events }
 }

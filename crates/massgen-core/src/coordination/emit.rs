@@ -17,7 +17,10 @@ use crate::provider::Usage;
 pub struct ClientGone;
 
 pub struct Emitter {
-    tx: mpsc::Sender<SessionEvent>,
+    // Boxed: tokio's mpsc allocates 32 slots at once, and each session has several channels;
+    // with 176-byte events that first block cost ~18 MB over 1,000 concurrent sessions
+    // (benches/results/external.md).
+    tx: mpsc::Sender<Box<SessionEvent>>,
     session_id: Arc<str>,
     clock: Arc<dyn Clock>,
     cancel: CancellationToken,
@@ -26,7 +29,7 @@ pub struct Emitter {
 
 impl Emitter {
     pub fn new(
-        tx: mpsc::Sender<SessionEvent>,
+        tx: mpsc::Sender<Box<SessionEvent>>,
         session_id: Arc<str>,
         clock: Arc<dyn Clock>,
         cancel: CancellationToken,
@@ -47,7 +50,7 @@ impl Emitter {
         tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(ClientGone),
-            sent = self.tx.send(event) => sent.map_err(|_| ClientGone),
+            sent = self.tx.send(Box::new(event)) => sent.map_err(|_| ClientGone),
         }
     }
 
@@ -85,7 +88,7 @@ impl Emitter {
     /// cancelled, when nobody may be reading any more).
     pub fn emit_now(&mut self, kind: EventKind) {
         let event = self.stamp(kind);
-        let _ = self.tx.try_send(event);
+        let _ = self.tx.try_send(Box::new(event));
     }
 
     /// Resolves when the receiver is dropped.

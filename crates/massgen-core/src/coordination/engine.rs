@@ -39,7 +39,7 @@ mod attempts;
 /// `cancel`, or dropping the receiver, stops every upstream call at once.
 pub async fn run_session(
     spec: SessionSpec,
-    events: mpsc::Sender<SessionEvent>,
+    events: mpsc::Sender<Box<SessionEvent>>,
     cancel: CancellationToken,
     clock: Arc<dyn Clock>,
 ) -> Result<SessionSummary, SessionError> {
