@@ -14,6 +14,7 @@ mod panel_choice;
 pub mod records;
 pub mod routing;
 pub mod sse;
+mod stall;
 mod ui;
 
 use std::future::Future;

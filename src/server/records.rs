@@ -2,23 +2,21 @@
 //! session records (`app::records`) over HTTP.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::extract::{Extension, Query, State};
 use axum::http::HeaderValue;
 use axum::response::{IntoResponse, Response};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use massgen_core::coordination::SessionEvent;
-use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::SendTimeoutError;
 
 use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, PathId};
 use super::limits::SubscriberSlot;
-use super::sse;
+use super::{sse, stall};
 use crate::app::records::{Cursor, SessionRecord, list_entry_json, record_json};
 
 /// Whether the events response is live (`running`) or a replay (`finished`).
@@ -130,35 +128,12 @@ fn bounded(
     stall: Duration,
     session: Arc<str>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
-    let (to, mut from) = mpsc::channel(READER_BUFFER);
-    let stalled = Arc::new(AtomicBool::new(false));
-    let dropped = Arc::clone(&stalled);
-    tokio::spawn(async move {
-        let _slot = slot;
-        let mut frames = std::pin::pin!(frames);
-        loop {
-            let chunk = tokio::select! {
-                chunk = frames.next() => match chunk {
-                    Some(chunk) => chunk,
-                    None => return,
-                },
-                // The reader went away: free the place now, not at the next event.
-                () = to.closed() => return,
-            };
-            match to.send_timeout(chunk, stall).await {
-                Ok(()) => {}
-                Err(SendTimeoutError::Closed(_)) => return,
-                Err(SendTimeoutError::Timeout(_)) => {
-                    dropped.store(true, Ordering::Relaxed);
-                    tracing::warn!(
-                        session_id = %session,
-                        stall_seconds = stall.as_secs_f64(),
-                        "a reader of the session's events stopped reading: dropping it"
-                    );
-                    return;
-                }
-            }
-        }
+    let (mut from, stalled) = stall::forward(frames, READER_BUFFER, stall, slot, move |_| {
+        tracing::warn!(
+            session_id = %session,
+            stall_seconds = stall.as_secs_f64(),
+            "a reader of the session's events stopped reading: dropping it"
+        );
     });
     async_stream::stream! {
         while let Some(chunk) = from.recv().await {

@@ -15,7 +15,6 @@ use massgen_core::coordination::{
 };
 use massgen_core::provider::{Sampling, ToolCall};
 use tokio::sync::mpsc;
-use tokio::sync::mpsc::error::SendTimeoutError;
 use tokio_util::sync::DropGuard;
 
 use super::narrate::{Deliberation, Narrator};
@@ -25,7 +24,7 @@ use crate::config::PanelConfig;
 use crate::server::cache::{Lookup, ResponseCache};
 use crate::server::error::ApiError;
 use crate::server::panel_choice::request_panel;
-use crate::server::{AppState, routing};
+use crate::server::{AppState, routing, stall};
 use crate::telemetry;
 
 pub const SESSION_HEADER: &str = "x-massgen-session-id";
@@ -205,12 +204,10 @@ pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
             },
         )
         .map_err(start_error)?;
-    let stalled = Arc::new(AtomicBool::new(false));
-    let events = relay(
+    let (events, stalled) = relay(
         started.events,
         started.cancel,
         state.settings.production.client_stall_timeout,
-        Arc::clone(&stalled),
     );
     Ok(Opened {
         created: sessions.now_secs(),
@@ -235,40 +232,19 @@ const CLIENT_BUFFER: usize = 64;
 /// goes away. Either way `cancel` is dropped, which cancels the session's upstream calls;
 /// the session then ends and frees its slot.
 fn relay(
-    mut from: mpsc::Receiver<Box<SessionEvent>>,
+    from: mpsc::Receiver<Box<SessionEvent>>,
     cancel: DropGuard,
     stall: Duration,
-    stalled: Arc<AtomicBool>,
-) -> mpsc::Receiver<Box<SessionEvent>> {
-    let (to, events) = mpsc::channel(CLIENT_BUFFER);
-    tokio::spawn(async move {
-        let _cancel = cancel;
-        loop {
-            let event = tokio::select! {
-                event = from.recv() => match event {
-                    Some(event) => event,
-                    None => return,
-                },
-                // The response (and its body) is gone: cancel now, not at the next event.
-                () = to.closed() => return,
-            };
-            match to.send_timeout(event, stall).await {
-                Ok(()) => {}
-                Err(SendTimeoutError::Closed(_)) => return,
-                Err(SendTimeoutError::Timeout(event)) => {
-                    stalled.store(true, Ordering::Relaxed);
-                    tracing::warn!(
-                        session_id = %event.session_id,
-                        stall_seconds = stall.as_secs_f64(),
-                        buffered_events = CLIENT_BUFFER,
-                        "the client stopped reading: dropping it as a disconnect"
-                    );
-                    return;
-                }
-            }
-        }
-    });
-    events
+) -> (mpsc::Receiver<Box<SessionEvent>>, Arc<AtomicBool>) {
+    let from = tokio_stream::wrappers::ReceiverStream::new(from);
+    stall::forward(from, CLIENT_BUFFER, stall, cancel, move |event| {
+        tracing::warn!(
+            session_id = %event.session_id,
+            stall_seconds = stall.as_secs_f64(),
+            buffered_events = CLIENT_BUFFER,
+            "the client stopped reading: dropping it as a disconnect"
+        );
+    })
 }
 
 fn start_error(error: StartError) -> ApiError {
