@@ -8,7 +8,9 @@ use serde::{Deserialize, Serialize};
 use crate::provider::{FinishReason, ToolCall, Usage};
 
 /// An event with its place in the session.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// Deserialize: the server stores events and reads them back (a record outlives the
+/// process); a stored event must come back equal (`tests::every_kind_round_trips`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionEvent {
     /// 0, 1, 2, … within the session.
     pub seq: u64,
@@ -105,11 +107,11 @@ pub struct AgentError {
     pub kind: AgentErrorKind,
     pub message: String,
     /// For upstream errors: provider, status and the provider's error kind.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<u16>,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub upstream_kind: Option<crate::provider::ProviderErrorKind>,
     /// How long the upstream asked us to wait (rate limits), in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -165,12 +167,12 @@ pub struct AgentSummary {
     pub cost_usd: Option<f64>,
     pub answers: u32,
     pub failed: bool,
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<AgentError>,
 }
 
 /// The outcome of a completed session.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSummary {
     pub winner: AgentRef,
     pub consensus_reason: ConsensusReason,
@@ -219,7 +221,7 @@ pub enum SessionErrorKind {
     InvalidOutput,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionError {
     pub kind: SessionErrorKind,
     pub message: String,
@@ -230,7 +232,7 @@ pub struct SessionError {
     pub cost_usd: Option<f64>,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub enum EventKind {
     SessionStarted {
@@ -298,7 +300,7 @@ pub enum EventKind {
         round: u32,
         duration_ms: u64,
         /// Set when the call failed (the model got the error as the tool result).
-        #[serde(skip_serializing_if = "Option::is_none")]
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
     Consensus {
@@ -317,9 +319,9 @@ pub enum EventKind {
     PostEvaluation {
         agent: AgentRef,
         restart: bool,
-        #[serde(skip_serializing_if = "String::is_empty")]
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         reason: String,
-        #[serde(skip_serializing_if = "String::is_empty")]
+        #[serde(default, skip_serializing_if = "String::is_empty")]
         instructions: String,
     },
     PresentationStarted {
@@ -350,4 +352,262 @@ pub enum EventKind {
     SessionFailed {
         error: SessionError,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ProviderErrorKind;
+
+    fn agent(n: u32) -> AgentRef {
+        AgentRef {
+            agent_id: format!("id{n}"),
+            label: format!("agent{n}"),
+        }
+    }
+
+    fn vote() -> VoteRecord {
+        VoteRecord {
+            voter: agent(1),
+            target_label: "agent2".into(),
+            target_agent_id: "id2".into(),
+            reason: "clearer".into(),
+        }
+    }
+
+    fn call() -> ToolCall {
+        ToolCall {
+            id: "c1".into(),
+            name: "get_weather".into(),
+            arguments: r#"{"city":"Paris"}"#.into(),
+            opaque: None,
+        }
+    }
+
+    fn usage() -> Usage {
+        Usage {
+            input_tokens: 10,
+            output_tokens: 5,
+            total_tokens: 15,
+            cached_input_tokens: 2,
+            reasoning_tokens: 1,
+        }
+    }
+
+    fn agent_error(optional: bool) -> AgentError {
+        AgentError {
+            agent: agent(1),
+            kind: AgentErrorKind::Upstream,
+            message: "overloaded".into(),
+            provider: optional.then(|| "openai".into()),
+            status: optional.then_some(529),
+            upstream_kind: optional.then_some(ProviderErrorKind::Server),
+            retry_after_ms: optional.then_some(1500),
+            retry_can_help: optional.then_some(true),
+        }
+    }
+
+    fn summary() -> SessionSummary {
+        SessionSummary {
+            winner: agent(2),
+            consensus_reason: ConsensusReason::Quorum,
+            final_answer: "42".into(),
+            final_tool_calls: vec![call()],
+            finish_reason: FinishReason::ToolCalls,
+            presentation: PresentationMode::Fallback,
+            answers: vec![
+                Answer {
+                    agent: agent(1),
+                    answer_label: "agent1.1".into(),
+                    content: AnswerContent::Text { text: "41".into() },
+                },
+                Answer {
+                    agent: agent(2),
+                    answer_label: "agent2.1".into(),
+                    content: AnswerContent::ToolCalls {
+                        calls: vec![call()],
+                    },
+                },
+            ],
+            votes: vec![vote()],
+            tally: vec![TallyEntry {
+                label: "agent2".into(),
+                agent_id: "id2".into(),
+                votes: 1,
+            }],
+            cut: vec![agent(3)],
+            agents: vec![AgentSummary {
+                agent: agent(1),
+                provider: "openai".into(),
+                model: "gpt".into(),
+                usage: usage(),
+                calls: 2,
+                restarts: 1,
+                cost_usd: Some(0.25),
+                answers: 1,
+                failed: true,
+                error: Some(agent_error(false)),
+            }],
+            usage: usage(),
+            cost_usd: None,
+            max_cost_usd: Some(1.5),
+            duration_ms: 1234,
+        }
+    }
+
+    /// One of each kind; the match below fails to compile when a kind is added, so a new
+    /// kind cannot skip the round trip.
+    fn every_kind() -> Vec<EventKind> {
+        let kinds = vec![
+            EventKind::SessionStarted {
+                agents: vec![agent(1), agent(2)],
+            },
+            EventKind::ImagesShown {
+                images: 2,
+                seen_by: vec![agent(1)],
+                not_seen_by: vec![agent(2)],
+            },
+            EventKind::TurnStarted {
+                agent: agent(1),
+                turn: 2,
+                answers_seen: vec!["agent2.1".into()],
+            },
+            EventKind::AgentDelta {
+                agent: agent(1),
+                text: "thinking…".into(),
+            },
+            EventKind::Answer {
+                answer: summary().answers[1].clone(),
+            },
+            EventKind::Vote { vote: vote() },
+            EventKind::VoteIgnored {
+                vote: vote(),
+                why: "stale".into(),
+            },
+            EventKind::TurnRestarted {
+                agent: agent(3),
+                turn: 1,
+                newest: "agent2.1".into(),
+            },
+            EventKind::BudgetExhausted {
+                spent_usd: 0.75,
+                max_cost_usd: 0.5,
+            },
+            EventKind::TurnInvalid {
+                agent: agent(1),
+                attempt: 1,
+                check: "no_workflow_tool".into(),
+                message: "no tool".into(),
+            },
+            EventKind::AgentFailed {
+                error: agent_error(true),
+            },
+            EventKind::ToolCalled {
+                agent: agent(1),
+                tool: "search".into(),
+                round: 1,
+                duration_ms: 12,
+                error: Some("timeout".into()),
+            },
+            EventKind::ToolCalled {
+                agent: agent(1),
+                tool: "search".into(),
+                round: 2,
+                duration_ms: 3,
+                error: None,
+            },
+            EventKind::Consensus {
+                winner: agent(2),
+                reason: ConsensusReason::Converged,
+                tally: summary().tally,
+                votes: vec![vote()],
+                cut: vec![],
+            },
+            EventKind::PostEvaluation {
+                agent: agent(2),
+                restart: true,
+                reason: "incomplete".into(),
+                instructions: "add units".into(),
+            },
+            EventKind::PostEvaluation {
+                agent: agent(2),
+                restart: false,
+                reason: String::new(),
+                instructions: String::new(),
+            },
+            EventKind::PresentationStarted { agent: agent(2) },
+            EventKind::FinalDelta { text: "4".into() },
+            EventKind::FinalToolCalls {
+                calls: vec![call()],
+            },
+            EventKind::PresentationFailed {
+                agent: agent(2),
+                message: "500".into(),
+            },
+            EventKind::Usage {
+                agent: agent(1),
+                phase: CallPhase::PostEvaluation,
+                usage: usage(),
+                cost_usd: Some(0.125),
+            },
+            EventKind::SessionCompleted {
+                summary: Box::new(summary()),
+            },
+            EventKind::SessionFailed {
+                error: SessionError {
+                    kind: SessionErrorKind::BudgetExhausted,
+                    message: "spent".into(),
+                    agent_errors: vec![agent_error(true), agent_error(false)],
+                    usage: usage(),
+                    cost_usd: Some(2.0),
+                },
+            },
+        ];
+        let mut seen = [false; 21];
+        for kind in &kinds {
+            let i = match kind {
+                EventKind::SessionStarted { .. } => 0,
+                EventKind::ImagesShown { .. } => 1,
+                EventKind::TurnStarted { .. } => 2,
+                EventKind::AgentDelta { .. } => 3,
+                EventKind::Answer { .. } => 4,
+                EventKind::Vote { .. } => 5,
+                EventKind::VoteIgnored { .. } => 6,
+                EventKind::TurnRestarted { .. } => 7,
+                EventKind::BudgetExhausted { .. } => 8,
+                EventKind::TurnInvalid { .. } => 9,
+                EventKind::AgentFailed { .. } => 10,
+                EventKind::ToolCalled { .. } => 11,
+                EventKind::Consensus { .. } => 12,
+                EventKind::PostEvaluation { .. } => 13,
+                EventKind::PresentationStarted { .. } => 14,
+                EventKind::FinalDelta { .. } => 15,
+                EventKind::FinalToolCalls { .. } => 16,
+                EventKind::PresentationFailed { .. } => 17,
+                EventKind::Usage { .. } => 18,
+                EventKind::SessionCompleted { .. } => 19,
+                EventKind::SessionFailed { .. } => 20,
+            };
+            seen[i] = true;
+        }
+        assert!(seen.iter().all(|s| *s), "a kind is missing: {seen:?}");
+        kinds
+    }
+
+    #[test]
+    fn every_kind_round_trips() {
+        for (seq, kind) in every_kind().into_iter().enumerate() {
+            let event = SessionEvent {
+                seq: seq as u64,
+                at_ms: 1_700_000_000_000 + seq as u64,
+                session_id: "sess_1".into(),
+                kind,
+            };
+            let json = serde_json::to_string(&event).unwrap();
+            let back: SessionEvent = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, event, "{json}");
+            // And the stored text itself is stable (what a second round trip would write).
+            assert_eq!(serde_json::to_string(&back).unwrap(), json);
+        }
+    }
 }
