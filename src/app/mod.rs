@@ -10,7 +10,7 @@ pub mod records;
 mod sessions;
 mod tools;
 
-pub use caller::{Caller, KeyId};
+pub use caller::{Caller, KeyId, Owner};
 pub use providers::{HttpProviders, ProviderFactory};
 pub use sessions::{
     Overrides, SHUTDOWN_CANCELLED, SessionRequest, Sessions, SessionsConfig, StartError, Started,

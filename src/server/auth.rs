@@ -12,12 +12,14 @@ use subtle::{ConditionallySelectable, ConstantTimeEq};
 
 use super::AppState;
 use super::error::ApiError;
-pub use crate::app::{Caller, KeyId};
+pub use crate::app::{Caller, KeyId, Owner};
 use crate::telemetry::metrics;
 
 #[derive(Clone, Default)]
 pub struct ApiKeys {
     hashes: Vec<[u8; 32]>,
+    /// Each key's owner id, computed once here so a request only copies it.
+    owners: Vec<Owner>,
 }
 
 impl std::fmt::Debug for ApiKeys {
@@ -30,6 +32,7 @@ impl ApiKeys {
     pub fn new(keys: &[Secret]) -> Self {
         Self {
             hashes: keys.iter().map(|k| hash(k.expose())).collect(),
+            owners: keys.iter().map(|k| Owner::of_key(k.expose())).collect(),
         }
     }
 
@@ -47,7 +50,11 @@ impl ApiKeys {
             index = u32::conditional_select(&index, &u32::try_from(i).unwrap_or(u32::MAX), equal);
             found |= equal;
         }
-        bool::from(found).then_some(KeyId::from_index(index))
+        if !bool::from(found) {
+            return None;
+        }
+        let owner = *self.owners.get(usize::try_from(index).ok()?)?;
+        Some(KeyId::new(index, owner))
     }
 }
 
@@ -137,8 +144,16 @@ mod tests {
     fn verify_finds_the_right_key_and_only_it() {
         let keys = ApiKeys::new(&[Secret::new("k-one"), Secret::new("k-two")]);
         assert!(keys.enabled());
-        assert_eq!(keys.verify("k-two"), Some(KeyId::from_index(1)));
-        assert_eq!(keys.verify("k-one"), Some(KeyId::from_index(0)));
+        let two = keys.verify("k-two").unwrap();
+        assert_eq!(two, KeyId::new(1, Owner::of_key("k-two")));
+        assert_eq!(
+            keys.verify("k-one"),
+            Some(KeyId::new(0, Owner::of_key("k-one")))
+        );
+        // Same key, a fresh load (a restart, another replica): same owner.
+        let again = ApiKeys::new(&[Secret::new("k-zero"), Secret::new("k-two")]);
+        assert_eq!(again.verify("k-two").unwrap().owner(), two.owner());
+        assert_ne!(two.owner(), keys.verify("k-one").unwrap().owner());
         assert_eq!(keys.verify("k-on"), None);
         assert_eq!(keys.verify(""), None);
         assert!(!ApiKeys::new(&[]).enabled());
