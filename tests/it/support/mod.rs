@@ -12,6 +12,7 @@
 
 pub mod engine;
 pub mod native;
+pub mod postgres;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;
