@@ -179,6 +179,9 @@ pub struct ProductionArgs {
     /// USD one session may spend; panels and requests may only set less [default: no limit]
     #[arg(long, value_name = "USD", env = "MASSGEN_SERVER_MAX_SESSION_COST_USD", value_parser = Number::<f64>::new())]
     pub max_session_cost_usd: Option<f64>,
+    /// USD one API key may spend per UTC day, then 429 insufficient_quota [default: no limit]
+    #[arg(long, value_name = "USD", env = "MASSGEN_SERVER_MAX_KEY_COST_USD_PER_DAY", value_parser = Number::<f64>::new())]
+    pub max_key_cost_usd_per_day: Option<f64>,
     /// Time to receive a request's headers [default: 30]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_HEADER_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
     pub header_timeout_seconds: Option<u64>,
@@ -413,12 +416,15 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             return Err(Fatal::usage(format!("{name} must be at least 1")));
         }
     }
-    if let Some(usd) = args.max_session_cost_usd
-        && !(usd.is_finite() && usd > 0.0)
-    {
-        return Err(Fatal::usage(format!(
-            "--max-session-cost-usd must be above 0, got {usd}"
-        )));
+    for (usd, name) in [
+        (args.max_session_cost_usd, "--max-session-cost-usd"),
+        (args.max_key_cost_usd_per_day, "--max-key-cost-usd-per-day"),
+    ] {
+        if let Some(usd) = usd
+            && !(usd.is_finite() && usd > 0.0)
+        {
+            return Err(Fatal::usage(format!("{name} must be above 0, got {usd}")));
+        }
     }
     Ok(ProductionSettings {
         api_keys,
@@ -434,6 +440,7 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             .unwrap_or(defaults.auth_failures_per_minute),
         max_upstream_calls: args.max_upstream_calls,
         max_session_cost_usd: args.max_session_cost_usd,
+        max_key_cost_usd_per_day: args.max_key_cost_usd_per_day,
         header_read_timeout: args
             .header_timeout_seconds
             .map_or(defaults.header_read_timeout, Duration::from_secs),

@@ -8,6 +8,7 @@ mod caller;
 mod providers;
 pub mod records;
 mod sessions;
+pub mod spend;
 mod tools;
 
 pub use caller::{Caller, KeyId, Owner};

@@ -16,6 +16,7 @@ use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
 use super::records::{self, RecordStore, SessionInfo};
+use super::spend::SpendLedger;
 use super::{Caller, ProviderFactory};
 use crate::config::PanelConfig;
 use crate::telemetry::{self, SessionTracker};
@@ -39,6 +40,8 @@ pub struct SessionsConfig {
     pub max_session_cost_usd: Option<f64>,
     /// Log the question at debug level (`--debug`).
     pub log_prompts: bool,
+    /// What each owner spent today (fed by the records tee).
+    pub spend: Arc<SpendLedger>,
 }
 
 /// Starts sessions and keeps track of them until they end.
@@ -50,6 +53,7 @@ pub struct Sessions {
     max_upstream_calls: Option<u32>,
     max_session_cost_usd: Option<f64>,
     log_prompts: bool,
+    spend: Arc<SpendLedger>,
     /// Every running session (engine and records tee), so shutdown can wait for them.
     tasks: TaskTracker,
     /// Cancels every session (shutdown past the grace period).
@@ -142,6 +146,7 @@ impl Sessions {
             max_upstream_calls: config.max_upstream_calls,
             max_session_cost_usd: config.max_session_cost_usd,
             log_prompts: config.log_prompts,
+            spend: config.spend,
             tasks: TaskTracker::new(),
             cancel_all: CancellationToken::new(),
         }
@@ -234,6 +239,7 @@ impl Sessions {
             permit: request.permit,
             files_dir: self.records.dir.clone(),
             shutdown: self.cancel_all.clone(),
+            spend: self.spend.clone(),
         };
         let events = records::tee(&self.tasks, start, engine_rx, EVENT_BUFFER);
         Ok(Started {
@@ -245,6 +251,11 @@ impl Sessions {
 
     pub fn records(&self) -> &RecordStore {
         &self.records
+    }
+
+    /// What each owner spent today (`--max-key-cost-usd-per-day`).
+    pub fn spend(&self) -> &SpendLedger {
+        &self.spend
     }
 
     /// The running sessions (shutdown closes and waits for it).

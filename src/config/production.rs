@@ -29,6 +29,9 @@ pub struct ProductionSettings {
     pub max_upstream_calls: Option<u32>,
     /// USD one session may spend at most; a panel's or request's limit may only be lower.
     pub max_session_cost_usd: Option<f64>,
+    /// USD one API key (the whole server, without keys) may spend per UTC day; past it new
+    /// sessions are refused with 429 `insufficient_quota`.
+    pub max_key_cost_usd_per_day: Option<f64>,
     /// Time a client has to send the request headers (HTTP/1).
     pub header_read_timeout: Duration,
     /// Time a client has to send a whole request body.
@@ -63,6 +66,7 @@ impl Default for ProductionSettings {
             auth_failures_per_minute: 30,
             max_upstream_calls: None,
             max_session_cost_usd: None,
+            max_key_cost_usd_per_day: None,
             header_read_timeout: Duration::from_secs(30),
             body_read_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),

@@ -11,6 +11,8 @@ use massgen_core::coordination::{AgentErrorKind, SessionError, SessionErrorKind}
 use massgen_core::provider::ProviderErrorKind;
 use serde_json::json;
 
+use crate::app::spend::QuotaSpent;
+
 mod upstream;
 
 /// Tells clients (the OpenAI and Anthropic SDKs, Claude Code) whether retrying can help.
@@ -64,6 +66,8 @@ pub enum ApiError {
     TooManySessions { max: usize },
     /// 429: a session's or a key's `/events` readers are at their limit.
     TooManySubscribers { per: SubscriberScope, max: usize },
+    /// 429: the key spent its `--max-key-cost-usd-per-day` today.
+    QuotaSpent(QuotaSpent),
     /// 404: no session record with this id (or not the caller's).
     SessionNotFound { id: String },
     /// 404: no stored response with this id (or not the caller's).
@@ -101,7 +105,8 @@ impl ApiError {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::RateLimited { .. }
             | Self::TooManySessions { .. }
-            | Self::TooManySubscribers { .. } => StatusCode::TOO_MANY_REQUESTS,
+            | Self::TooManySubscribers { .. }
+            | Self::QuotaSpent(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::SessionNotFound { .. } | Self::ResponseNotFound { .. } => StatusCode::NOT_FOUND,
         }
     }
@@ -132,9 +137,11 @@ impl ApiError {
             Self::Unauthorized { .. }
             | Self::SessionNotFound { .. }
             | Self::ResponseNotFound { .. } => "invalid_request_error",
+            // A spent quota has the type an upstream's spent quota has here (above).
             Self::RateLimited { .. }
             | Self::TooManySessions { .. }
-            | Self::TooManySubscribers { .. } => "rate_limit_error",
+            | Self::TooManySubscribers { .. }
+            | Self::QuotaSpent(_) => "rate_limit_error",
         }
     }
 
@@ -165,6 +172,7 @@ impl ApiError {
             Self::RateLimited { .. } => "rate_limit_exceeded",
             Self::TooManySessions { .. } => "too_many_sessions",
             Self::TooManySubscribers { .. } => "too_many_subscribers",
+            Self::QuotaSpent(_) => "insufficient_quota",
             Self::SessionNotFound { .. } => "session_not_found",
             Self::ResponseNotFound { .. } => "response_not_found",
         }
@@ -233,6 +241,12 @@ impl ApiError {
             } => format!(
                 "This API key already reads its maximum of {max} session event streams at once \
                  (--max-subscribers-per-key); close one and retry"
+            ),
+            Self::QuotaSpent(q) => format!(
+                "Daily spending limit reached: this API key spent ${:.6} ({} tokens) today of \
+                 its ${} (--max-key-cost-usd-per-day; without keys, the whole server's); it \
+                 resets at 00:00 UTC",
+                q.spent.usd, q.spent.tokens, q.limit_usd
             ),
             Self::SessionNotFound { id } => format!("No session record '{id}'"),
             Self::ResponseNotFound { id } => format!(

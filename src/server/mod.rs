@@ -42,6 +42,7 @@ pub use doors::session::{SESSION_HEADER, WINNER_HEADER};
 use error::ApiError;
 
 use crate::app::records::RecordStore;
+use crate::app::spend::DailyQuota;
 use crate::app::{ProviderFactory, Sessions, SessionsConfig};
 use crate::config::{Env, PanelCatalog, ServerSettings};
 use doors::responses::store::ResponseStore;
@@ -68,6 +69,8 @@ pub struct Production {
     pub keys: auth::ApiKeys,
     pub protect_metrics: bool,
     pub limits: limits::Limits,
+    /// `--max-key-cost-usd-per-day`.
+    pub quota: Option<DailyQuota>,
 }
 
 impl Production {
@@ -76,6 +79,9 @@ impl Production {
             keys: auth::ApiKeys::new(&settings.api_keys),
             protect_metrics: settings.protect_metrics,
             limits: limits::Limits::new(settings),
+            quota: settings
+                .max_key_cost_usd_per_day
+                .map(|limit_usd| DailyQuota { limit_usd }),
         }
     }
 }
@@ -121,6 +127,7 @@ impl AppState {
             max_upstream_calls: records.max_upstream_calls,
             max_session_cost_usd: records.max_session_cost_usd,
             log_prompts: settings.debug,
+            spend: Arc::default(),
         });
         let responses = ResponseStore::new(
             records.records_max_sessions,

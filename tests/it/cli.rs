@@ -263,6 +263,7 @@ fn production_env_and_flags() {
         ),
         ("MASSGEN_SERVER_PROTECT_METRICS", "true"),
         ("MASSGEN_SERVER_RECORDS_DIR", "/var/log/massgen"),
+        ("MASSGEN_SERVER_MAX_KEY_COST_USD_PER_DAY", "0.75"),
         ("MASSGEN_TEST_KEYS_FILE", file.as_str()),
     ];
     in_child_env("cli::production_env_and_flags", &e, || {
@@ -284,6 +285,7 @@ fn production_env_and_flags() {
         assert_eq!(p.max_concurrent_sessions, Some(2), "flag wins");
         assert_eq!(p.rate_limit_per_minute, Some(60));
         assert_eq!(p.max_upstream_calls, Some(40));
+        assert_eq!(p.max_key_cost_usd_per_day, Some(0.75));
         assert_eq!(p.header_read_timeout, Duration::from_secs(5));
         assert_eq!(p.cors_origins, ["https://a.example", "https://b.example"]);
         assert!(p.protect_metrics);
@@ -317,6 +319,18 @@ fn production_rejects_zero_limits_and_a_missing_keys_file() {
         || {
             let zero = plan_of(&["--max-sessions", "0"]).unwrap_err();
             assert_eq!(zero.code, 2);
+            for bad in ["0", "-1", "NaN", "inf"] {
+                let e = plan_of(&[&format!("--max-key-cost-usd-per-day={bad}")]).unwrap_err();
+                assert_eq!(e.code, 2, "{bad}");
+                assert!(
+                    e.message
+                        .contains("--max-key-cost-usd-per-day must be above 0"),
+                    "{bad}: {}",
+                    e.message
+                );
+            }
+            let plan = plan_of(&["--max-key-cost-usd-per-day", "2.5"]).unwrap();
+            assert_eq!(plan.settings.production.max_key_cost_usd_per_day, Some(2.5));
             let missing = plan_of(&["--api-keys-file", "/nonexistent/keys"]).unwrap_err();
             assert!(
                 missing.message.contains("/nonexistent/keys"),

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::{Setup, chat, get, get_json, panel_yaml, post, sample};
+use crate::support::{Setup, chat, get, get_json, panel_yaml, post, priced_panel, sample};
 
 /// agent3 is slow: its vote comes long after the other two.
 const STAGGERED: [&str; 3] = [
@@ -138,13 +138,6 @@ async fn a_stale_turn_restart_is_counted_alike_on_every_door_in_the_record_and_m
 }
 
 /// `panel_yaml` with the same `pricing` on every agent.
-fn priced_panel(url: &str, models: &[&str], orchestrator: &str) -> String {
-    panel_yaml(url, models, orchestrator).replace(
-        "\n      model: ",
-        "\n      pricing: {input_per_million: 2, output_per_million: 8, cached_input_per_million: 0.5}\n      model: ",
-    )
-}
-
 fn cost_of(usage: &Value) -> f64 {
     let n = |k: &str| usage[k].as_u64().unwrap() as f64;
     let cached = n("cached_input_tokens");

@@ -31,6 +31,7 @@ mod http_inprocess;
 mod http_messages;
 mod http_native_providers;
 mod http_production;
+mod http_quota;
 mod http_request_panel;
 mod http_responses;
 mod http_tools;

@@ -89,19 +89,10 @@ fn to_json(v: &Value) -> String {
     serde_json::to_string_pretty(v).unwrap_or_default()
 }
 
-/// `YYYYMMDD_HHMMSS` in UTC from Unix seconds (civil-from-days, no date crate needed).
+/// `YYYYMMDD_HHMMSS` in UTC from Unix seconds.
 fn utc_stamp(secs: u64) -> String {
-    let days = i64::try_from(secs / 86_400).unwrap_or_default();
+    let (y, m, d) = crate::app::spend::civil_date(secs / 86_400);
     let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
         "{y:04}{m:02}{d:02}_{:02}{:02}{:02}",
         rem / 3600,

@@ -23,6 +23,8 @@ pub struct SessionStart {
     pub files_dir: Option<PathBuf>,
     /// Cancelled when the shutdown's grace period is over.
     pub shutdown: CancellationToken,
+    /// Each call's cost goes to its owner's spend of the day.
+    pub spend: Arc<crate::app::spend::SpendLedger>,
 }
 
 pub fn tee(
@@ -40,6 +42,7 @@ pub fn tee(
             permit,
             files_dir,
             shutdown,
+            spend,
         } = start;
         let _permit = permit;
         let mut client = Some(to_client);
@@ -73,6 +76,14 @@ pub fn tee(
                 EventKind::SessionFailed { error } => {
                     finish(&tracker, outcome(error.kind), votes, restarts);
                 }
+                EventKind::Usage {
+                    usage, cost_usd, ..
+                } => spend.add(
+                    record.owner.owner(),
+                    event.at_ms,
+                    cost_usd.unwrap_or_default(),
+                    usage.total_tokens,
+                ),
                 _ => {}
             }
             record.push(SessionEvent::clone(&event));

@@ -177,6 +177,11 @@ pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
         ask.input.sampling = Sampling::default();
     }
     let panel = resolve_panel(state, &ask)?;
+    if let Some(left) = daily_allowance(state, &ask.caller)? {
+        // So one session cannot take the key past its day's limit (smaller wins, as for
+        // every other limit).
+        ask.overrides.max_cost_usd = Some(ask.overrides.max_cost_usd.map_or(left, |m| m.min(left)));
+    }
     let models = &ask.overrides.models;
     // Held by the session until it ends; over the cap the request is refused at once.
     let permit = state.production.limits.try_session()?;
@@ -222,6 +227,25 @@ pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
     })
 }
 
+/// What a new session of `caller` may still spend today under `--max-key-cost-usd-per-day`
+/// (nothing when there is no such limit); a key that spent it all is refused.
+fn daily_allowance(state: &AppState, caller: &Caller) -> Result<Option<f64>, ApiError> {
+    let Some(quota) = state.production.quota else {
+        return Ok(None);
+    };
+    let sessions = &state.sessions;
+    let spent = sessions.spend().today(caller.owner(), sessions.now_ms());
+    match quota.allowance(spent) {
+        Ok(left) => Ok(Some(left)),
+        Err(spent) => {
+            if let Some(m) = telemetry::metrics() {
+                m.rejected.with_label_values(&["key_quota"]).inc();
+            }
+            Err(ApiError::QuotaSpent(spent))
+        }
+    }
+}
+
 /// Events buffered between the session and the door's response body. Frames are small,
 /// so with hyper's write buffer this bounds what a stalled client holds.
 const CLIENT_BUFFER: usize = 64;
@@ -265,7 +289,7 @@ fn start_error(error: StartError) -> ApiError {
         } => ApiError::ConfigUnavailable {
             name: panel,
             reason: format!(
-                "the session may spend ${limit} (max_cost_usd) but agent '{agent}' has no price for model '{model}', so the limit could not be kept: set its backend.pricing"
+                "the session may spend at most ${limit} (its max_cost_usd, --max-session-cost-usd or what is left of the key's --max-key-cost-usd-per-day) but agent '{agent}' has no price for model '{model}', so the limit could not be kept: set its backend.pricing"
             ),
         },
     }

@@ -311,6 +311,15 @@ pub fn panel_yaml(mock_url: &str, models: &[&str], orchestrator: &str) -> String
     yaml
 }
 
+/// [`panel_yaml`] with every agent priced (USD per million tokens: 2 in, 8 out, 0.5 cached
+/// in), so sessions report their cost.
+pub fn priced_panel(url: &str, models: &[&str], orchestrator: &str) -> String {
+    panel_yaml(url, models, orchestrator).replace(
+        "\n      model: ",
+        "\n      pricing: {input_per_million: 2, output_per_million: 8, cached_input_per_million: 0.5}\n      model: ",
+    )
+}
+
 /// A simulator (`massgen mock-upstream`) and a server whose configs point at it, in a
 /// temporary folder that lives as long as the setup.
 pub struct Setup {

@@ -1,0 +1,138 @@
+//! `--max-key-cost-usd-per-day` through the real binary and the simulator: a key that
+//! spent its day's allowance is refused on every door, in each door's error shape, while
+//! another key keeps working.
+
+use reqwest::Response;
+use serde_json::{Value, json};
+
+use crate::support::{Setup, get, panel_yaml, post, priced_panel, sample, write};
+
+const KEY_A: &str = "sk-mg-quota-key-a-0123456789";
+const KEY_B: &str = "sk-mg-quota-key-b-0123456789";
+/// Less than any answer costs at the priced panel's prices.
+const LIMIT: &str = "0.000001";
+
+const FAST: [&str; 2] = [
+    "alpha:ttft_ms=10,token_ms=1,vote=agent1",
+    "beta:ttft_ms=30,token_ms=1,vote=agent1",
+];
+
+fn quota_server() -> Setup {
+    Setup::start(|url, dir| {
+        let team = write(dir, "team.yaml", &priced_panel(url, &FAST, ""));
+        let configs = dir.join("configs");
+        std::fs::create_dir_all(&configs).unwrap();
+        write(&configs, "unpriced.yaml", &panel_yaml(url, &FAST, ""));
+        let keys = write(dir, "keys.txt", &format!("{KEY_A}\n{KEY_B}\n"));
+        [
+            "--config",
+            team.to_str().unwrap(),
+            "--configs-dir",
+            configs.to_str().unwrap(),
+            "--api-keys-file",
+            keys.to_str().unwrap(),
+            "--max-key-cost-usd-per-day",
+            LIMIT,
+        ]
+        .map(String::from)
+        .to_vec()
+    })
+}
+
+/// A question for `model` on each door: its path and body.
+fn on_each_door(model: &str) -> [(&'static str, Value); 3] {
+    let q = "Why is the sky blue?";
+    [
+        (
+            "/v1/chat/completions",
+            json!({"model": model, "messages": [{"role": "user", "content": q}]}),
+        ),
+        ("/v1/responses", json!({"model": model, "input": q})),
+        (
+            "/v1/messages",
+            json!({"model": model, "max_tokens": 1000, "messages": [{"role": "user", "content": q}]}),
+        ),
+    ]
+}
+
+async fn ok_json(response: Response, what: &str) -> Value {
+    let status = response.status();
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(status, 200, "{what}: {body}");
+    body
+}
+
+#[tokio::test]
+async fn a_key_over_its_daily_cost_is_refused_on_every_door_and_the_other_key_is_not() {
+    let s = quota_server();
+    let url = &s.server.url;
+    let [chat, ..] = on_each_door("massgen");
+
+    // The first session may spend only what is left of the day's allowance: it stops at
+    // its budget, and having spent more than the limit, A is done for today.
+    let body = ok_json(post(url, chat.0, Some(KEY_A), &chat.1).await, "A's first").await;
+    let meta = &body["massgen_metadata"];
+    assert_eq!(meta["max_cost_usd"], 0.000001, "{meta}");
+    assert!(meta["cost_usd"].as_f64().unwrap() >= 0.000001, "{meta}");
+
+    for (path, request) in on_each_door("massgen") {
+        let response = post(url, path, Some(KEY_A), &request).await;
+        assert_eq!(response.status(), 429, "{path}");
+        assert_eq!(response.headers()["x-should-retry"], "false", "{path}");
+        assert!(response.headers().get("retry-after").is_none(), "{path}");
+        let body: Value = response.json().await.unwrap();
+        let message = if path == "/v1/messages" {
+            assert_eq!(body["type"], "error", "{body}");
+            assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+            body["error"]["message"].as_str().unwrap().to_string()
+        } else {
+            assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+            assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
+            body["error"]["message"].as_str().unwrap().to_string()
+        };
+        for part in ["$0.000001", "--max-key-cost-usd-per-day", "00:00 UTC"] {
+            assert!(message.contains(part), "{path}: {message}");
+        }
+        assert!(!message.contains(KEY_A), "{message}");
+    }
+    // Refused before a stream starts: a plain JSON error, not an SSE stream.
+    let mut streamed = chat.1.clone();
+    streamed["stream"] = json!(true);
+    let response = post(url, chat.0, Some(KEY_A), &streamed).await;
+    assert_eq!(response.status(), 429);
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+
+    // B has spent nothing: it is answered (once: at this limit one session spends it all).
+    let [.., messages] = on_each_door("massgen");
+    let body = ok_json(post(url, messages.0, Some(KEY_B), &messages.1).await, "B").await;
+    assert_eq!(body["massgen_metadata"]["max_cost_usd"], 0.000001, "{body}");
+    let again = post(url, messages.0, Some(KEY_B), &messages.1).await;
+    assert_eq!(again.status(), 429);
+
+    let metrics = get(&format!("{url}/metrics"), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let refused = sample(
+        &metrics,
+        "massgen_rejected_requests_total",
+        &[("reason", "key_quota")],
+    );
+    assert_eq!(refused, Some(5.0), "{metrics}");
+}
+
+#[tokio::test]
+async fn with_a_daily_limit_a_panel_without_prices_is_refused() {
+    let s = quota_server();
+    let [chat, ..] = on_each_door("massgen/unpriced");
+    let response = post(&s.server.url, chat.0, Some(KEY_B), &chat.1).await;
+    assert_eq!(response.status(), 503);
+    let body: Value = response.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("has no price") && message.contains("--max-key-cost-usd-per-day"),
+        "{message}"
+    );
+}
