@@ -21,8 +21,8 @@ use tokio::sync::watch;
 use crate::app::HttpProviders;
 use crate::config::{
     AUTO_SOURCE, ConfigError, DeliberationFormat, Env, PanelCatalog, PanelConfig,
-    ProductionSettings, Secret, ServerSettings, auto_panel, auto_panel_yaml, check_panel,
-    demo_panel, find_default_config, load_catalog, process_env,
+    ProductionSettings, RecordsDb, Secret, ServerSettings, auto_panel, auto_panel_yaml,
+    check_panel, demo_panel, find_default_config, load_catalog, process_env,
 };
 use crate::server::AppState;
 
@@ -205,10 +205,30 @@ pub struct ProductionArgs {
     /// at once; more get 429 [default: 64]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SUBSCRIBERS_PER_KEY", value_parser = Number::<usize>::new())]
     pub max_subscribers_per_key: Option<usize>,
-    /// Session records kept in memory [default: 1000]
+    /// Where session records are kept: sqlite://PATH, postgres://USER:PASSWORD@HOST/DB or
+    /// memory [default: sqlite://$XDG_DATA_HOME/massgen/records.db, else
+    /// ~/.local/share/massgen/records.db]
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "MASSGEN_SERVER_RECORDS_DB",
+        hide_env_values = true
+    )]
+    pub records_db: Option<String>,
+    /// Session records kept: in memory with `memory`, in the database otherwise (and
+    /// finished ones waiting in memory while the database fails) [default: 1000 in memory,
+    /// 100000 in a database]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_MAX", value_parser = Number::<usize>::new())]
     pub records_max: Option<usize>,
-    /// Seconds a finished session's record is kept [default: 3600]
+    /// Seconds between this process's heartbeats in the records database [default: 10]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_HEARTBEAT_SECONDS", value_parser = Number::<u64>::new())]
+    pub records_heartbeat_seconds: Option<u64>,
+    /// A running session whose process sent no heartbeat for this long is marked
+    /// interrupted [default: 60]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_INTERRUPTED_AFTER_SECONDS", value_parser = Number::<u64>::new())]
+    pub records_interrupted_after_seconds: Option<u64>,
+    /// Seconds a finished session's record is kept [default: 3600 in memory, 2592000 (30
+    /// days) in a database]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RECORDS_MAX_AGE_SECONDS", value_parser = Number::<u64>::new())]
     pub records_max_age_seconds: Option<u64>,
     /// Also write session records as files (MassGen's log layout)
@@ -302,7 +322,23 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         default_model: given(&args.default_model),
         messages_default_panel: messages_default_panel(args)?,
         deliberation_format: args.deliberation_format.unwrap_or_default(),
-        production: resolve_production(&args.production, env)?,
+        production: {
+            let mut production = resolve_production(&args.production, env)?;
+            // Simulated sessions do not belong in the operator's records: `--demo` keeps
+            // them in memory unless --records-db says otherwise.
+            if args.demo && given(&args.production.records_db).is_none() {
+                production.records_db = RecordsDb::Memory;
+                production.records_max_sessions = args
+                    .production
+                    .records_max
+                    .unwrap_or(ProductionSettings::default().records_max_sessions);
+                production.records_max_age = args.production.records_max_age_seconds.map_or(
+                    ProductionSettings::default().records_max_age,
+                    Duration::from_secs,
+                );
+            }
+            production
+        },
         cache_ttl: args.cache_ttl_seconds.map(Duration::from_secs),
     };
     Ok(ServePlan {
@@ -330,6 +366,10 @@ fn messages_default_panel(args: &ServeArgs) -> Result<Option<String>, Fatal> {
     }
     Ok(Some(name))
 }
+
+/// Records kept in a database by default: how many, and for how long (30 days).
+const DB_RECORDS_MAX: usize = 100_000;
+const DB_RECORDS_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The production part of [`resolve_serve`], over [`ProductionSettings::default`].
 pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<ProductionSettings, Fatal> {
@@ -426,6 +466,14 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             return Err(Fatal::usage(format!("{name} must be above 0, got {usd}")));
         }
     }
+    let records_db = match given(&args.records_db) {
+        Some(text) => RecordsDb::parse(&text)
+            .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?,
+        // Without either variable the store fails when opened, not here: commands that
+        // never open it (--print-config) still work.
+        None => RecordsDb::default_sqlite(env("XDG_DATA_HOME").as_deref(), env("HOME").as_deref())
+            .unwrap_or(RecordsDb::Unplaced),
+    };
     Ok(ProductionSettings {
         api_keys,
         protect_metrics: args.protect_metrics,
@@ -460,11 +508,26 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         max_subscribers_per_key: args
             .max_subscribers_per_key
             .unwrap_or(defaults.max_subscribers_per_key),
-        records_max_sessions: args.records_max.unwrap_or(defaults.records_max_sessions),
-        records_max_age: args
-            .records_max_age_seconds
-            .map_or(defaults.records_max_age, Duration::from_secs),
+        records_max_sessions: args.records_max.unwrap_or(match records_db {
+            RecordsDb::Memory => defaults.records_max_sessions,
+            _ => DB_RECORDS_MAX,
+        }),
+        records_max_age: args.records_max_age_seconds.map_or(
+            match records_db {
+                RecordsDb::Memory => defaults.records_max_age,
+                _ => DB_RECORDS_MAX_AGE,
+            },
+            Duration::from_secs,
+        ),
         records_dir: given_path(&args.records_dir),
+        records_heartbeat: args
+            .records_heartbeat_seconds
+            .filter(|n| *n > 0)
+            .map_or(defaults.records_heartbeat, Duration::from_secs),
+        records_interrupted_after: args
+            .records_interrupted_after_seconds
+            .map_or(defaults.records_interrupted_after, Duration::from_secs),
+        records_db,
     })
 }
 
@@ -712,6 +775,11 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
             "--messages-default-panel: no panel '{name}' (named panels: {known:?})"
         )));
     }
+    // Before listening: a configured database that cannot be used ends start-up (exit 2),
+    // never a silent fall back to memory.
+    let records = crate::server::open_records(&settings.production)
+        .await
+        .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?;
     let listener = bind(&settings.host, settings.port).await?;
     let addr = local_addr(&listener)?;
     let (config, agents) = match &catalog.default {
@@ -742,7 +810,15 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
         async move { tools.start_all(mcp).await }
     });
     let providers = Arc::new(HttpProviders::new(http));
-    let state = AppState::new(catalog, settings, providers, Arc::clone(&tools), env);
+    let state = AppState::with_records(
+        catalog,
+        settings,
+        providers,
+        Arc::clone(&tools),
+        env,
+        Arc::new(massgen_core::coordination::SystemClock),
+        records,
+    );
     let result = crate::server::serve(listener, state, stopped(stop_rx)).await;
     tools.shutdown().await;
     result.map_err(|e| Fatal::runtime(format!("server failed: {e:#}")))

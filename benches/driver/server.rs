@@ -46,6 +46,15 @@ impl Server {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log_file));
+        // The default engine (SQLite), in a fresh file beside the log: runs do not share
+        // records. MASSGEN_SERVER_RECORDS_DB in the driver's environment overrides it.
+        if std::env::var_os("MASSGEN_SERVER_RECORDS_DB").is_none() {
+            let db = log.with_extension("records.db");
+            cmd.env(
+                "MASSGEN_SERVER_RECORDS_DB",
+                format!("sqlite://{}", db.display()),
+            );
+        }
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;

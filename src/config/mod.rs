@@ -28,7 +28,7 @@ pub use auto::{
 pub use demo::{DEMO_SOURCE, demo_panel};
 pub use error::ConfigError;
 pub use load::{ConfigCheck, check_panel, load_catalog, load_panel, parse_panel, valid_panel_name};
-pub use production::ProductionSettings;
+pub use production::{ProductionSettings, RecordsDb};
 pub use read::ConfigWarning;
 pub use vision::default_vision;
 

@@ -52,6 +52,88 @@ pub struct ProductionSettings {
     pub records_max_age: Duration,
     /// Also write each finished session in MassGen's log layout under this directory.
     pub records_dir: Option<PathBuf>,
+    /// Where records are kept (`--records-db`).
+    pub records_db: RecordsDb,
+    /// How often this process says it is alive in the records database.
+    pub records_heartbeat: Duration,
+    /// A `running` session whose process has not said so for this long is `interrupted`.
+    pub records_interrupted_after: Duration,
+}
+
+/// Where session records are kept. The URL of a database may hold a password: it stays a
+/// [`Secret`], and messages use [`RecordsDb::describe`].
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum RecordsDb {
+    /// In this process only, bounded (today's behaviour; in-process default).
+    #[default]
+    Memory,
+    Sqlite(PathBuf),
+    Postgres(Secret),
+    /// The default (SQLite under XDG_DATA_HOME or HOME) with neither variable set:
+    /// opening it fails, naming the flag.
+    Unplaced,
+}
+
+impl RecordsDb {
+    /// `memory`, `sqlite://PATH` (relative, or absolute as `sqlite:///abs`),
+    /// `postgres://…` or `postgresql://…`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text == "memory" {
+            return Ok(Self::Memory);
+        }
+        if let Some(path) = text.strip_prefix("sqlite://") {
+            if path.is_empty() {
+                return Err("sqlite:// needs a file path (sqlite://records.db, sqlite:///var/lib/massgen/records.db)".into());
+            }
+            return Ok(Self::Sqlite(PathBuf::from(path)));
+        }
+        if text.starts_with("postgres://") || text.starts_with("postgresql://") {
+            return Ok(Self::Postgres(Secret::new(text)));
+        }
+        Err("expected memory, sqlite://PATH or postgres://USER:PASSWORD@HOST:PORT/DATABASE".into())
+    }
+
+    /// The laptop default: `$XDG_DATA_HOME/massgen/records.db`, else
+    /// `~/.local/share/massgen/records.db`; `None` without either variable.
+    pub fn default_sqlite(xdg_data_home: Option<&str>, home: Option<&str>) -> Option<Self> {
+        let base = match (
+            xdg_data_home.filter(|v| !v.is_empty()),
+            home.filter(|v| !v.is_empty()),
+        ) {
+            (Some(xdg), _) => PathBuf::from(xdg),
+            (None, Some(home)) => PathBuf::from(home).join(".local/share"),
+            (None, None) => return None,
+        };
+        Some(Self::Sqlite(base.join("massgen").join("records.db")))
+    }
+
+    pub fn engine(&self) -> &'static str {
+        match self {
+            Self::Memory => "memory",
+            Self::Sqlite(_) | Self::Unplaced => "sqlite",
+            Self::Postgres(_) => "postgres",
+        }
+    }
+
+    /// For logs and errors: the SQLite path, or PostgreSQL's host, port and database,
+    /// never the user's password.
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Memory => "memory".into(),
+            Self::Unplaced => "the default SQLite file".into(),
+            Self::Sqlite(path) => format!("sqlite://{}", path.display()),
+            Self::Postgres(url) => match reqwest::Url::parse(url.expose()) {
+                Ok(u) => format!(
+                    "postgres://{}:{}{}",
+                    u.host_str().unwrap_or(""),
+                    u.port().unwrap_or(5432),
+                    u.path()
+                ),
+                Err(_) => "postgres://(unparsable URL)".into(),
+            },
+        }
+    }
 }
 
 impl Default for ProductionSettings {
@@ -77,6 +159,9 @@ impl Default for ProductionSettings {
             records_max_sessions: 1000,
             records_max_age: Duration::from_secs(3600),
             records_dir: None,
+            records_db: RecordsDb::Memory,
+            records_heartbeat: Duration::from_secs(10),
+            records_interrupted_after: Duration::from_secs(60),
         }
     }
 }

@@ -72,6 +72,8 @@ pub enum ApiError {
     SessionNotFound { id: String },
     /// 404: no stored response with this id (or not the caller's).
     ResponseNotFound { id: String },
+    /// 503: the records database cannot be read now (sessions still run).
+    RecordsUnavailable,
 }
 
 impl ApiError {
@@ -93,9 +95,9 @@ impl ApiError {
             Self::ConfigNotFound { .. }
             | Self::ModelNotFound { .. }
             | Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
-            Self::ConfigUnavailable { .. } | Self::NoDefaultConfig { .. } => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            Self::ConfigUnavailable { .. }
+            | Self::NoDefaultConfig { .. }
+            | Self::RecordsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -122,7 +124,9 @@ impl ApiError {
             | Self::PayloadTooLarge { .. }
             | Self::UnsupportedEncoding { .. } => "invalid_request_error",
             Self::BodyTimeout { .. } => "timeout_error",
-            Self::ConfigUnavailable { .. } | Self::NoDefaultConfig { .. } => "server_error",
+            Self::ConfigUnavailable { .. }
+            | Self::NoDefaultConfig { .. }
+            | Self::RecordsUnavailable => "server_error",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "timeout_error",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_error",
@@ -175,6 +179,7 @@ impl ApiError {
             Self::QuotaSpent(_) => "insufficient_quota",
             Self::SessionNotFound { .. } => "session_not_found",
             Self::ResponseNotFound { .. } => "response_not_found",
+            Self::RecordsUnavailable => "records_unavailable",
         }
     }
 
@@ -249,6 +254,7 @@ impl ApiError {
                 q.spent.usd, q.spent.tokens, q.limit_usd
             ),
             Self::SessionNotFound { id } => format!("No session record '{id}'"),
+            Self::RecordsUnavailable => "The session records database cannot be read right now (sessions still run); retry shortly".to_string(),
             Self::ResponseNotFound { id } => format!(
                 "No response '{id}' (responses are kept unless 'store' was false, for a limited time)"
             ),

@@ -42,6 +42,8 @@ pub use doors::session::{SESSION_HEADER, WINNER_HEADER};
 use error::ApiError;
 
 use crate::app::records::RecordStore;
+use crate::app::records::db::RecordDb;
+use crate::app::records::db::upkeep::Upkeep;
 use crate::app::spend::DailyQuota;
 use crate::app::{ProviderFactory, Sessions, SessionsConfig};
 use crate::config::{Env, PanelCatalog, ServerSettings};
@@ -105,6 +107,8 @@ impl AppState {
     }
 
     /// As [`AppState::new`], with the clock sessions and `created` fields read (tests).
+    /// Records stay in memory whatever `settings` say (a database is opened, async, by
+    /// [`open_records`] and given to [`AppState::with_records`]).
     pub fn with_clock(
         catalog: PanelCatalog,
         settings: ServerSettings,
@@ -113,17 +117,27 @@ impl AppState {
         env: Arc<Env>,
         clock: Arc<dyn Clock>,
     ) -> Self {
+        let records = memory_records(&settings.production);
+        Self::with_records(catalog, settings, providers, tools, env, clock, records)
+    }
+
+    /// As [`AppState::with_clock`], keeping records in `records`.
+    pub fn with_records(
+        catalog: PanelCatalog,
+        settings: ServerSettings,
+        providers: Arc<dyn ProviderFactory>,
+        tools: Arc<ToolRegistry>,
+        env: Arc<Env>,
+        clock: Arc<dyn Clock>,
+        records_store: RecordStore,
+    ) -> Self {
         let production = Arc::new(Production::new(&settings.production));
         let records = &settings.production;
         let sessions = Sessions::new(SessionsConfig {
             providers,
             tools,
             clock,
-            records: RecordStore::new(
-                records.records_max_sessions,
-                records.records_max_age,
-                records.records_dir.clone(),
-            ),
+            records: records_store,
             max_upstream_calls: records.max_upstream_calls,
             max_session_cost_usd: records.max_session_cost_usd,
             log_prompts: settings.debug,
@@ -258,8 +272,13 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
     Some(layer.allow_origin(AllowOrigin::list(list)))
 }
 
-async fn health() -> impl IntoResponse {
-    axum::Json(json!({"status": "ok", "version": env!("CARGO_PKG_VERSION")}))
+/// 200 whatever the records store's state: sessions run and answer without it.
+async fn health(State(state): State<AppState>) -> impl IntoResponse {
+    axum::Json(json!({
+        "status": "ok",
+        "version": env!("CARGO_PKG_VERSION"),
+        "records": state.sessions.records().health(),
+    }))
 }
 
 async fn models(State(state): State<AppState>) -> impl IntoResponse {
@@ -343,8 +362,46 @@ pub async fn serve(
     let tasks = sessions.tasks();
     tasks.close();
     let _ = tokio::time::timeout(std::time::Duration::from_secs(2), tasks.wait()).await;
+    // What the records writer has not committed yet (the last batch) goes now.
+    sessions
+        .records()
+        .close(std::time::Duration::from_secs(5))
+        .await;
     housekeeping.abort();
     Ok(())
+}
+
+fn memory_records(settings: &crate::config::ProductionSettings) -> RecordStore {
+    RecordStore::new(
+        settings.records_max_sessions,
+        settings.records_max_age,
+        settings.records_dir.clone(),
+    )
+}
+
+/// The records store `settings` name: memory, or the database (connected and migrated;
+/// the error says what failed, never a password). Call inside the runtime: with a
+/// database it starts the writer and the upkeep timer.
+pub async fn open_records(
+    settings: &crate::config::ProductionSettings,
+) -> Result<RecordStore, String> {
+    if settings.records_db == crate::config::RecordsDb::Memory {
+        return Ok(memory_records(settings));
+    }
+    let db = Arc::new(RecordDb::open(&settings.records_db).await?);
+    tracing::info!(store = %db.describe(), replica = %db.replica(), "session records in a database");
+    let upkeep = Upkeep {
+        heartbeat: settings.records_heartbeat,
+        interrupted_after: settings.records_interrupted_after,
+        max_age: settings.records_max_age,
+        max_sessions: settings.records_max_sessions,
+    };
+    Ok(RecordStore::with_db(
+        db,
+        upkeep,
+        settings.records_max_sessions,
+        settings.records_dir.clone(),
+    ))
 }
 
 /// Keyed rate limiters only grow and records and stored responses only age out when

@@ -17,7 +17,7 @@ use super::auth::Caller;
 use super::error::{ApiError, PathId};
 use super::limits::SubscriberSlot;
 use super::{sse, stall};
-use crate::app::records::{Cursor, SessionRecord, list_entry_json, record_json};
+use crate::app::records::{Cursor, list_entry_json, record_json};
 
 /// Whether the events response is live (`running`) or a replay (`finished`).
 pub const STATUS_HEADER: &str = "x-massgen-session-status";
@@ -48,7 +48,9 @@ pub async fn list_sessions(
     let data: Vec<_> = state
         .sessions
         .records()
-        .list(&caller, limit)
+        .list_all(&caller, limit)
+        .await
+        .map_err(|_| ApiError::RecordsUnavailable)?
         .iter()
         .map(|r| list_entry_json(r))
         .collect();
@@ -63,26 +65,25 @@ fn limit_error() -> ApiError {
     )
 }
 
-/// The caller's record `id`; someone else's looks like a missing one.
-fn record_of(
-    state: &AppState,
-    caller: &Caller,
-    id: String,
-) -> Result<Arc<SessionRecord>, ApiError> {
-    state
-        .sessions
-        .records()
-        .get(&id, caller)
-        .ok_or(ApiError::SessionNotFound { id })
-}
-
+/// The caller's record `id` (live here, else from the database); someone else's looks
+/// like a missing one.
 pub async fn get_session(
     State(state): State<AppState>,
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
 ) -> Result<Response, ApiError> {
-    let record = record_of(&state, &caller, id)?;
-    Ok(axum::Json(record_json(&record)).into_response())
+    let record = state
+        .sessions
+        .records()
+        .find(&id, &caller)
+        .await
+        .map_err(|_| ApiError::RecordsUnavailable)?
+        .ok_or(ApiError::SessionNotFound { id })?;
+    // Rebuilding the JSON from up to 20,000 events is CPU work: not on a runtime thread.
+    let json = tokio::task::spawn_blocking(move || record_json(&record))
+        .await
+        .map_err(|_| ApiError::Internal)?;
+    Ok(axum::Json(json).into_response())
 }
 
 /// SSE: `event: <type>` + `data: <SessionEvent JSON>` per event, the stored ones first,
@@ -93,18 +94,24 @@ pub async fn session_events(
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
 ) -> Result<Response, ApiError> {
-    let record = record_of(&state, &caller, id)?;
+    let following = state
+        .sessions
+        .records()
+        .follow(&id, &caller)
+        .await
+        .map_err(|_| ApiError::RecordsUnavailable)?
+        .ok_or(ApiError::SessionNotFound { id })?;
     let slot = state
         .production
         .limits
-        .try_subscriber(caller.key, &record.id)?;
-    let status = if record.is_finished() {
+        .try_subscriber(caller.key, &following.id)?;
+    let status = if following.finished {
         "finished"
     } else {
         "running"
     };
-    let session = Arc::clone(&record.id);
-    let frames = frames(Cursor::new(record), state.settings.keepalive);
+    let session = Arc::clone(&following.id);
+    let frames = frames(following.cursor, state.settings.keepalive);
     let stall = state.settings.production.client_stall_timeout;
     let mut response = sse::response(bounded(frames, slot, stall, session));
     response

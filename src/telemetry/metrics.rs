@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use massgen_core::provider::{ProviderErrorKind, Usage};
 use prometheus::{
-    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounterVec, IntGauge, Opts,
-    Registry, TextEncoder,
+    CounterVec, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec,
+    IntGauge, Opts, Registry, TextEncoder,
 };
 
 /// Buckets for whole sessions and upstream calls: 50 ms … 30 min.
@@ -46,6 +46,12 @@ pub struct Metrics {
     pub tool_calls: IntCounterVec,
     pub tool_call_duration: HistogramVec,
     pub response_cache: IntCounterVec,
+    /// Failed writes to the records database (each failed attempt of a batch or timer).
+    pub records_write_failures: IntCounter,
+    /// Finished records dropped from memory before the database took them.
+    pub records_unsaved_dropped: IntCounter,
+    /// 1 while the records database takes writes, 0 while they fail.
+    pub records_store_up: IntGauge,
 }
 
 impl Metrics {
@@ -94,7 +100,29 @@ impl Metrics {
             "Client connections open now (HTTP/1 and HTTP/2).",
         )?;
         registry.register(Box::new(open_connections.clone()))?;
+        let plain_counter = |name: &str, help: &str| -> Result<IntCounter, prometheus::Error> {
+            let c = IntCounter::new(name, help)?;
+            registry.register(Box::new(c.clone()))?;
+            Ok(c)
+        };
+        let records_write_failures = plain_counter(
+            "massgen_records_write_failures_total",
+            "Failed writes to the session records database (retried).",
+        )?;
+        let records_unsaved_dropped = plain_counter(
+            "massgen_records_unsaved_dropped_total",
+            "Finished session records dropped from memory before the records database took them.",
+        )?;
+        let records_store_up = IntGauge::new(
+            "massgen_records_store_up",
+            "1 while the session records store takes writes (always with memory), 0 while they fail.",
+        )?;
+        records_store_up.set(1);
+        registry.register(Box::new(records_store_up.clone()))?;
         Ok(Self {
+            records_write_failures,
+            records_unsaved_dropped,
+            records_store_up,
             http_requests: counter(
                 "massgen_http_requests_total",
                 "HTTP requests by route, method and status.",

@@ -11,7 +11,7 @@ use clap::Parser;
 use massgen::cli::{
     Cli, Command as Sub, Fatal, NO_CONFIG_HINT, ServeArgs, ServePlan, build_catalog, resolve_serve,
 };
-use massgen::config::{ProductionSettings, Secret, process_env};
+use massgen::config::{ProductionSettings, RecordsDb, Secret, process_env};
 
 use crate::support::{env_of, in_child_env};
 
@@ -44,7 +44,11 @@ fn defaults_without_flags_or_env() {
     in_child_env("cli::defaults_without_flags_or_env", &[], || {
         let plan = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(plan.settings.cache_ttl, None, "the response cache is off");
-        assert_eq!(plan.settings, massgen::config::ServerSettings::default());
+        let expected = massgen::config::ServerSettings {
+            production: cli_production_defaults(),
+            ..massgen::config::ServerSettings::default()
+        };
+        assert_eq!(plan.settings, expected);
         assert_eq!(plan.settings.host, "127.0.0.1");
         assert_eq!(plan.settings.port, 4000);
         assert!(
@@ -242,8 +246,31 @@ fn catalog_from_plan_demo_and_hint() {
 fn production_defaults() {
     in_child_env("cli::production_defaults", &[], || {
         let none = plan_of(&[]).unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(none.settings.production, ProductionSettings::default());
+        assert_eq!(none.settings.production, cli_production_defaults());
+        // With HOME, the default records file is under it; XDG_DATA_HOME wins.
+        let home = env_of(&[("HOME", "/home/u")]);
+        let args = parse_serve(&[]).unwrap_or_else(|e| panic!("{e:?}"));
+        let plan = resolve_serve(&args, home.as_ref()).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(
+            plan.settings.production.records_db,
+            RecordsDb::Sqlite("/home/u/.local/share/massgen/records.db".into())
+        );
+        // --demo keeps its simulated sessions in memory, with memory's bounds.
+        let demo = plan_of(&["--demo"]).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(demo.settings.production, ProductionSettings::default());
     });
+}
+
+/// `ProductionSettings::default()` is what an in-process server uses (records in
+/// memory); the command line defaults to the SQLite file, which in an environment
+/// without HOME or XDG_DATA_HOME has no place (opening it fails, naming the flag).
+fn cli_production_defaults() -> ProductionSettings {
+    ProductionSettings {
+        records_db: RecordsDb::Unplaced,
+        records_max_sessions: 100_000,
+        records_max_age: Duration::from_secs(30 * 24 * 3600),
+        ..ProductionSettings::default()
+    }
 }
 
 #[test]
@@ -345,8 +372,9 @@ fn production_rejects_zero_limits_and_a_missing_keys_file() {
 
 fn massgen(dir: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_massgen"));
-    // A clean environment and an empty working directory: no MASSGEN_*, no keys, no .env.
-    cmd.env_clear().current_dir(dir);
+    // A clean environment and an empty working directory: no MASSGEN_*, no keys, no .env;
+    // the records file in that directory.
+    cmd.env_clear().current_dir(dir).env("XDG_DATA_HOME", dir);
     cmd
 }
 

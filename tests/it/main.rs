@@ -49,6 +49,7 @@ mod provider_gemini;
 mod provider_native_conformance;
 mod provider_responses;
 mod python_clients;
+mod records_db;
 mod records_db_pg;
 mod structured_output;
 mod ui_e2e;

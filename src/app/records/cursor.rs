@@ -1,28 +1,65 @@
 //! One reader's place in a session record: the stored events in order, page by page, then
 //! (while the session runs) the ones that follow as they are stored. Pages share the
 //! record's events, so a thousand readers of a large record cost a thousand cursors, not a
-//! thousand copies. A store that keeps records elsewhere can feed the same pages.
+//! thousand copies. A record not live in this process is read from the database by seq,
+//! page by page, the same way.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use massgen_core::coordination::SessionEvent;
 use tokio::sync::watch;
 
 use super::SessionRecord;
+use super::db::RecordDb;
+
+/// How often a reader of a session running elsewhere looks for new events when nothing
+/// wakes it (the safety net under PostgreSQL's notifications, the only way on SQLite,
+/// where such a session belongs to a stopped process and is about to be `interrupted`).
+const POLL: Duration = Duration::from_secs(1);
+/// Database reads that may fail in a row before the reader's stream ends.
+const MAX_READ_FAILURES: u32 = 10;
 
 pub struct Cursor {
-    record: Arc<SessionRecord>,
-    next: usize,
-    changes: watch::Receiver<()>,
+    from: From,
+}
+
+enum From {
+    Live {
+        record: Arc<SessionRecord>,
+        next: usize,
+        changes: watch::Receiver<()>,
+    },
+    Stored {
+        db: Arc<RecordDb>,
+        id: Arc<str>,
+        /// The seq of the next event to read.
+        next: u64,
+        failures: u32,
+    },
 }
 
 impl Cursor {
     pub fn new(record: Arc<SessionRecord>) -> Self {
         let changes = record.changes();
         Self {
-            record,
-            next: 0,
-            changes,
+            from: From::Live {
+                record,
+                next: 0,
+                changes,
+            },
+        }
+    }
+
+    /// A cursor over session `id` in `db` (a record this process does not hold).
+    pub fn stored(db: Arc<RecordDb>, id: Arc<str>) -> Self {
+        Self {
+            from: From::Stored {
+                db,
+                id,
+                next: 0,
+                failures: 0,
+            },
         }
     }
 
@@ -30,23 +67,82 @@ impl Cursor {
     /// the session ended and every stored event was read. Cancel-safe: the place only
     /// moves when events are returned.
     pub async fn next_page(&mut self, max: usize) -> Vec<Arc<SessionEvent>> {
-        loop {
-            // Marked seen before reading, so an event stored after the read wakes us.
-            self.changes.borrow_and_update();
-            let page = self.record.read(self.next, max.max(1));
-            if !page.events.is_empty() {
-                self.next += page.events.len();
-                return page.events;
-            }
-            if page.finished || self.changes.changed().await.is_err() {
-                return Vec::new();
-            }
+        let max = max.max(1);
+        match &mut self.from {
+            From::Live {
+                record,
+                next,
+                changes,
+            } => loop {
+                // Marked seen before reading, so an event stored after the read wakes us.
+                changes.borrow_and_update();
+                let page = record.read(*next, max);
+                if !page.events.is_empty() {
+                    *next += page.events.len();
+                    return page.events;
+                }
+                if page.finished || changes.changed().await.is_err() {
+                    return Vec::new();
+                }
+            },
+            From::Stored {
+                db,
+                id,
+                next,
+                failures,
+            } => loop {
+                match stored_page(db, id, *next, max).await {
+                    Ok(Page::Events(events)) => {
+                        *failures = 0;
+                        if let Some(last) = events.last() {
+                            *next = last.seq + 1;
+                        }
+                        return events.into_iter().map(Arc::new).collect();
+                    }
+                    Ok(Page::Ended) => return Vec::new(),
+                    Ok(Page::Running) => *failures = 0,
+                    Err(e) => {
+                        *failures += 1;
+                        if *failures >= MAX_READ_FAILURES {
+                            tracing::warn!(
+                                session_id = %id,
+                                "stopped following a session: its record cannot be read ({})",
+                                super::db::safe_error(&e)
+                            );
+                            return Vec::new();
+                        }
+                    }
+                }
+                tokio::time::sleep(POLL).await;
+            },
         }
     }
+}
 
-    pub fn record(&self) -> &Arc<SessionRecord> {
-        &self.record
+enum Page {
+    Events(Vec<SessionEvent>),
+    /// Nothing new and the session is still running.
+    Running,
+    /// Nothing new and nothing will come.
+    Ended,
+}
+
+async fn stored_page(db: &RecordDb, id: &str, next: u64, max: usize) -> Result<Page, sqlx::Error> {
+    let events = db.events(id, next, max).await?;
+    if !events.is_empty() {
+        return Ok(Page::Events(events));
     }
+    if db.status(id).await? == Some("running") {
+        return Ok(Page::Running);
+    }
+    // The final status was committed with the last events: read once more, in case they
+    // arrived between the two reads above.
+    let events = db.events(id, next, max).await?;
+    Ok(if events.is_empty() {
+        Page::Ended
+    } else {
+        Page::Events(events)
+    })
 }
 
 #[cfg(test)]

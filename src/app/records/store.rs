@@ -1,26 +1,42 @@
+//! The store of session records. Memory (`--records-db memory`): every record stays here,
+//! bounded by count and age. With a database: only live records stay (running ones, and
+//! finished ones until the writer committed them); the rest are read back from the
+//! database when asked for.
+
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
-use massgen_core::provider::Usage;
-use sha2::{Digest, Sha256};
-use tokio::sync::watch;
+use tokio::task::AbortHandle;
 
+use super::cursor::Cursor;
+use super::db::upkeep::Upkeep;
+use super::db::writer::Writer;
+use super::db::{RecordDb, StoredSession};
+use super::live::{Dirty, MAX_EVENTS, SessionInfo, SessionRecord, lock};
 use crate::app::Caller;
 
-/// Events kept per session; the rest (token deltas of a very long answer) are counted only.
-const MAX_EVENTS: usize = 20_000;
-/// Bytes of the question a record keeps (a 9 MB question is not kept whole: its size and
-/// SHA-256 are).
-pub const QUESTION_KEPT_BYTES: usize = 16 * 1024;
-
 pub struct RecordStore {
+    live: Arc<Live>,
+    pub dir: Option<PathBuf>,
+    db: Option<DbSide>,
+}
+
+struct DbSide {
+    db: Arc<RecordDb>,
+    writer: Writer,
+    /// The writer and upkeep tasks, stopped with the store.
+    tasks: Vec<AbortHandle>,
+}
+
+/// The records held in memory.
+pub struct Live {
     inner: Mutex<Inner>,
     max_sessions: usize,
     max_age: Duration,
-    pub dir: Option<PathBuf>,
+    /// With a database: records are queued here for the writer.
+    dirty: Option<Arc<Dirty>>,
 }
 
 #[derive(Default)]
@@ -29,104 +45,124 @@ struct Inner {
     order: VecDeque<Arc<str>>,
 }
 
-pub struct SessionRecord {
+/// The database could not be read: the request fails (503), the sessions go on.
+#[derive(Debug)]
+pub struct ReadError;
+
+/// A session's events to follow.
+pub struct Following {
+    pub cursor: Cursor,
     pub id: Arc<str>,
-    pub owner: Caller,
-    pub info: SessionInfo,
-    log: Mutex<Log>,
-    /// Ticks on every stored event: subscribers wait on it, then read the log. (A
-    /// per-session broadcast buffer of 1,024 events used to cost ~200 KB per record, kept
-    /// for as long as the record.)
-    grew: watch::Sender<()>,
+    /// The session had ended when it was looked up.
+    pub finished: bool,
 }
 
-/// What the request said about a session, for the session list and the record.
-#[derive(Debug, Clone, Default)]
-pub struct SessionInfo {
-    /// The `model` the client asked for (`massgen`, `massgen/<name>`).
-    pub model: String,
-    /// The API the request came through (`chat_completions`, `responses`, `messages`).
-    pub door: &'static str,
-    /// The panel that ran it.
-    pub panel: String,
-    /// The last user message, cut to [`QUESTION_KEPT_BYTES`] once recorded.
-    pub question: String,
-    /// The whole question's size in bytes and SHA-256 (hex), set when recorded.
-    pub question_bytes: usize,
-    pub question_sha256: String,
-    /// What the request said about itself (Responses `metadata`, Anthropic
-    /// `metadata.user_id`), bounded by the doors.
-    pub metadata: serde_json::Map<String, serde_json::Value>,
-    /// Unix time in milliseconds when the request arrived.
-    pub created_ms: u64,
-}
+impl Live {
+    pub(super) fn get(&self, id: &str) -> Option<Arc<SessionRecord>> {
+        lock(&self.inner).by_id.get(id).cloned()
+    }
 
-/// Kept up to date on every event so listing many sessions never rescans their events.
-#[derive(Debug, Clone, Default)]
-pub struct Summary {
-    /// `running`, `completed` or `failed`.
-    pub status: &'static str,
-    pub agents: Vec<AgentRef>,
-    pub winner: Option<AgentRef>,
-    pub usage: Usage,
-    pub answers: u32,
-    pub votes: u32,
-    pub started_ms: Option<u64>,
-    pub ended_ms: Option<u64>,
-}
-
-impl Summary {
-    fn update(&mut self, event: &SessionEvent) {
-        self.started_ms.get_or_insert(event.at_ms);
-        match &event.kind {
-            EventKind::SessionStarted { agents } => self.agents.clone_from(agents),
-            EventKind::Answer { .. } => self.answers += 1,
-            EventKind::Vote { .. } => self.votes += 1,
-            EventKind::Consensus { winner, .. } => self.winner = Some(winner.clone()),
-            EventKind::Usage { usage, .. } => self.usage.add(usage),
-            EventKind::SessionCompleted { summary } => {
-                self.status = "completed";
-                self.winner = Some(summary.winner.clone());
-                self.ended_ms = Some(event.at_ms);
-            }
-            EventKind::SessionFailed { .. } => {
-                self.status = "failed";
-                self.ended_ms = Some(event.at_ms);
-            }
-            _ => {}
+    /// Forgets a record the database now holds whole.
+    pub(super) fn remove(&self, id: &str) {
+        let mut inner = lock(&self.inner);
+        if inner.by_id.remove(id).is_some() {
+            inner.order.retain(|o| &**o != id);
         }
     }
-}
 
-struct Log {
-    /// Shared with subscribers page by page, never copied whole.
-    events: Vec<Arc<SessionEvent>>,
-    dropped: u64,
-    finished: Option<Instant>,
-    summary: Summary,
-}
-
-impl Default for Log {
-    fn default() -> Self {
-        Self {
-            events: Vec::new(),
-            dropped: 0,
-            finished: None,
-            summary: Summary {
-                status: "running",
-                ..Summary::default()
-            },
+    fn insert(&self, record: Arc<SessionRecord>) {
+        let mut inner = lock(&self.inner);
+        inner.by_id.insert(record.id.clone(), record.clone());
+        inner.order.push_back(record.id.clone());
+        if self.dirty.is_none() {
+            while inner.order.len() > self.max_sessions {
+                if let Some(old) = inner.order.pop_front() {
+                    inner.by_id.remove(&old);
+                }
+            }
+            return;
         }
+        // With a database, a running record must stay (the writer reads it); finished
+        // ones the database could not take yet are dropped oldest first.
+        let mut dropped = 0u64;
+        while inner.order.len() > self.max_sessions {
+            let Inner { by_id, order } = &mut *inner;
+            let Some(at) = order
+                .iter()
+                .position(|id| by_id.get(id).is_some_and(|r| r.is_finished()))
+            else {
+                break;
+            };
+            if let Some(id) = order.remove(at) {
+                by_id.remove(&id);
+                dropped += 1;
+            }
+        }
+        drop(inner);
+        if dropped > 0 {
+            if let Some(m) = crate::telemetry::metrics() {
+                m.records_unsaved_dropped.inc_by(dropped);
+            }
+            tracing::warn!(
+                dropped,
+                "finished session records dropped unsaved: the records database has been failing and --records-max records wait in memory"
+            );
+        }
+    }
+
+    fn len(&self) -> usize {
+        lock(&self.inner).by_id.len()
     }
 }
 
 impl RecordStore {
+    /// Records in memory only (`--records-db memory`).
     pub fn new(max_sessions: usize, max_age: Duration, dir: Option<PathBuf>) -> Self {
         Self {
-            inner: Mutex::new(Inner::default()),
-            max_sessions: max_sessions.max(1),
-            max_age,
+            live: Arc::new(Live {
+                inner: Mutex::new(Inner::default()),
+                max_sessions: max_sessions.max(1),
+                max_age,
+                dirty: None,
+            }),
             dir,
+            db: None,
+        }
+    }
+
+    /// Records in `db`: starts the writer and the upkeep timer (inside a Tokio runtime).
+    /// `max_unsaved` bounds the finished records waiting for a failing database.
+    pub fn with_db(
+        db: Arc<RecordDb>,
+        upkeep: Upkeep,
+        max_unsaved: usize,
+        dir: Option<PathBuf>,
+    ) -> Self {
+        let dirty = Arc::new(Dirty::default());
+        let live = Arc::new(Live {
+            inner: Mutex::new(Inner::default()),
+            max_sessions: max_unsaved.max(1),
+            max_age: Duration::MAX,
+            dirty: Some(Arc::clone(&dirty)),
+        });
+        let writer = || Writer {
+            db: Arc::clone(&db),
+            live: Arc::clone(&live),
+            dirty: Arc::clone(&dirty),
+        };
+        let tasks = vec![
+            tokio::spawn(writer().run()).abort_handle(),
+            tokio::spawn({
+                let db = Arc::clone(&db);
+                async move { db.run_upkeep(upkeep).await }
+            })
+            .abort_handle(),
+        ];
+        let writer = writer();
+        Self {
+            live,
+            dir,
+            db: Some(DbSide { db, writer, tasks }),
         }
     }
 
@@ -138,39 +174,108 @@ impl RecordStore {
         &self,
         id: Arc<str>,
         owner: Caller,
-        mut info: SessionInfo,
+        info: SessionInfo,
     ) -> Arc<SessionRecord> {
-        keep_question(&mut info);
-        let record = Arc::new(SessionRecord {
-            id: id.clone(),
-            owner,
-            info,
-            log: Mutex::new(Log::default()),
-            grew: watch::Sender::new(()),
-        });
-        let mut inner = lock(&self.inner);
-        inner.by_id.insert(id.clone(), record.clone());
-        inner.order.push_back(id);
-        while inner.order.len() > self.max_sessions {
-            if let Some(old) = inner.order.pop_front() {
-                inner.by_id.remove(&old);
-            }
-        }
-        drop(inner);
+        let record = Arc::new(SessionRecord::new(id, owner, info, self.live.dirty.clone()));
+        self.live.insert(Arc::clone(&record));
         self.expire();
         record
     }
 
-    /// The record of `id` if `caller` may read it (the creating key, or anyone on a server
-    /// without keys). Someone else's record looks like a missing one.
+    /// The live record of `id` if `caller` may read it (the creating key, or anyone on a
+    /// server without keys). Someone else's record looks like a missing one.
     pub fn get(&self, id: &str, caller: &Caller) -> Option<Arc<SessionRecord>> {
-        let record = lock(&self.inner).by_id.get(id).cloned()?;
+        let record = self.live.get(id)?;
         (record.owner == *caller).then_some(record)
     }
 
-    /// The newest `limit` records `caller` may read, newest first.
+    /// The record of `id`: the live one, else the database's (its first [`MAX_EVENTS`]
+    /// and last events, as a finished record would hold them).
+    pub async fn find(
+        &self,
+        id: &str,
+        caller: &Caller,
+    ) -> Result<Option<Arc<SessionRecord>>, ReadError> {
+        if let Some(record) = self.get(id, caller) {
+            return Ok(Some(record));
+        }
+        let Some((db, row)) = self.stored(id, caller).await? else {
+            return Ok(None);
+        };
+        let events = db
+            .events(id, 0, MAX_EVENTS + 1)
+            .await
+            .map_err(read_failed)?;
+        Ok(Some(Arc::new(stored_record(row, *caller, events))))
+    }
+
+    /// The database's row of `id` if `caller` owns it (none without a database).
+    async fn stored(
+        &self,
+        id: &str,
+        caller: &Caller,
+    ) -> Result<Option<(&Arc<RecordDb>, StoredSession)>, ReadError> {
+        let Some(side) = &self.db else {
+            return Ok(None);
+        };
+        let row = side
+            .db
+            .session(id, caller.owner())
+            .await
+            .map_err(read_failed)?;
+        Ok(row.map(|row| (&side.db, row)))
+    }
+
+    /// Where to follow session `id`'s events: the live record, else the database.
+    pub async fn follow(&self, id: &str, caller: &Caller) -> Result<Option<Following>, ReadError> {
+        if let Some(record) = self.get(id, caller) {
+            let finished = record.is_finished();
+            return Ok(Some(Following {
+                id: Arc::clone(&record.id),
+                cursor: Cursor::new(record),
+                finished,
+            }));
+        }
+        let Some((db, row)) = self.stored(id, caller).await? else {
+            return Ok(None);
+        };
+        Ok(Some(Following {
+            finished: row.status != "running",
+            cursor: Cursor::stored(Arc::clone(db), Arc::clone(&row.id)),
+            id: row.id,
+        }))
+    }
+
+    /// The newest `limit` records `caller` may read, newest first: the live ones (their
+    /// summaries are the freshest) merged with the database's.
+    pub async fn list_all(
+        &self,
+        caller: &Caller,
+        limit: usize,
+    ) -> Result<Vec<Arc<SessionRecord>>, ReadError> {
+        let live = self.list(caller, limit);
+        let Some(side) = &self.db else {
+            return Ok(live);
+        };
+        let rows = side
+            .db
+            .list(caller.owner(), limit)
+            .await
+            .map_err(read_failed)?;
+        let mut all = live;
+        for row in rows {
+            if !all.iter().any(|r| r.id == row.id) {
+                all.push(Arc::new(stored_record(row, *caller, Vec::new())));
+            }
+        }
+        all.sort_by_key(|r| std::cmp::Reverse(r.info.created_ms));
+        all.truncate(limit);
+        Ok(all)
+    }
+
+    /// The newest `limit` live records `caller` may read, newest first.
     pub fn list(&self, caller: &Caller, limit: usize) -> Vec<Arc<SessionRecord>> {
-        let inner = lock(&self.inner);
+        let inner = lock(&self.live.inner);
         inner
             .order
             .iter()
@@ -182,16 +287,20 @@ impl RecordStore {
             .collect()
     }
 
-    /// Drops finished records older than the maximum age.
+    /// Memory: drops finished records older than the maximum age. (With a database the
+    /// writer lets them go, and retention runs in the database.)
     pub fn expire(&self) {
+        if self.db.is_some() {
+            return;
+        }
         let now = Instant::now();
-        let mut inner = lock(&self.inner);
+        let max_age = self.live.max_age;
+        let mut inner = lock(&self.live.inner);
         let Inner { by_id, order } = &mut *inner;
         order.retain(|id| {
             let keep = by_id.get(id).is_some_and(|r| {
-                lock(&r.log)
-                    .finished
-                    .is_none_or(|at| now.saturating_duration_since(at) < self.max_age)
+                r.finished_at()
+                    .is_none_or(|at| now.saturating_duration_since(at) < max_age)
             });
             if !keep {
                 by_id.remove(id);
@@ -200,8 +309,28 @@ impl RecordStore {
         });
     }
 
+    /// Commits what is still unwritten, for at most `within` (shutdown).
+    pub async fn close(&self, within: Duration) {
+        if let Some(side) = &self.db {
+            side.writer.drain(within).await;
+        }
+    }
+
+    /// `/health`'s `records` object.
+    pub fn health(&self) -> serde_json::Value {
+        match &self.db {
+            None => serde_json::json!({"store": "memory", "state": "ok", "in_memory": self.len()}),
+            Some(side) => serde_json::json!({
+                "store": side.db.engine().name(),
+                "state": if side.db.is_up() { "ok" } else { "failing" },
+                "in_memory": self.len(),
+            }),
+        }
+    }
+
+    /// Records held in memory.
     pub fn len(&self) -> usize {
-        lock(&self.inner).by_id.len()
+        self.live.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -209,96 +338,38 @@ impl RecordStore {
     }
 }
 
-impl SessionRecord {
-    pub fn push(&self, event: SessionEvent) {
-        let mut log = lock(&self.log);
-        let last = matches!(
-            event.kind,
-            EventKind::SessionCompleted { .. } | EventKind::SessionFailed { .. }
-        );
-        if last {
-            log.finished = Some(Instant::now());
+impl Drop for RecordStore {
+    fn drop(&mut self) {
+        if let Some(side) = &self.db {
+            for task in &side.tasks {
+                task.abort();
+            }
         }
-        log.summary.update(&event);
-        if log.events.len() < MAX_EVENTS || last {
-            log.events.push(Arc::new(event));
-        } else {
-            log.dropped += 1;
-        }
-        if last {
-            // A finished record only shrinks from here: give back the growth headroom.
-            log.events.shrink_to_fit();
-        }
-        drop(log);
-        self.grew.send_replace(());
-    }
-
-    /// Every stored event (shared, not copied).
-    pub fn events(&self) -> Vec<Arc<SessionEvent>> {
-        lock(&self.log).events.clone()
-    }
-
-    /// At most `max` stored events from position `from` on, and whether the session had
-    /// ended when they were read (then nothing follows the last of them).
-    pub fn read(&self, from: usize, max: usize) -> Page {
-        let log = lock(&self.log);
-        let events = log.events.get(from..).unwrap_or_default();
-        Page {
-            events: events.iter().take(max).cloned().collect(),
-            finished: log.finished.is_some(),
-        }
-    }
-
-    /// Woken on every stored event ([`Cursor`](super::Cursor) waits on it).
-    pub(super) fn changes(&self) -> watch::Receiver<()> {
-        self.grew.subscribe()
-    }
-
-    pub fn summary(&self) -> Summary {
-        lock(&self.log).summary.clone()
-    }
-
-    pub fn dropped(&self) -> u64 {
-        lock(&self.log).dropped
-    }
-
-    pub fn is_finished(&self) -> bool {
-        lock(&self.log).finished.is_some()
     }
 }
 
-/// A run of stored events.
-pub struct Page {
-    pub events: Vec<Arc<SessionEvent>>,
-    /// The session had ended when the page was read.
-    pub finished: bool,
+fn read_failed(e: sqlx::Error) -> ReadError {
+    tracing::warn!("cannot read session records: {}", super::db::safe_error(&e));
+    ReadError
 }
 
-/// Cuts a huge question to its first [`QUESTION_KEPT_BYTES`] (on a character boundary),
-/// noting the whole one's size and hash.
-fn keep_question(info: &mut SessionInfo) {
-    let question = &mut info.question;
-    info.question_bytes = question.len();
-    info.question_sha256 = format!("{:x}", Sha256::digest(question.as_bytes()));
-    if question.len() > QUESTION_KEPT_BYTES {
-        let cut = (0..=QUESTION_KEPT_BYTES)
-            .rev()
-            .find(|&i| question.is_char_boundary(i))
-            .unwrap_or(0);
-        question.truncate(cut);
-        question.shrink_to_fit();
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
+fn stored_record(
+    row: StoredSession,
+    owner: Caller,
+    events: Vec<massgen_core::coordination::SessionEvent>,
+) -> SessionRecord {
+    SessionRecord::stored(row.id, owner, row.info, row.summary, row.dropped, events)
 }
 
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use massgen_core::coordination::{SessionError, SessionErrorKind};
+    use crate::app::records::QUESTION_KEPT_BYTES;
+    use massgen_core::coordination::{
+        AgentRef, EventKind, SessionError, SessionErrorKind, SessionEvent,
+    };
     use massgen_core::provider::Usage;
+    use sha2::{Digest, Sha256};
 
     pub(in crate::app::records) fn event(seq: u64, kind: EventKind) -> SessionEvent {
         SessionEvent {

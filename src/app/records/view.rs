@@ -172,6 +172,10 @@ pub fn record_json(record: &SessionRecord) -> Value {
             | EventKind::PostEvaluation { .. } => {}
         }
     }
+    // A session whose process stopped: its events end early, the store says why.
+    if status == "running" && record.summary().status == "interrupted" {
+        status = "interrupted";
+    }
     let started_ms = events.first().map(|e| e.at_ms);
     let ended_ms = (status != "running")
         .then(|| events.last().map(|e| e.at_ms))

@@ -195,7 +195,7 @@ pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
                 caller: ask.caller,
                 info: SessionInfo {
                     model: ask.model,
-                    door: ask.door,
+                    door: ask.door.into(),
                     metadata: ask.metadata,
                     question: ask.input.question.clone(),
                     created_ms: sessions.now_ms(),

@@ -107,12 +107,15 @@ pub fn shared_dir() -> Option<PathBuf> {
 pub struct Proc {
     child: Child,
     pub url: String,
+    /// The server's own records database (removed after the process is gone).
+    records: Option<tempfile::TempDir>,
 }
 
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+        drop(self.records.take());
     }
 }
 
@@ -221,7 +224,21 @@ pub fn spawn(args: &[&str], prefix: &str, cwd: Option<&Path>) -> Proc {
 
 /// Runs `cmd` with quiet logs on stderr and waits (≤ 20 s) for the stdout line
 /// `<prefix> http://ADDR`.
+/// A `serve` gets its own SQLite records file in a temporary folder (the default engine,
+/// never the user's own file), unless the test chose `MASSGEN_SERVER_RECORDS_DB`.
 pub fn start(mut cmd: Command, prefix: &str) -> Proc {
+    let serves = cmd.get_args().next().is_some_and(|a| a == "serve");
+    let chosen = cmd
+        .get_envs()
+        .any(|(k, v)| k == "MASSGEN_SERVER_RECORDS_DB" && v.is_some());
+    let records = (serves && !chosen).then(|| {
+        let dir = tempfile::tempdir().expect("records tempdir");
+        cmd.env(
+            "MASSGEN_SERVER_RECORDS_DB",
+            format!("sqlite://{}", dir.path().join("records.db").display()),
+        );
+        dir
+    });
     cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -247,7 +264,11 @@ pub fn start(mut cmd: Command, prefix: &str) -> Proc {
             panic!("{cmd:?} did not print '{prefix}' within 20 s");
         }
     };
-    Proc { child, url }
+    Proc {
+        child,
+        url,
+        records,
+    }
 }
 
 pub fn mock_upstream() -> Proc {
@@ -580,6 +601,13 @@ pub fn startup_log(dir: &Path, vars: &[(&str, &str)]) -> String {
         .env_clear()
         .envs(vars.iter().copied())
         .current_dir(dir);
+    // No HOME in a cleared environment: the default records file needs a place, in `dir`.
+    if !vars
+        .iter()
+        .any(|(k, _)| *k == "HOME" || *k == "MASSGEN_SERVER_RECORDS_DB")
+    {
+        cmd.env("XDG_DATA_HOME", dir);
+    }
     let mut child = cmd.stdout(Stdio::piped()).stderr(log).spawn().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, rx) = mpsc::channel();

@@ -1,0 +1,331 @@
+//! Session records in a database (`--records-db`): SQLite (one process per file) or
+//! PostgreSQL (shared by replicas), through one sqlx `Any` pool and one set of queries
+//! (placeholders `$N`, which both engines take). Connect and migrate at start-up; the
+//! reads the record routes need; the writer ([`writer`]) and the upkeep ([`upkeep`]) do
+//! the writes.
+
+mod flush;
+pub mod migrate;
+mod rows;
+pub mod upkeep;
+pub mod writer;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use massgen_core::coordination::SessionEvent;
+use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
+use sqlx::{AnyPool, ConnectOptions, Executor, Row};
+
+use crate::config::RecordsDb;
+use rows::{StoredInfo, StoredSummary, from_db, to_db};
+
+pub use flush::Batch;
+
+/// Connections one process holds (SQLite serialises writers anyway; PostgreSQL gets a few
+/// for concurrent reads).
+const SQLITE_CONNECTIONS: u32 = 4;
+const POSTGRES_CONNECTIONS: u32 = 8;
+/// How long a query waits for a connection before it fails (a database that is down
+/// must not hold a reader or the writer forever).
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Engine {
+    Sqlite,
+    Postgres,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Sqlite => "sqlite",
+            Self::Postgres => "postgres",
+        }
+    }
+}
+
+pub struct RecordDb {
+    pool: AnyPool,
+    engine: Engine,
+    /// This process, as `sessions.replica` and `replicas.id` name it.
+    replica: Arc<str>,
+    /// Scheme, host, port and database (never the password), for messages.
+    described: String,
+    /// The last write succeeded (`/health`, `massgen_records_store_up`).
+    up: AtomicBool,
+}
+
+/// A session row (without its events).
+pub struct StoredSession {
+    pub id: Arc<str>,
+    pub status: &'static str,
+    pub info: crate::app::records::SessionInfo,
+    pub summary: crate::app::records::Summary,
+    pub dropped: u64,
+}
+
+impl RecordDb {
+    /// Connects and brings the schema up to date. The error names what failed, never the
+    /// password.
+    pub async fn open(db: &RecordsDb) -> Result<Self, String> {
+        let this = Self::connect(db).await?;
+        this.migrate(migrate::count()).await?;
+        Ok(this)
+    }
+
+    /// Connects without migrating (tests build older schemas with [`Self::migrate`]).
+    pub async fn connect(db: &RecordsDb) -> Result<Self, String> {
+        sqlx::any::install_default_drivers();
+        let described = db.describe();
+        let (url, engine) = match db {
+            RecordsDb::Memory => return Err("the memory store has no database".into()),
+            RecordsDb::Unplaced => {
+                return Err("no default location for the records file (neither XDG_DATA_HOME nor HOME is set): give sqlite://PATH, postgres://… or memory".into());
+            }
+            RecordsDb::Sqlite(path) => {
+                let path = prepare_sqlite_file(path)
+                    .map_err(|e| format!("cannot create the SQLite file {described}: {e}"))?;
+                (sqlite_url(&path), Engine::Sqlite)
+            }
+            RecordsDb::Postgres(url) => (url.expose().to_string(), Engine::Postgres),
+        };
+        let options: AnyConnectOptions = url
+            .parse::<AnyConnectOptions>()
+            .map_err(|_| format!("{described}: not a usable database URL"))?
+            .disable_statement_logging();
+        let pool = AnyPoolOptions::new()
+            .max_connections(match engine {
+                Engine::Sqlite => SQLITE_CONNECTIONS,
+                Engine::Postgres => POSTGRES_CONNECTIONS,
+            })
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if engine == Engine::Sqlite {
+                        // WAL is kept in the file; these hold per connection. NORMAL: a
+                        // power cut may lose the last commits, never corrupt the file.
+                        conn.execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000")
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect_with(options)
+            .await
+            .map_err(|e| format!("cannot connect to {described}: {}", safe_error(&e)))?;
+        if engine == Engine::Sqlite {
+            // Readers do not block the writer, nor the writer them.
+            pool.execute("PRAGMA journal_mode = WAL")
+                .await
+                .map_err(|e| format!("{described}: cannot use WAL: {}", safe_error(&e)))?;
+        }
+        Ok(Self {
+            pool,
+            engine,
+            replica: uuid::Uuid::now_v7().to_string().into(),
+            described,
+            up: AtomicBool::new(true),
+        })
+    }
+
+    /// Applies the first `count` migrations not applied yet.
+    pub async fn migrate(&self, count: usize) -> Result<(), String> {
+        migrate::migrator(count)
+            .run(&self.pool)
+            .await
+            .map_err(|e| format!("cannot migrate {}: {e}", self.described))
+    }
+
+    pub fn engine(&self) -> Engine {
+        self.engine
+    }
+
+    pub fn describe(&self) -> &str {
+        &self.described
+    }
+
+    pub fn replica(&self) -> &str {
+        &self.replica
+    }
+
+    pub fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
+
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Notes the outcome of a write: one warning when a run of failures begins, one line
+    /// when it ends, the gauge and the failure counter always.
+    pub(super) fn note_write(&self, result: &Result<(), sqlx::Error>) {
+        let metrics = crate::telemetry::metrics();
+        match result {
+            Ok(()) => {
+                if !self.up.swap(true, Ordering::Relaxed) {
+                    tracing::info!(store = %self.described, "the records database works again");
+                }
+            }
+            Err(e) => {
+                if let Some(m) = metrics {
+                    m.records_write_failures.inc();
+                }
+                if self.up.swap(false, Ordering::Relaxed) {
+                    tracing::warn!(
+                        store = %self.described,
+                        "cannot write session records, retrying (sessions still run): {}",
+                        safe_error(e)
+                    );
+                }
+            }
+        }
+        if let Some(m) = metrics {
+            m.records_store_up.set(i64::from(self.is_up()));
+        }
+    }
+
+    /// The row of session `id` if `owner` owns it.
+    pub async fn session(
+        &self,
+        id: &str,
+        owner: &str,
+    ) -> Result<Option<StoredSession>, sqlx::Error> {
+        let row = sqlx::query(&format!("{SELECT_SESSION} WHERE id = $1 AND owner = $2"))
+            .bind(id)
+            .bind(owner)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| stored_session(&r)).transpose()
+    }
+
+    /// The newest `limit` sessions of `owner`, newest first.
+    pub async fn list(&self, owner: &str, limit: usize) -> Result<Vec<StoredSession>, sqlx::Error> {
+        let rows = sqlx::query(&format!(
+            "{SELECT_SESSION} WHERE owner = $1 ORDER BY created_ms DESC LIMIT $2"
+        ))
+        .bind(owner)
+        .bind(to_db(limit as u64))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(stored_session).collect()
+    }
+
+    /// At most `max` events of session `id` with `seq >= from`, in order.
+    pub async fn events(
+        &self,
+        id: &str,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<SessionEvent>, sqlx::Error> {
+        let rows = sqlx::query(
+            "SELECT body FROM events WHERE session_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
+        )
+        .bind(id)
+        .bind(to_db(from))
+        .bind(to_db(max as u64))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                let body: String = r.try_get(0)?;
+                serde_json::from_str(&body).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+            })
+            .collect()
+    }
+
+    /// The stored status of session `id` (`None`: no such row, e.g. deleted by retention).
+    pub async fn status(&self, id: &str) -> Result<Option<&'static str>, sqlx::Error> {
+        let row = sqlx::query("SELECT status FROM sessions WHERE id = $1")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(|r| r.try_get::<String, _>(0).map(|s| rows::status_name(&s)))
+            .transpose()
+    }
+}
+
+const SELECT_SESSION: &str = "SELECT id, status, door, model, panel, created_ms, started_ms, ended_ms, info, summary FROM sessions";
+
+fn stored_session(row: &sqlx::any::AnyRow) -> Result<StoredSession, sqlx::Error> {
+    let json = |text: String| -> Result<serde_json::Value, sqlx::Error> {
+        serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+    };
+    let status: String = row.try_get("status")?;
+    let info: StoredInfo = serde_json::from_value(json(row.try_get("info")?)?)
+        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let summary: StoredSummary = serde_json::from_value(json(row.try_get("summary")?)?)
+        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
+    let optional = |name: &str| -> Result<Option<u64>, sqlx::Error> {
+        Ok(row.try_get::<Option<i64>, _>(name)?.map(from_db))
+    };
+    let (summary, dropped) =
+        summary.into_summary(&status, optional("started_ms")?, optional("ended_ms")?);
+    Ok(StoredSession {
+        id: row.try_get::<String, _>("id")?.into(),
+        status: summary.status,
+        info: info.into_info(
+            row.try_get("model")?,
+            row.try_get("door")?,
+            row.try_get("panel")?,
+            from_db(row.try_get("created_ms")?),
+        ),
+        summary,
+        dropped,
+    })
+}
+
+/// An sqlx error as we log it: its text, which for a connection error names the
+/// problem, not the URL (sqlx never prints the password; this is the one place that
+/// would have to change if it did).
+pub fn safe_error(e: &sqlx::Error) -> String {
+    e.to_string()
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Creates the SQLite file's directory (0700) and the file (0600) when missing, so the
+/// records are never readable by other users, whatever the umask. Returns the absolute
+/// path.
+fn prepare_sqlite_file(path: &Path) -> std::io::Result<std::path::PathBuf> {
+    let path = std::path::absolute(path)?;
+    if let Some(dir) = path.parent()
+        && !dir.exists()
+    {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(dir)?;
+    }
+    let mut open = std::fs::OpenOptions::new();
+    open.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut open, 0o600);
+    open.open(&path)?;
+    Ok(path)
+}
+
+/// `sqlite://` + the path, percent-encoded where a URL would misread it (`?`, `#`, `%`,
+/// spaces, non-ASCII).
+fn sqlite_url(path: &Path) -> String {
+    let mut url = String::from("sqlite://");
+    for byte in path.to_string_lossy().bytes() {
+        if byte.is_ascii_alphanumeric() || b"/-_.~".contains(&byte) {
+            url.push(char::from(byte));
+        } else {
+            url.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    url
+}
+
+#[cfg(test)]
+mod tests;

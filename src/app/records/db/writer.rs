@@ -1,0 +1,108 @@
+//! The writer: one task per process that commits the new events of live records. The tee
+//! only queues a record (see `SessionRecord::mark_dirty`); the writer waits a moment to
+//! gather a batch, commits it in one transaction, and lets finished records leave memory
+//! once all of them is committed. When the database fails it keeps the records queued
+//! and retries with a growing pause; nothing a session does waits for it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::RecordDb;
+use super::flush::{Batch, SessionWrite};
+use crate::app::records::live::Dirty;
+use crate::app::records::store::Live;
+
+/// How long the writer gathers after the first new event: at most this much is lost in a
+/// crash, and a busy server writes a few batches a second, not one per event.
+const GATHER: Duration = Duration::from_millis(100);
+/// Events in one transaction (a record with more is written over several).
+const MAX_BATCH_EVENTS: usize = 2_000;
+/// Pauses between failed attempts: doubling from the first to the last.
+const RETRY_FIRST: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+
+pub struct Writer {
+    pub db: Arc<RecordDb>,
+    pub live: Arc<Live>,
+    pub dirty: Arc<Dirty>,
+}
+
+impl Writer {
+    /// Runs until the process ends.
+    pub async fn run(self) {
+        let mut pause = RETRY_FIRST;
+        loop {
+            if self.dirty.len() == 0 {
+                self.dirty.wake.notified().await;
+                tokio::time::sleep(GATHER).await;
+            }
+            match self.write_once().await {
+                Ok(()) => pause = RETRY_FIRST,
+                Err(()) => {
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(RETRY_MAX);
+                }
+            }
+        }
+    }
+
+    /// Writes what is queued now, in batches; `Err` after a failed batch (its records
+    /// are queued again).
+    pub async fn write_once(&self) -> Result<(), ()> {
+        let ids = self.dirty.take();
+        let records: Vec<_> = ids.iter().filter_map(|id| self.live.get(id)).collect();
+        let mut at = 0;
+        while at < records.len() {
+            let mut batch = Batch::default();
+            let mut parts = Vec::new();
+            let mut room = MAX_BATCH_EVENTS;
+            while at < records.len() && (room > 0 || batch.sessions.is_empty()) {
+                let record = &records[at];
+                record.unqueue();
+                let unwritten = record.unwritten(room.max(1));
+                room = room.saturating_sub(unwritten.events.len());
+                parts.push((Arc::clone(record), unwritten.upto));
+                batch.sessions.push(SessionWrite::new(
+                    Arc::clone(&record.id),
+                    record.owner.owner(),
+                    &record.info,
+                    unwritten.first,
+                    unwritten.summary,
+                    unwritten.dropped,
+                    unwritten.events,
+                ));
+                at += 1;
+            }
+            let result = self.db.flush(&batch).await;
+            self.db.note_write(&result);
+            if result.is_err() {
+                // This batch and the rest go back on the queue, for the next attempt.
+                for record in &records[at - parts.len()..] {
+                    record.mark_dirty();
+                }
+                return Err(());
+            }
+            for (record, upto) in &parts {
+                record.committed(*upto);
+                if record.is_saved() {
+                    self.live.remove(&record.id);
+                } else if record.has_unwritten() {
+                    // Cut by the batch size (when it grew meanwhile it is queued already
+                    // and this is a no-op).
+                    record.mark_dirty();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes everything queued, retrying until `within` is over (shutdown).
+    pub async fn drain(&self, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        while self.dirty.len() > 0 && tokio::time::Instant::now() < deadline {
+            if self.write_once().await.is_err() {
+                tokio::time::sleep(RETRY_FIRST).await;
+            }
+        }
+    }
+}
