@@ -1,10 +1,20 @@
 //! What each owner (API key, see [`crate::app::Caller::owner`]) spent today, UTC: the sum
-//! of its sessions' `Usage` events, for `--max-key-cost-usd-per-day`. This is the ledger of
-//! a server whose records live in memory; only the current day is kept, so it holds one
-//! entry per owner that spent today (owners are the configured keys, so a few at most).
+//! of its sessions' `Usage` events, for `--max-key-cost-usd-per-day`. Every process keeps
+//! its own ledger of the current day only, so it holds one entry per owner that spent
+//! today (owners are the configured keys, so a few at most); with a records database the
+//! day's spend of every replica is also kept there (`records::db`), and
+//! [`spent_today`] reads both.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use super::records::db::RecordDb;
+
+/// How long the quota check waits for the database before it counts on this process's
+/// ledger alone (a database that is down must not hold every new session).
+const DB_READ: Duration = Duration::from_secs(2);
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -19,6 +29,8 @@ pub struct Spent {
 #[derive(Debug, Default)]
 pub struct SpendLedger {
     today: Mutex<Day>,
+    /// The last database read failed: one warning per run of failures.
+    db_failing: AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -62,6 +74,42 @@ impl SpendLedger {
         }
         today.spent.get(owner).copied().unwrap_or_default()
     }
+}
+
+/// What `owner` spent on the UTC day of `now_ms`: with a database, what every replica
+/// committed there, but never less than this process's own count, which also holds the
+/// calls its writer has not committed yet (about 100 ms' worth). A database that cannot
+/// be read leaves this process's count (sessions still run when the records database is
+/// down), with a warning when such a run of failures begins.
+pub async fn spent_today(
+    ledger: &SpendLedger,
+    db: Option<&RecordDb>,
+    owner: &str,
+    now_ms: u64,
+) -> Spent {
+    let own = ledger.today(owner, now_ms);
+    let Some(db) = db else {
+        return own;
+    };
+    let stored = match tokio::time::timeout(DB_READ, db.spent_on(owner, now_ms)).await {
+        Ok(Ok(stored)) => stored,
+        failed => {
+            if !ledger.db_failing.swap(true, Ordering::Relaxed) {
+                let why = match failed {
+                    Ok(Err(e)) => super::records::db::safe_error(&e),
+                    _ => format!("no answer within {} s", DB_READ.as_secs()),
+                };
+                tracing::warn!(
+                    "cannot read today's spend from the records database, counting this process's own only: {why}"
+                );
+            }
+            return own;
+        }
+    };
+    if ledger.db_failing.swap(false, Ordering::Relaxed) {
+        tracing::info!("today's spend is read from the records database again");
+    }
+    if stored.usd >= own.usd { stored } else { own }
 }
 
 /// Days since the Unix epoch of a Unix time in milliseconds, UTC.

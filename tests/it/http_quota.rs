@@ -1,11 +1,19 @@
 //! `--max-key-cost-usd-per-day` through the real binary and the simulator: a key that
 //! spent its day's allowance is refused on every door, in each door's error shape, while
-//! another key keeps working.
+//! another key keeps working; the spend is kept in the records database, so it outlives a
+//! restart and one replica refuses what another let a key spend.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
 
 use reqwest::Response;
 use serde_json::{Value, json};
 
-use crate::support::{Setup, get, panel_yaml, post, priced_panel, sample, write};
+use crate::support::postgres::PgServer;
+use crate::support::{
+    self, Proc, Setup, get, mock_upstream, panel_yaml, post, priced_panel, sample, write,
+};
 
 const KEY_A: &str = "sk-mg-quota-key-a-0123456789";
 const KEY_B: &str = "sk-mg-quota-key-b-0123456789";
@@ -17,26 +25,57 @@ const FAST: [&str; 2] = [
     "beta:ttft_ms=30,token_ms=1,vote=agent1",
 ];
 
+/// Writes the priced default panel, an unpriced `massgen/unpriced` and the two keys into
+/// `dir`, on the simulator at `url`; returns the server's flags.
+fn quota_configs(dir: &Path, url: &str) -> Vec<String> {
+    let team = write(dir, "team.yaml", &priced_panel(url, &FAST, ""));
+    let configs = dir.join("configs");
+    std::fs::create_dir_all(&configs).unwrap();
+    write(&configs, "unpriced.yaml", &panel_yaml(url, &FAST, ""));
+    let keys = write(dir, "keys.txt", &format!("{KEY_A}\n{KEY_B}\n"));
+    [
+        "--config",
+        team.to_str().unwrap(),
+        "--configs-dir",
+        configs.to_str().unwrap(),
+        "--api-keys-file",
+        keys.to_str().unwrap(),
+        "--max-key-cost-usd-per-day",
+        LIMIT,
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
 fn quota_server() -> Setup {
-    Setup::start(|url, dir| {
-        let team = write(dir, "team.yaml", &priced_panel(url, &FAST, ""));
-        let configs = dir.join("configs");
-        std::fs::create_dir_all(&configs).unwrap();
-        write(&configs, "unpriced.yaml", &panel_yaml(url, &FAST, ""));
-        let keys = write(dir, "keys.txt", &format!("{KEY_A}\n{KEY_B}\n"));
-        [
-            "--config",
-            team.to_str().unwrap(),
-            "--configs-dir",
-            configs.to_str().unwrap(),
-            "--api-keys-file",
-            keys.to_str().unwrap(),
-            "--max-key-cost-usd-per-day",
-            LIMIT,
-        ]
-        .map(String::from)
-        .to_vec()
-    })
+    Setup::start(|url, dir| quota_configs(dir, url))
+}
+
+/// `massgen serve` with `flags` keeping records and spend in `db`.
+fn serve_on(flags: &[String], db: &str) -> Proc {
+    let mut cmd = Command::new(support::bin());
+    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
+        .args(flags)
+        .env("MASSGEN_SERVER_RECORDS_DB", db);
+    support::start(cmd, "massgen listening on")
+}
+
+/// Whether `key` is refused for its daily quota on `url` within a few seconds (another
+/// replica's spend arrives once its writer committed it: about 100 ms).
+async fn refused_soon(url: &str, key: &str) -> bool {
+    let [chat, ..] = on_each_door("massgen");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let response = post(url, chat.0, Some(key), &chat.1).await;
+        if response.status() == 429 {
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+            return true;
+        }
+        assert_eq!(response.status(), 200);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
 }
 
 /// A question for `model` on each door: its path and body.
@@ -135,4 +174,54 @@ async fn with_a_daily_limit_a_panel_without_prices_is_refused() {
         message.contains("has no price") && message.contains("--max-key-cost-usd-per-day"),
         "{message}"
     );
+}
+
+#[tokio::test]
+async fn the_days_spend_outlives_a_restart_on_sqlite() {
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let flags = quota_configs(dir.path(), &mock.url);
+    let db = format!("sqlite://{}", dir.path().join("records.db").display());
+    let mut server = serve_on(&flags, &db);
+    let [chat, ..] = on_each_door("massgen");
+    ok_json(post(&server.url, chat.0, Some(KEY_A), &chat.1).await, "A").await;
+    assert!(refused_soon(&server.url, KEY_A).await);
+    // The writer commits within about 100 ms. Waiting for it rather than counting on the
+    // shutdown's drain: that drain returns at once while a batch the writer task took is
+    // still in flight, and the process may exit before it commits.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(server.terminate(Duration::from_secs(20)).is_some());
+
+    let server = serve_on(&flags, &db);
+    let response = post(&server.url, chat.0, Some(KEY_A), &chat.1).await;
+    assert_eq!(
+        response.status(),
+        429,
+        "the spend was read back from the database"
+    );
+    ok_json(post(&server.url, chat.0, Some(KEY_B), &chat.1).await, "B").await;
+}
+
+#[tokio::test]
+async fn a_key_that_spent_on_one_replica_is_refused_on_another() {
+    let Some(pg) = PgServer::start() else { return };
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let flags = quota_configs(dir.path(), &mock.url);
+    let (a, b) = (serve_on(&flags, &pg.url()), serve_on(&flags, &pg.url()));
+    let [chat, ..] = on_each_door("massgen");
+    ok_json(post(&a.url, chat.0, Some(KEY_A), &chat.1).await, "A on a").await;
+    // a's writer commits the spend within about 100 ms.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let committed = "SELECT COUNT(*), bool_and(usd > 0) FROM spend";
+    while pg.query(committed).trim() != "1|t" {
+        assert!(Instant::now() < deadline, "{}", pg.query(committed));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // b never ran a session of A: only the database can tell it, on A's first request.
+    let response = post(&b.url, chat.0, Some(KEY_A), &chat.1).await;
+    assert_eq!(response.status(), 429, "b refuses what A spent on a");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
+    ok_json(post(&b.url, chat.0, Some(KEY_B), &chat.1).await, "B on b").await;
 }

@@ -182,6 +182,11 @@ impl RecordStore {
         record
     }
 
+    /// The database, when records are kept in one (the quota reads the day's spend there).
+    pub fn db(&self) -> Option<&Arc<RecordDb>> {
+        self.db.as_ref().map(|side| &side.db)
+    }
+
     /// The live record of `id` if `caller` may read it (the creating key, or anyone on a
     /// server without keys). Someone else's record looks like a missing one.
     pub fn get(&self, id: &str, caller: &Caller) -> Option<Arc<SessionRecord>> {

@@ -19,6 +19,7 @@ use tokio_util::sync::DropGuard;
 
 use super::narrate::{Deliberation, Narrator};
 use crate::app::records::SessionInfo;
+use crate::app::spend;
 use crate::app::{Caller, Overrides, SHUTDOWN_CANCELLED, SessionRequest, Sessions, StartError};
 use crate::config::PanelConfig;
 use crate::server::cache::{Lookup, ResponseCache};
@@ -170,14 +171,14 @@ pub fn cache_lookup(state: &AppState, ask: &Ask, body: &[u8]) -> Result<Lookup, 
 }
 
 /// Resolves the panel for `ask.model`, takes a session slot and starts the session.
-pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
+pub async fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
     if !state.settings.allow_request_sampling {
         // Ignored, not refused: most clients send `temperature` by default (LangChain,
         // LiteLLM, the Agents SDK), and the panel's settings are the operator's.
         ask.input.sampling = Sampling::default();
     }
     let panel = resolve_panel(state, &ask)?;
-    if let Some(left) = daily_allowance(state, &ask.caller)? {
+    if let Some(left) = daily_allowance(state, &ask.caller).await? {
         // So one session cannot take the key past its day's limit (smaller wins, as for
         // every other limit).
         ask.overrides.max_cost_usd = Some(ask.overrides.max_cost_usd.map_or(left, |m| m.min(left)));
@@ -229,12 +230,13 @@ pub fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
 
 /// What a new session of `caller` may still spend today under `--max-key-cost-usd-per-day`
 /// (nothing when there is no such limit); a key that spent it all is refused.
-fn daily_allowance(state: &AppState, caller: &Caller) -> Result<Option<f64>, ApiError> {
+async fn daily_allowance(state: &AppState, caller: &Caller) -> Result<Option<f64>, ApiError> {
     let Some(quota) = state.production.quota else {
         return Ok(None);
     };
     let sessions = &state.sessions;
-    let spent = sessions.spend().today(caller.owner(), sessions.now_ms());
+    let db = sessions.records().db().map(|db| &**db);
+    let spent = spend::spent_today(sessions.spend(), db, caller.owner(), sessions.now_ms()).await;
     match quota.allowance(spent) {
         Ok(left) => Ok(Some(left)),
         Err(spent) => {

@@ -73,6 +73,8 @@ impl RecordDb {
     /// whose answer was lost writes nothing twice).
     pub async fn flush(&self, batch: &Batch) -> Result<(), sqlx::Error> {
         let mut tx = self.pool().begin().await?;
+        // Before the events go in: it skips those a lost commit answer already stored.
+        super::spend::add(&mut tx, batch).await?;
         for session in &batch.sessions {
             upsert_session(&mut tx, self.replica(), session).await?;
             insert_events(&mut tx, session).await?;

@@ -8,8 +8,10 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 
 /// Every migration, oldest first: (version, description, SQL). A new one is appended,
 /// never edited in place (sqlx checks the applied ones' checksums).
-const MIGRATIONS: &[(i64, &str, &str)] =
-    &[(1, "records", include_str!("migrations/0001_records.sql"))];
+const MIGRATIONS: &[(i64, &str, &str)] = &[
+    (1, "records", include_str!("migrations/0001_records.sql")),
+    (2, "spend", include_str!("migrations/0002_spend.sql")),
+];
 
 /// The migrator of the first `count` migrations (all of them with `usize::MAX`), so a test
 /// can build the previous schema, fill it, then migrate to the current one.

@@ -7,6 +7,7 @@
 mod flush;
 pub mod migrate;
 mod rows;
+mod spend;
 pub mod upkeep;
 pub mod writer;
 

@@ -65,7 +65,13 @@ async fn migrates_an_empty_file_once_with_private_permissions() {
     let db = RecordDb::open(&sqlite(&dir)).await.unwrap();
     assert_eq!(
         tables(&db).await,
-        ["_sqlx_migrations", "events", "replicas", "sessions"]
+        [
+            "_sqlx_migrations",
+            "events",
+            "replicas",
+            "sessions",
+            "spend"
+        ]
     );
     // Again: nothing to do, no error.
     db.migrate(migrate::count()).await.unwrap();

@@ -59,7 +59,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
     if let Some(hit) = cached.hit() {
         return Ok(hit);
     }
-    let Opened { id, created, steps } = session::open(&state, ask)?;
+    let Opened { id, created, steps } = session::open(&state, ask).await?;
     let header = ChunkHeader {
         id: format!("chatcmpl-{}", &id[5..]),
         created,

@@ -74,7 +74,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
     if let Some(hit) = cached.hit() {
         return Ok(hit);
     }
-    let Opened { id, steps, .. } = session::open(&state, ask)?;
+    let Opened { id, steps, .. } = session::open(&state, ask).await?;
     let header = Header {
         id: format!("msg_{}", &id[5..]),
         model: request.model.clone(),

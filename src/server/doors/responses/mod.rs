@@ -77,7 +77,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
     if let Some(hit) = cached.hit() {
         return Ok(hit);
     }
-    let Opened { id, created, steps } = session::open(&state, ask)?;
+    let Opened { id, created, steps } = session::open(&state, ask).await?;
     let env = Envelope {
         id: format!("resp_{}", &id[5..]),
         created_at: created,
