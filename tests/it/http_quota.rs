@@ -211,17 +211,66 @@ async fn a_key_that_spent_on_one_replica_is_refused_on_another() {
     let (a, b) = (serve_on(&flags, &pg.url()), serve_on(&flags, &pg.url()));
     let [chat, ..] = on_each_door("massgen");
     ok_json(post(&a.url, chat.0, Some(KEY_A), &chat.1).await, "A on a").await;
-    // a's writer commits the spend within about 100 ms.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let committed = "SELECT COUNT(*), bool_and(usd > 0) FROM spend";
-    while pg.query(committed).trim() != "1|t" {
-        assert!(Instant::now() < deadline, "{}", pg.query(committed));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    pg_until(&pg, "SELECT COUNT(*), bool_and(usd > 0) FROM spend", "1|t").await;
     // b never ran a session of A: only the database can tell it, on A's first request.
     let response = post(&b.url, chat.0, Some(KEY_A), &chat.1).await;
     assert_eq!(response.status(), 429, "b refuses what A spent on a");
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
     ok_json(post(&b.url, chat.0, Some(KEY_B), &chat.1).await, "B on b").await;
+}
+
+/// Polls `sql` on `pg` until it prints `want` (bounded: the writer commits in ~100 ms).
+async fn pg_until(pg: &PgServer, sql: &str, want: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while pg.query(sql).trim() != want {
+        assert!(Instant::now() < deadline, "{sql}: {}", pg.query(sql));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_postgresql_database_of_the_previous_schema_keeps_its_sessions_and_gains_spend() {
+    let Some(pg) = PgServer::start() else { return };
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let flags = quota_configs(dir.path(), &mock.url);
+    let [chat, ..] = on_each_door("massgen");
+    let mut server = serve_on(&flags, &pg.url());
+    let response = post(&server.url, chat.0, Some(KEY_A), &chat.1).await;
+    let id = response.headers()["x-massgen-session-id"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    ok_json(response, "A").await;
+    let status = format!("SELECT status FROM sessions WHERE id = '{id}'");
+    pg_until(&pg, &status, "completed").await;
+    let events = format!("SELECT COUNT(*) FROM events WHERE session_id = '{id}'");
+    let stored = pg.query(&events);
+    assert!(server.terminate(Duration::from_secs(20)).is_some());
+    // Back to the schema before 0002, as the previous version left it: its data stays.
+    pg.query("DROP TABLE spend; DELETE FROM _sqlx_migrations WHERE version = 2");
+    assert_eq!(
+        pg.query("SELECT MAX(version) FROM _sqlx_migrations").trim(),
+        "1"
+    );
+
+    let server = serve_on(&flags, &pg.url());
+    assert_eq!(
+        pg.query("SELECT MAX(version) FROM _sqlx_migrations").trim(),
+        "2"
+    );
+    assert_eq!(pg.query(&events), stored, "the events are kept");
+    let record = get(&format!("{}/v1/sessions/{id}", server.url), Some(KEY_A)).await;
+    assert_eq!(record.status(), 200);
+    let record: Value = record.json().await.unwrap();
+    assert_eq!(record["status"], "completed", "{record}");
+    // The spend of before 0002 was not kept; from now on it is.
+    assert_eq!(pg.query("SELECT COUNT(*) FROM spend").trim(), "0");
+    ok_json(
+        post(&server.url, chat.0, Some(KEY_A), &chat.1).await,
+        "A again",
+    )
+    .await;
+    pg_until(&pg, "SELECT COUNT(*), bool_and(usd > 0) FROM spend", "1|t").await;
 }
