@@ -7,7 +7,7 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::records::db::RecordDb;
@@ -15,6 +15,11 @@ use super::records::db::RecordDb;
 /// How long the quota check waits for the database before it counts on this process's
 /// ledger alone (a database that is down must not hold every new session).
 const DB_READ: Duration = Duration::from_secs(2);
+/// After a failed read, how long the check counts on the ledger alone without asking the
+/// database: only the first new session of an outage waits for [`DB_READ`]. Measured with
+/// PostgreSQL stopped under a running server (simulator panel): without this every new
+/// session took 2.4 s instead of 0.3-0.6 s; with it the first took 2.3 s, the next 0.3 s.
+const DB_RETRY_MS: u64 = 5_000;
 
 const DAY_MS: u64 = 86_400_000;
 
@@ -31,6 +36,8 @@ pub struct SpendLedger {
     today: Mutex<Day>,
     /// The last database read failed: one warning per run of failures.
     db_failing: AtomicBool,
+    /// Unix ms before which the database is not asked again after a failed read.
+    db_retry_at: AtomicU64,
 }
 
 #[derive(Debug, Default)]
@@ -88,12 +95,18 @@ pub async fn spent_today(
     now_ms: u64,
 ) -> Spent {
     let own = ledger.today(owner, now_ms);
-    let Some(db) = db else {
+    // A database the writer cannot reach either, or that failed a read a moment ago.
+    let Some(db) =
+        db.filter(|db| db.is_up() && now_ms >= ledger.db_retry_at.load(Ordering::Relaxed))
+    else {
         return own;
     };
     let stored = match tokio::time::timeout(DB_READ, db.spent_on(owner, now_ms)).await {
         Ok(Ok(stored)) => stored,
         failed => {
+            ledger
+                .db_retry_at
+                .store(now_ms.saturating_add(DB_RETRY_MS), Ordering::Relaxed);
             if !ledger.db_failing.swap(true, Ordering::Relaxed) {
                 let why = match failed {
                     Ok(Err(e)) => super::records::db::safe_error(&e),

@@ -274,3 +274,21 @@ async fn a_postgresql_database_of_the_previous_schema_keeps_its_sessions_and_gai
     .await;
     pg_until(&pg, "SELECT COUNT(*), bool_and(usd > 0) FROM spend", "1|t").await;
 }
+
+#[tokio::test]
+async fn with_the_database_down_sessions_start_and_the_process_counts_its_own_spend() {
+    let Some(mut pg) = PgServer::start() else {
+        return;
+    };
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let server = serve_on(&quota_configs(dir.path(), &mock.url), &pg.url());
+    pg.stop();
+    let [chat, ..] = on_each_door("massgen");
+    ok_json(post(&server.url, chat.0, Some(KEY_A), &chat.1).await, "A").await;
+    assert!(
+        refused_soon(&server.url, KEY_A).await,
+        "A's spend still counts"
+    );
+    ok_json(post(&server.url, chat.0, Some(KEY_B), &chat.1).await, "B").await;
+}
