@@ -51,6 +51,10 @@ impl Server {
             .arg(&config)
             .args(flags)
             .current_dir(dir.path())
+            // The default records file (SQLite), in this server's own directory: servers
+            // sharing $HOME's file would race for it, and tests must not write in $HOME.
+            .env("XDG_DATA_HOME", dir.path())
+            .env_remove("MASSGEN_SERVER_RECORDS_DB")
             .env("RUST_LOG", "info")
             .env_remove("MASSGEN_SERVER_API_KEYS")
             .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
