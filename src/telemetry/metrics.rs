@@ -52,6 +52,8 @@ pub struct Metrics {
     pub records_unsaved_dropped: IntCounter,
     /// 1 while the records database takes writes, 0 while they fail.
     pub records_store_up: IntGauge,
+    /// PostgreSQL notifications of other replicas' commits received.
+    pub records_notifications: IntCounter,
 }
 
 impl Metrics {
@@ -118,11 +120,16 @@ impl Metrics {
             "1 while the session records store takes writes (always with memory), 0 while they fail.",
         )?;
         records_store_up.set(1);
+        let records_notifications = plain_counter(
+            "massgen_records_notifications_total",
+            "PostgreSQL notifications received that a session changed in the records database (they wake readers following it here).",
+        )?;
         registry.register(Box::new(records_store_up.clone()))?;
         Ok(Self {
             records_write_failures,
             records_unsaved_dropped,
             records_store_up,
+            records_notifications,
             http_requests: counter(
                 "massgen_http_requests_total",
                 "HTTP requests by route, method and status.",

@@ -194,3 +194,58 @@ fn an_unusable_database_stops_start_up_with_exit_2_and_no_password() {
         assert!(out.stdout.is_empty(), "never listened: {db}");
     }
 }
+
+/// PostgreSQL: a reader on B of a session running on A is woken by A's notifications
+/// (LISTEN/NOTIFY), not only by the once-a-second look: B counts them, and B's stream is
+/// the session's whole record, ending with it.
+#[tokio::test]
+async fn a_reader_on_another_replica_is_woken_by_notifications() {
+    let Some(pg) = crate::support::postgres::PgServer::start() else {
+        return;
+    };
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let models = [
+        "early:ttft_ms=50,token_ms=2,words=10",
+        "late:ttft_ms=300,token_ms=50,words=40",
+    ];
+    let config = write(dir.path(), "team.yaml", &panel_yaml(&mock.url, &models, ""));
+    let (a, b) = (
+        serve(&config, &pg.url(), &[]),
+        serve(&config, &pg.url(), &[]),
+    );
+    let asked = {
+        let url = a.url.clone();
+        tokio::spawn(async move { session(&url).await })
+    };
+    // The session's id, once A's writer committed its first events.
+    let started = Instant::now();
+    let id = loop {
+        let list = get_json(&format!("{}/v1/sessions", b.url)).await;
+        if let Some(id) = list["data"][0]["id"].as_str() {
+            break id.to_string();
+        }
+        assert!(started.elapsed() < Duration::from_secs(20), "{list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let response = support::get(&format!("{}/v1/sessions/{id}/events", b.url), None).await;
+    assert_eq!(response.headers()["x-massgen-session-status"], "running");
+    let raw = tokio::time::timeout(Duration::from_secs(30), response.text())
+        .await
+        .expect("the followed session ends")
+        .unwrap();
+    let followed: Vec<Value> = parse_named_sse(&raw)
+        .0
+        .into_iter()
+        .map(|n| n.data)
+        .collect();
+    assert_eq!(asked.await.unwrap(), id);
+    assert_eq!(followed, replay(&a.url, &id).await);
+    let metrics = support::get(&format!("{}/metrics", b.url), None)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let woken = support::sample(&metrics, "massgen_records_notifications_total", &[]);
+    assert!(woken.is_some_and(|n| n >= 1.0), "{woken:?}");
+}

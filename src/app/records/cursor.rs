@@ -12,11 +12,15 @@ use tokio::sync::watch;
 
 use super::SessionRecord;
 use super::db::RecordDb;
+use super::db::listen::Subscription;
 
 /// How often a reader of a session running elsewhere looks for new events when nothing
-/// wakes it (the safety net under PostgreSQL's notifications, the only way on SQLite,
-/// where such a session belongs to a stopped process and is about to be `interrupted`).
+/// can wake it: PostgreSQL's notifications are down, or SQLite (where such a session
+/// belongs to a stopped process and is about to be `interrupted`).
 const POLL: Duration = Duration::from_secs(1);
+/// With notifications up, a reader still looks this often (one lost in a reconnection
+/// must not stall it).
+const SAFETY: Duration = Duration::from_secs(10);
 /// Database reads that may fail in a row before the reader's stream ends.
 const MAX_READ_FAILURES: u32 = 10;
 
@@ -36,6 +40,8 @@ enum From {
         /// The seq of the next event to read.
         next: u64,
         failures: u32,
+        /// PostgreSQL: woken when a replica commits events of this session.
+        wake: Option<Subscription>,
     },
 }
 
@@ -53,12 +59,14 @@ impl Cursor {
 
     /// A cursor over session `id` in `db` (a record this process does not hold).
     pub fn stored(db: Arc<RecordDb>, id: Arc<str>) -> Self {
+        let wake = db.wakeups().map(|w| w.subscribe(&id));
         Self {
             from: From::Stored {
                 db,
                 id,
                 next: 0,
                 failures: 0,
+                wake,
             },
         }
     }
@@ -90,7 +98,12 @@ impl Cursor {
                 id,
                 next,
                 failures,
+                wake,
             } => loop {
+                // Marked seen before reading, so a commit after the read wakes us.
+                if let Some(w) = wake.as_mut() {
+                    w.changes.borrow_and_update();
+                }
                 match stored_page(db, id, *next, max).await {
                     Ok(Page::Events(events)) => {
                         *failures = 0;
@@ -113,7 +126,13 @@ impl Cursor {
                         }
                     }
                 }
-                tokio::time::sleep(POLL).await;
+                match wake.as_mut() {
+                    Some(w) if db.wakeups().is_some_and(|ws| ws.is_up()) => {
+                        // A closed channel cannot happen while we hold the sender.
+                        let _ = tokio::time::timeout(SAFETY, w.changes.changed()).await;
+                    }
+                    _ => tokio::time::sleep(POLL).await,
+                }
             },
         }
     }

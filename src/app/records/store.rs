@@ -158,6 +158,10 @@ impl RecordStore {
             })
             .abort_handle(),
         ];
+        let mut tasks = tasks;
+        if let Some(listener) = db.listener() {
+            tasks.push(tokio::spawn(listener).abort_handle());
+        }
         let writer = writer();
         Self {
             live,
@@ -333,6 +337,12 @@ impl RecordStore {
         }
     }
 
+    /// Records queued for the writer.
+    #[cfg(test)]
+    pub(super) fn queued(&self) -> usize {
+        self.live.dirty.as_ref().map_or(0, |d| d.len())
+    }
+
     /// Records held in memory.
     pub fn len(&self) -> usize {
         self.live.len()
@@ -395,6 +405,40 @@ pub(super) mod tests {
                 cost_usd: None,
             },
         }
+    }
+
+    /// The writer takes every queued record off the queue; when a batch fails, all it took
+    /// (this batch's and those after it) must be queued again, or they would never be
+    /// written.
+    #[tokio::test]
+    async fn a_failed_batch_queues_every_taken_record_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = crate::config::RecordsDb::Sqlite(dir.path().join("records.db"));
+        let db = Arc::new(RecordDb::open(&file).await.unwrap());
+        let upkeep = Upkeep {
+            heartbeat: Duration::from_secs(3600),
+            interrupted_after: Duration::from_secs(60),
+            max_age: Duration::from_secs(3600),
+            max_sessions: 100,
+        };
+        let store = RecordStore::with_db(Arc::clone(&db), upkeep, 10, None);
+        let side = store.db.as_ref().unwrap();
+        // The background tasks never run: this test drives the writer itself.
+        for task in &side.tasks {
+            task.abort();
+        }
+        db.pool().close().await;
+        // More events than one batch takes: the failing batch holds only the first record.
+        for id in ["big1", "big2"] {
+            let r = store.insert(id.into(), Caller::default());
+            for seq in 0..2_500 {
+                r.push(event(seq, EventKind::FinalDelta { text: "x".into() }));
+            }
+        }
+        assert_eq!(store.queued(), 2);
+        assert!(side.writer.write_once().await.is_err());
+        assert_eq!(store.queued(), 2, "both queued again");
+        assert_eq!(store.len(), 2);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! the writes.
 
 mod flush;
+pub mod listen;
 pub mod migrate;
 mod rows;
 mod spend;
@@ -57,6 +58,9 @@ pub struct RecordDb {
     described: String,
     /// The last write succeeded (`/health`, `massgen_records_store_up`).
     up: AtomicBool,
+    /// PostgreSQL: the readers woken by other replicas' commits, and the URL the
+    /// listening connection uses.
+    wakeups: Option<(Arc<listen::Wakeups>, massgen_core::Secret)>,
 }
 
 /// A session row (without its events).
@@ -81,7 +85,7 @@ impl RecordDb {
     pub async fn connect(db: &RecordsDb) -> Result<Self, String> {
         sqlx::any::install_default_drivers();
         let described = db.describe();
-        let (url, engine) = match db {
+        let (url, engine, listen_url) = match db {
             RecordsDb::Memory => return Err("the memory store has no database".into()),
             RecordsDb::Unplaced => {
                 return Err("no default location for the records file (neither XDG_DATA_HOME nor HOME is set): give sqlite://PATH, postgres://… or memory".into());
@@ -89,9 +93,13 @@ impl RecordDb {
             RecordsDb::Sqlite(path) => {
                 let path = prepare_sqlite_file(path)
                     .map_err(|e| format!("cannot create the SQLite file {described}: {e}"))?;
-                (sqlite_url(&path), Engine::Sqlite)
+                (sqlite_url(&path), Engine::Sqlite, None)
             }
-            RecordsDb::Postgres(url) => (url.expose().to_string(), Engine::Postgres),
+            RecordsDb::Postgres(url) => (
+                url.expose().to_string(),
+                Engine::Postgres,
+                Some(url.clone()),
+            ),
         };
         let options: AnyConnectOptions = url
             .parse::<AnyConnectOptions>()
@@ -129,6 +137,7 @@ impl RecordDb {
             replica: uuid::Uuid::now_v7().to_string().into(),
             described,
             up: AtomicBool::new(true),
+            wakeups: listen_url.map(|url| (Arc::default(), url)),
         })
     }
 
@@ -154,6 +163,17 @@ impl RecordDb {
 
     pub fn pool(&self) -> &AnyPool {
         &self.pool
+    }
+
+    /// PostgreSQL: where readers of sessions running elsewhere subscribe.
+    pub fn wakeups(&self) -> Option<&Arc<listen::Wakeups>> {
+        self.wakeups.as_ref().map(|(w, _)| w)
+    }
+
+    /// PostgreSQL: the task that listens for other replicas' commits (none on SQLite).
+    pub fn listener(&self) -> Option<impl std::future::Future<Output = ()> + Send + 'static> {
+        let (wakeups, url) = self.wakeups.as_ref()?;
+        Some(Arc::clone(wakeups).run(url.expose().to_string()))
     }
 
     pub fn is_up(&self) -> bool {

@@ -51,6 +51,12 @@ impl Writer {
     pub async fn write_once(&self) -> Result<(), ()> {
         let ids = self.dirty.take();
         let records: Vec<_> = ids.iter().filter_map(|id| self.live.get(id)).collect();
+        // Off the queue before anything is read: an event stored from here on queues its
+        // record again, and a failure below can queue every one of them again (a record
+        // still marked queued but out of the queue would never be written).
+        for record in &records {
+            record.unqueue();
+        }
         let mut at = 0;
         while at < records.len() {
             let mut batch = Batch::default();
@@ -58,7 +64,6 @@ impl Writer {
             let mut room = MAX_BATCH_EVENTS;
             while at < records.len() && (room > 0 || batch.sessions.is_empty()) {
                 let record = &records[at];
-                record.unqueue();
                 let unwritten = record.unwritten(room.max(1));
                 room = room.saturating_sub(unwritten.events.len());
                 parts.push((Arc::clone(record), unwritten.upto));
