@@ -145,10 +145,12 @@ impl RecordStore {
             max_age: Duration::MAX,
             dirty: Some(Arc::clone(&dirty)),
         });
+        let busy = Arc::new(tokio::sync::Mutex::new(()));
         let writer = || Writer {
             db: Arc::clone(&db),
             live: Arc::clone(&live),
             dirty: Arc::clone(&dirty),
+            busy: Arc::clone(&busy),
         };
         let tasks = vec![
             tokio::spawn(writer().run()).abort_handle(),
@@ -316,6 +318,11 @@ impl RecordStore {
             }
             keep
         });
+    }
+
+    #[cfg(test)]
+    pub(super) fn writer(&self) -> Option<&Writer> {
+        self.db.as_ref().map(|side| &side.writer)
     }
 
     /// Commits what is still unwritten, for at most `within` (shutdown).

@@ -25,6 +25,10 @@ pub struct Writer {
     pub db: Arc<RecordDb>,
     pub live: Arc<Live>,
     pub dirty: Arc<Dirty>,
+    /// Held while a batch is written. The loop and the shutdown's drain are two writers
+    /// of one queue: a batch in flight has left the queue, so "nothing queued" only means
+    /// "all written" while this is held.
+    pub busy: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Writer {
@@ -49,6 +53,7 @@ impl Writer {
     /// Writes what is queued now, in batches; `Err` after a failed batch (its records
     /// are queued again).
     pub async fn write_once(&self) -> Result<(), ()> {
+        let _one = self.busy.lock().await;
         let ids = self.dirty.take();
         let records: Vec<_> = ids.iter().filter_map(|id| self.live.get(id)).collect();
         // Off the queue before anything is read: an event stored from here on queues its
@@ -104,7 +109,16 @@ impl Writer {
     /// Writes everything queued, retrying until `within` is over (shutdown).
     pub async fn drain(&self, within: Duration) {
         let deadline = tokio::time::Instant::now() + within;
-        while self.dirty.len() > 0 && tokio::time::Instant::now() < deadline {
+        loop {
+            // Waits out the loop's batch in flight (a failed one is queued again).
+            let Ok(idle) = tokio::time::timeout_at(deadline, self.busy.lock()).await else {
+                return;
+            };
+            let done = self.dirty.len() == 0;
+            drop(idle);
+            if done || tokio::time::Instant::now() >= deadline {
+                return;
+            }
             if self.write_once().await.is_err() {
                 tokio::time::sleep(RETRY_FIRST).await;
             }
