@@ -399,10 +399,14 @@ pub async fn open_records(
     Ok(RecordStore::with_db(
         db,
         upkeep,
-        settings.records_max_sessions,
+        settings.records_max_sessions.min(MAX_UNSAVED),
         settings.records_dir.clone(),
     ))
 }
+
+/// Finished records kept in memory while the database fails (~25 KB each): the database's
+/// retention count (100,000 by default) would let a long outage hold gigabytes.
+const MAX_UNSAVED: usize = 1000;
 
 /// Keyed rate limiters only grow and records and stored responses only age out when
 /// someone looks: trim them once a minute.

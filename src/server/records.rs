@@ -105,7 +105,9 @@ pub async fn session_events(
         .production
         .limits
         .try_subscriber(caller.key, &following.id)?;
-    let status = if following.finished {
+    let status = if following.interrupted {
+        "interrupted"
+    } else if following.finished {
         "finished"
     } else {
         "running"

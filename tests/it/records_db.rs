@@ -34,9 +34,14 @@ async fn session(url: &str) -> String {
 
 /// The replayed events of a finished session (the stream ends on its own).
 async fn replay(url: &str, id: &str) -> Vec<Value> {
+    replay_as(url, id, "finished").await
+}
+
+/// The session's stored events, checking the status header says `status`.
+async fn replay_as(url: &str, id: &str, status: &str) -> Vec<Value> {
     let response = support::get(&format!("{url}/v1/sessions/{id}/events"), None).await;
     assert_eq!(response.status(), 200);
-    assert_eq!(response.headers()["x-massgen-session-status"], "finished");
+    assert_eq!(response.headers()["x-massgen-session-status"], status);
     let raw = tokio::time::timeout(Duration::from_secs(20), response.text())
         .await
         .expect("a finished session's events end")
@@ -162,7 +167,7 @@ async fn a_session_cut_by_kill_9_is_interrupted_with_its_events_so_far() {
         kept >= seen,
         "{kept} events kept, {seen} stored before the kill"
     );
-    let events = replay(&server.url, &id).await;
+    let events = replay_as(&server.url, &id, "interrupted").await;
     assert_eq!(events.len() as u64, kept);
     assert_eq!(
         record["timings"]["ended_at_ms"],

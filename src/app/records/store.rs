@@ -55,6 +55,9 @@ pub struct Following {
     pub id: Arc<str>,
     /// The session had ended when it was looked up.
     pub finished: bool,
+    /// It ended without its last event: the replica running it went away (the stream
+    /// ends after the events it stored).
+    pub interrupted: bool,
 }
 
 impl Live {
@@ -245,6 +248,7 @@ impl RecordStore {
                 id: Arc::clone(&record.id),
                 cursor: Cursor::new(record),
                 finished,
+                interrupted: false,
             }));
         }
         let Some((db, row)) = self.stored(id, caller).await? else {
@@ -252,6 +256,7 @@ impl RecordStore {
         };
         Ok(Some(Following {
             finished: row.status != "running",
+            interrupted: row.status == "interrupted",
             cursor: Cursor::stored(Arc::clone(db), Arc::clone(&row.id)),
             id: row.id,
         }))

@@ -581,7 +581,7 @@ const RECONNECTS = 5;
 
 async function openSession(id) {
   closeSession();
-  const ctl = { id, abort: new AbortController(), events: [], done: false, timer: null, replaying: false, live: null };
+  const ctl = { id, abort: new AbortController(), events: [], done: false, timer: null, replaying: false, live: null, interrupted: false };
   current = ctl;
   view.reset();
   $("s-question").textContent = "";
@@ -619,11 +619,12 @@ async function follow(ctl) {
     return err instanceof AuthNeeded || ctl.abort.signal.aborted ? "stop" : "broken";
   }
   if (!res.ok) {
-    const why = res.status === 404 ? "No such session here: records are kept in memory for a while, per API key." : await errorMessage(res);
+    const why = res.status === 404 ? "No such session here: records are kept per API key, for the server's retention period." : await errorMessage(res);
     if (current === ctl) view.status("failed", why);
     return "stop";
   }
-  if (ctl.live === null) ctl.live = res.headers.get("x-massgen-session-status") === "running";
+  const status = res.headers.get("x-massgen-session-status");
+  if (ctl.live === null) ctl.live = status === "running";
   $("replay-progress").textContent = ctl.live ? "live" : "from the record";
   try {
     for await (const m of sse(res)) {
@@ -638,7 +639,19 @@ async function follow(ctl) {
   } catch {
     return ctl.abort.signal.aborted ? "stop" : "broken";
   }
+  if (status === "interrupted") {
+    ctl.interrupted = true;
+    showInterrupted(ctl);
+    return "ended";
+  }
   return "broken";
+}
+
+/** The record ends without the session's last event: its replica went away. */
+function showInterrupted(ctl) {
+  if (current === ctl && ctl.interrupted) {
+    view.status("interrupted", "Interrupted: the server running this session stopped before it ended; these are the events it stored.");
+  }
 }
 
 async function loadHeader(ctl) {
@@ -668,6 +681,7 @@ function replay(paced) {
   if (!paced || events.length === 0) {
     ctl.replaying = false;
     for (const ev of events) view.apply(ev);
+    showInterrupted(ctl);
     $("replay-progress").textContent = "from the record";
     return;
   }
@@ -686,6 +700,7 @@ function replay(paced) {
       ctl.timer = setTimeout(step, Math.max(0, Math.min(250, wait)));
     } else {
       ctl.replaying = false;
+      showInterrupted(ctl);
       $("replay-progress").textContent = "replayed";
     }
   };
