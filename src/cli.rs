@@ -374,6 +374,7 @@ const DB_RECORDS_MAX_AGE: Duration = Duration::from_secs(30 * 24 * 3600);
 /// The production part of [`resolve_serve`], over [`ProductionSettings::default`].
 pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<ProductionSettings, Fatal> {
     let defaults = ProductionSettings::default();
+    let (records_heartbeat, records_interrupted_after) = heartbeat_flags(args, &defaults)?;
     // A key source that was given but holds no key is an operator's mistake that would
     // leave the API open: refuse to start instead (fail closed). An empty variable counts
     // as not given, as everywhere else.
@@ -520,15 +521,38 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             Duration::from_secs,
         ),
         records_dir: given_path(&args.records_dir),
-        records_heartbeat: args
-            .records_heartbeat_seconds
-            .filter(|n| *n > 0)
-            .map_or(defaults.records_heartbeat, Duration::from_secs),
-        records_interrupted_after: args
-            .records_interrupted_after_seconds
-            .map_or(defaults.records_interrupted_after, Duration::from_secs),
+        records_heartbeat,
+        records_interrupted_after,
         records_db,
     })
+}
+
+/// `--records-heartbeat-seconds` and `--records-interrupted-after-seconds`: a replica's
+/// running sessions are marked interrupted by the others after the second without its
+/// heartbeat, so it must allow a few missed beats (a slow but live replica is not gone).
+fn heartbeat_flags(
+    args: &ProductionArgs,
+    defaults: &ProductionSettings,
+) -> Result<(Duration, Duration), Fatal> {
+    if args.records_heartbeat_seconds == Some(0) {
+        return Err(Fatal::usage(
+            "--records-heartbeat-seconds must be at least 1",
+        ));
+    }
+    let heartbeat = args
+        .records_heartbeat_seconds
+        .map_or(defaults.records_heartbeat, Duration::from_secs);
+    let after = args
+        .records_interrupted_after_seconds
+        .map_or(defaults.records_interrupted_after, Duration::from_secs);
+    if after < heartbeat * 3 {
+        return Err(Fatal::usage(format!(
+            "--records-interrupted-after-seconds ({}) must be at least 3 x --records-heartbeat-seconds ({}): a live replica's sessions would be marked interrupted between two heartbeats",
+            after.as_secs(),
+            heartbeat.as_secs()
+        )));
+    }
+    Ok((heartbeat, after))
 }
 
 /// A text value, an empty one (`MASSGEN_SERVER_HOST=`) counting as not given.

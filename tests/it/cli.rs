@@ -358,6 +358,26 @@ fn production_rejects_zero_limits_and_a_missing_keys_file() {
             }
             let plan = plan_of(&["--max-key-cost-usd-per-day", "2.5"]).unwrap();
             assert_eq!(plan.settings.production.max_key_cost_usd_per_day, Some(2.5));
+            // Replicas mark each other's sessions interrupted: not between two heartbeats.
+            let beat = plan_of(&["--records-heartbeat-seconds", "0"]).unwrap_err();
+            assert!(
+                beat.message
+                    .contains("--records-heartbeat-seconds must be at least 1")
+            );
+            let soon = plan_of(&[
+                "--records-heartbeat-seconds",
+                "10",
+                "--records-interrupted-after-seconds",
+                "29",
+            ])
+            .unwrap_err();
+            assert_eq!(soon.code, 2);
+            assert!(soon.message.contains("at least 3 x"), "{}", soon.message);
+            let plan = plan_of(&["--records-interrupted-after-seconds", "30"]).unwrap();
+            assert_eq!(
+                plan.settings.production.records_interrupted_after,
+                Duration::from_secs(30)
+            );
             let missing = plan_of(&["--api-keys-file", "/nonexistent/keys"]).unwrap_err();
             assert!(
                 missing.message.contains("/nonexistent/keys"),

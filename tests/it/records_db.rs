@@ -119,7 +119,7 @@ async fn a_session_cut_by_kill_9_is_interrupted_with_its_events_so_far() {
         "--records-heartbeat-seconds",
         "1",
         "--records-interrupted-after-seconds",
-        "2",
+        "3",
     ];
     let mut server = serve(&config, &db, &quick);
     let response = chat(&server.url, None, &question(true)).await;

@@ -44,15 +44,22 @@ impl SessionWrite {
             id,
             owner: owner.to_string(),
             info: first.then(|| StoredInfo::of(info)),
-            door: info.door.to_string(),
-            model: info.model.clone(),
-            panel: info.panel.clone(),
+            door: text_column(&info.door),
+            model: text_column(&info.model),
+            panel: text_column(&info.panel),
             created_ms: info.created_ms,
             summary,
             dropped,
             events,
         }
     }
+}
+
+/// A value for a plain TEXT column. PostgreSQL refuses NUL in text (SQLite takes it), and
+/// `model` is whatever the client sent: one such request would fail its batch on every
+/// retry and stop the replica's records. (JSON columns escape it as `\u0000`.)
+fn text_column(value: &str) -> String {
+    value.replace('\0', "\u{FFFD}")
 }
 
 /// What one transaction writes.
@@ -169,4 +176,13 @@ pub(super) async fn notify<'a>(
             .await?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn text_columns_never_carry_nul() {
+        assert_eq!(super::text_column("gpt\0x"), "gpt\u{FFFD}x");
+        assert_eq!(super::text_column("massgen/team"), "massgen/team");
+    }
 }

@@ -118,6 +118,10 @@ impl RecordDb {
                         // power cut may lose the last commits, never corrupt the file.
                         conn.execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000")
                             .await?;
+                    } else {
+                        // No query holds a connection (and a reader, or the writer) longer
+                        // than this, whatever the server or the link does.
+                        conn.execute("SET statement_timeout = 30000").await?;
                     }
                     Ok(())
                 })

@@ -17,6 +17,9 @@ use crate::app::records::store::Live;
 const GATHER: Duration = Duration::from_millis(100);
 /// Events in one transaction (a record with more is written over several).
 const MAX_BATCH_EVENTS: usize = 2_000;
+/// A batch not committed by then counts as failed (a cut network link otherwise holds the
+/// writer, and the shutdown, for as long as TCP takes to notice).
+const BATCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pauses between failed attempts: doubling from the first to the last.
 const RETRY_FIRST: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(10);
@@ -83,7 +86,14 @@ impl Writer {
                 ));
                 at += 1;
             }
-            let result = self.db.flush(&batch).await;
+            let result = tokio::time::timeout(BATCH_TIMEOUT, self.db.flush(&batch))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(sqlx::Error::Io(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("the batch was not committed within {BATCH_TIMEOUT:?}"),
+                    )))
+                });
             self.db.note_write(&result);
             if result.is_err() {
                 // This batch and the rest go back on the queue, for the next attempt.
@@ -112,16 +122,22 @@ impl Writer {
         loop {
             // Waits out the loop's batch in flight (a failed one is queued again).
             let Ok(idle) = tokio::time::timeout_at(deadline, self.busy.lock()).await else {
-                return;
+                break;
             };
             let done = self.dirty.len() == 0;
             drop(idle);
-            if done || tokio::time::Instant::now() >= deadline {
+            if done {
                 return;
             }
-            if self.write_once().await.is_err() {
-                tokio::time::sleep(RETRY_FIRST).await;
+            match tokio::time::timeout_at(deadline, self.write_once()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(())) => tokio::time::sleep(RETRY_FIRST).await,
+                Err(_) => break,
             }
         }
+        tracing::warn!(
+            queued = self.dirty.len(),
+            "exiting with session records the database has not taken: their last events are lost"
+        );
     }
 }
