@@ -94,6 +94,12 @@ pub async fn session_events(
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
 ) -> Result<Response, ApiError> {
+    // The place first: a reader over the limits costs no database lookup.
+    let session: Arc<str> = Arc::from(id.as_str());
+    let slot = state
+        .production
+        .limits
+        .try_subscriber(caller.key, &session)?;
     let following = state
         .sessions
         .records()
@@ -101,10 +107,6 @@ pub async fn session_events(
         .await
         .map_err(|_| ApiError::RecordsUnavailable)?
         .ok_or(ApiError::SessionNotFound { id })?;
-    let slot = state
-        .production
-        .limits
-        .try_subscriber(caller.key, &following.id)?;
     let status = if following.interrupted {
         "interrupted"
     } else if following.finished {
