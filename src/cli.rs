@@ -89,9 +89,17 @@ pub struct ServeArgs {
     /// Print the default panel as YAML, ready to save as a config, and exit
     #[arg(long)]
     pub print_config: bool,
-    /// Allow `massgen/path:<file>` models
+    /// Allow `massgen/path:<file>` models: `.yaml`/`.yml` files under --config-paths-root
+    /// (else --configs-dir), never where the server writes records
     #[arg(long, env = "MASSGEN_SERVER_ALLOW_CONFIG_PATHS", value_parser = Switch)]
     pub allow_config_paths: bool,
+    /// The folder `massgen/path:` files must be in [default: --configs-dir]
+    #[arg(long, value_name = "DIR", env = "MASSGEN_SERVER_CONFIG_PATHS_ROOT")]
+    pub config_paths_root: Option<PathBuf>,
+    /// Environment variables a `massgen/path:` file may read (`${VAR}`, provider keys),
+    /// comma-separated [default: none]
+    #[arg(long, value_name = "VAR,…", env = "MASSGEN_SERVER_CONFIG_PATHS_ENV")]
+    pub config_paths_env: Option<String>,
     /// Allow `massgen/model:<model>` models (`--allow-model-override=false` turns them off)
     /// [default: true]
     #[arg(
@@ -164,6 +172,9 @@ pub struct ProductionArgs {
     /// Sessions running at once, more get 429 [default: no cap]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SESSIONS", value_parser = Number::<usize>::new())]
     pub max_sessions: Option<usize>,
+    /// Sessions one API key (without keys: the server) runs at once, more get 429 [default: no cap]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SESSIONS_PER_KEY", value_parser = Number::<usize>::new())]
+    pub max_sessions_per_key: Option<usize>,
     /// Requests per minute per API key [default: no limit]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_RATE_LIMIT_PER_MINUTE", value_parser = Number::<u32>::new())]
     pub rate_limit_per_minute: Option<u32>,
@@ -194,6 +205,15 @@ pub struct ProductionArgs {
     /// Open connections at once; more are closed at once [default: 4096]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_CONNECTIONS", value_parser = Number::<usize>::new())]
     pub max_connections: Option<usize>,
+    /// Open connections from one client address at once; more from it are closed at once
+    /// [default: half of --max-connections]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_CONNECTIONS_PER_ADDRESS", value_parser = Number::<usize>::new())]
+    pub max_connections_per_address: Option<usize>,
+    /// Request body bytes all requests together may hold until their responses are done;
+    /// past it a request waits up to 2 s, then gets 503 [default: 33554432, or
+    /// --max-body-bytes if larger]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_BUFFERED_BODY_BYTES", value_parser = Number::<usize>::new())]
+    pub max_buffered_body_bytes: Option<usize>,
     /// Seconds a streaming client may leave its buffer full (not reading) before it is
     /// dropped as a disconnect [default: 30]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_CLIENT_STALL_TIMEOUT_SECONDS", value_parser = Number::<u64>::new())]
@@ -304,12 +324,29 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
             "--cache-ttl-seconds must be at least 1 (leave it out to keep the cache off)",
         ));
     }
+    let (config_paths_root, config_paths_env) = config_paths(args)?;
+    let max_body_bytes = args.max_body_bytes.unwrap_or(defaults.max_body_bytes);
+    let max_buffered_body_bytes = match args.production.max_buffered_body_bytes {
+        Some(n) if n < max_body_bytes => {
+            return Err(Fatal::usage(format!(
+                "--max-buffered-body-bytes ({n}) must be at least --max-body-bytes ({max_body_bytes}): \
+                 a body the server accepts must fit in the budget"
+            )));
+        }
+        Some(n) => n,
+        None => defaults
+            .production
+            .max_buffered_body_bytes
+            .max(max_body_bytes),
+    };
     let settings = ServerSettings {
         host: given(&args.host).unwrap_or(defaults.host),
         port: args.port.unwrap_or(defaults.port),
         keepalive,
-        max_body_bytes: args.max_body_bytes.unwrap_or(defaults.max_body_bytes),
+        max_body_bytes,
         allow_config_paths: args.allow_config_paths,
+        config_paths_root,
+        config_paths_env,
         allow_model_override: args
             .allow_model_override
             .unwrap_or(defaults.allow_model_override),
@@ -324,6 +361,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
         deliberation_format: args.deliberation_format.unwrap_or_default(),
         production: {
             let mut production = resolve_production(&args.production, env)?;
+            production.max_buffered_body_bytes = max_buffered_body_bytes;
             // Simulated sessions do not belong in the operator's records: `--demo` keeps
             // them in memory unless --records-db says otherwise.
             if args.demo && given(&args.production.records_db).is_none() {
@@ -352,6 +390,31 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
 fn deliberation_format(name: &str) -> Result<DeliberationFormat, String> {
     DeliberationFormat::from_name(name.trim())
         .ok_or_else(|| format!("expected one of {}", DeliberationFormat::NAMES.join(", ")))
+}
+
+/// `--config-paths-root` (else `--configs-dir`) and `--config-paths-env`. With
+/// `--allow-config-paths` a root is required: without one any file the server can read,
+/// its own records included, would be a config a request can load.
+fn config_paths(args: &ServeArgs) -> Result<(Option<PathBuf>, Vec<String>), Fatal> {
+    let root = given_path(&args.config_paths_root).or_else(|| given_path(&args.configs_dir));
+    if args.allow_config_paths && root.is_none() {
+        return Err(Fatal::usage(
+            "--allow-config-paths needs the folder massgen/path: files must be in: \
+             --config-paths-root DIR (or --configs-dir DIR)",
+        ));
+    }
+    let vars: Vec<String> = given(&args.config_paths_env)
+        .map(|list| split_list(&list).map(str::to_string).collect())
+        .unwrap_or_default();
+    if let Some(bad) = vars
+        .iter()
+        .find(|v| !crate::config::expand::is_variable_name(v))
+    {
+        return Err(Fatal::usage(format!(
+            "--config-paths-env: '{bad}' is not a variable name (letters, digits and '_', not starting with a digit)"
+        )));
+    }
+    Ok((root, vars))
 }
 
 /// `--messages-default-panel`: a panel name (as in `massgen/<name>`).
@@ -418,6 +481,11 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             "--max-sessions",
         ),
         (
+            args.max_sessions_per_key
+                .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
+            "--max-sessions-per-key",
+        ),
+        (
             args.rate_limit_per_minute.map(u64::from),
             "--rate-limit-per-minute",
         ),
@@ -441,6 +509,11 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             args.max_connections
                 .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
             "--max-connections",
+        ),
+        (
+            args.max_connections_per_address
+                .map(|v| u64::try_from(v).unwrap_or(u64::MAX)),
+            "--max-connections-per-address",
         ),
         (
             args.max_subscribers_per_session
@@ -482,6 +555,7 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             .map(|list| split_list(&list).map(str::to_string).collect())
             .unwrap_or_default(),
         max_concurrent_sessions: args.max_sessions,
+        max_sessions_per_key: args.max_sessions_per_key,
         rate_limit_per_minute: args.rate_limit_per_minute,
         rate_limit_burst: args.rate_limit_burst,
         auth_failures_per_minute: args
@@ -500,6 +574,12 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             .idle_timeout_seconds
             .map_or(defaults.idle_timeout, Duration::from_secs),
         max_connections: args.max_connections.unwrap_or(defaults.max_connections),
+        max_connections_per_address: args
+            .max_connections_per_address
+            .unwrap_or((args.max_connections.unwrap_or(defaults.max_connections) / 2).max(1)),
+        max_buffered_body_bytes: args
+            .max_buffered_body_bytes
+            .unwrap_or(defaults.max_buffered_body_bytes),
         client_stall_timeout: args
             .client_stall_timeout_seconds
             .map_or(defaults.client_stall_timeout, Duration::from_secs),
@@ -705,6 +785,19 @@ pub fn printed_config(catalog: &PanelCatalog, env: &Env) -> Result<String, Fatal
         .map_err(|e| Fatal::runtime(format!("cannot read {}: {e}", panel.source.display())))
 }
 
+/// `--default-model` becomes every default agent's model: it must stay one URL path
+/// segment for each that puts it into its upstream URL, as a configured model must.
+fn check_default_model(catalog: &PanelCatalog, model: Option<&str>) -> Result<(), Fatal> {
+    let (Some(model), Some(panel)) = (model, &catalog.default) else {
+        return Ok(());
+    };
+    for agent in &panel.agents {
+        massgen_providers::check_model(&agent.backend.backend_type, model)
+            .map_err(|why| Fatal::usage(format!("--default-model: agent '{}': {why}", agent.id)))?;
+    }
+    Ok(())
+}
+
 /// `gpt(openai/gpt-4o-mini), …`: ids, types and models only, never keys or URLs.
 pub fn describe_agents(panel: &PanelConfig) -> String {
     let list: Vec<String> = panel
@@ -790,7 +883,14 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
         None
     };
     let catalog = build_catalog(&plan, mock_url.as_deref(), &process_env)?;
-    let settings = plan.settings;
+    let mut settings = plan.settings;
+    if settings.allow_config_paths
+        && let Some(root) = &settings.config_paths_root
+    {
+        let root = crate::config::check_config_paths_root(root, &settings.production)
+            .map_err(Fatal::usage)?;
+        settings.config_paths_root = Some(root);
+    }
     if let Some(name) = &settings.messages_default_panel
         && !catalog.named.contains_key(name)
     {
@@ -799,6 +899,7 @@ async fn serve(args: ServeArgs) -> Result<(), Fatal> {
             "--messages-default-panel: no panel '{name}' (named panels: {known:?})"
         )));
     }
+    check_default_model(&catalog, settings.default_model.as_deref())?;
     // Before listening: a configured database that cannot be used ends start-up (exit 2),
     // never a silent fall back to memory.
     let records = crate::server::open_records(&settings.production)

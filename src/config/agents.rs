@@ -94,6 +94,10 @@ impl Cx<'_> {
                 ));
             }
         };
+        // A name that would leave its URL path segment never reaches a provider.
+        if let Err(why) = massgen_providers::check_model(&backend.backend_type, &backend.model) {
+            return Err(self.err(&join(&backend_key, "model"), format!("agent '{id}': {why}")));
+        }
         Ok(AgentConfig {
             id,
             system_message,

@@ -55,6 +55,36 @@ pub fn expand_str(input: &str, env: &Env) -> Result<String, ExpandError> {
     Ok(out)
 }
 
+/// The variables [`expand_str`] would read in `input` (`${VAR}` and `${VAR:-default}`
+/// alike), by the same grammar: `$$` escapes, other `$`s are text. An unterminated `${`
+/// ends the list (expanding it is an error anyway).
+pub fn variables(input: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = input;
+    while let Some(pos) = rest.find('$') {
+        let after = &rest[pos + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            rest = tail;
+        } else if let Some(body) = after.strip_prefix('{') {
+            let Some(end) = body.find('}') else {
+                break;
+            };
+            let expr = &body[..end];
+            let name = expr.split_once(":-").map_or(expr, |(name, _)| name);
+            names.push(name.to_string());
+            rest = &body[end + 1..];
+        } else {
+            rest = after;
+        }
+    }
+    names
+}
+
+/// Whether `name` can be a variable in `${…}`.
+pub fn is_variable_name(name: &str) -> bool {
+    valid_name(name)
+}
+
 fn substitute(expr: &str, env: &Env) -> Result<String, ExpandError> {
     let (name, default) = match expr.split_once(":-") {
         Some((name, default)) => (name, Some(default)),
@@ -138,6 +168,15 @@ mod tests {
             Ok("$A costs $5 $".into())
         );
         assert_eq!(expand_str("$${A}", &env), Ok("${A}".into()));
+    }
+
+    #[test]
+    fn variables_follow_the_same_grammar() {
+        assert_eq!(
+            variables("a ${A} $$${B} $${C} ${D:-x${E}} $5 ${F"),
+            ["A", "B", "D"]
+        );
+        assert!(variables("$$ $ plain").is_empty());
     }
 
     #[test]

@@ -17,6 +17,7 @@ mod orchestrator;
 mod pricing;
 mod production;
 mod read;
+mod request_paths;
 mod retry;
 mod tools;
 mod vision;
@@ -30,6 +31,7 @@ pub use error::ConfigError;
 pub use load::{ConfigCheck, check_panel, load_catalog, load_panel, parse_panel, valid_panel_name};
 pub use production::{ProductionSettings, RecordsDb};
 pub use read::ConfigWarning;
+pub use request_paths::{PathRefused, check_config_paths_root, load_request_panel};
 pub use vision::default_vision;
 
 /// Environment lookup seam: the process environment in production ([`process_env`]), a map in
@@ -102,6 +104,11 @@ pub struct ServerSettings {
     pub max_body_bytes: usize,
     /// `massgen/path:<file>` routing.
     pub allow_config_paths: bool,
+    /// The folder `massgen/path:` files must be in (`--config-paths-root`, else
+    /// `--configs-dir`; resolved at start-up).
+    pub config_paths_root: Option<PathBuf>,
+    /// The environment variables a `massgen/path:` file may read (`--config-paths-env`).
+    pub config_paths_env: Vec<String>,
     /// `massgen/model:<model>` routing (on unless the operator turns it off).
     pub allow_model_override: bool,
     /// `"massgen": {"models": [...]}`: a request may choose its panel's models among the
@@ -166,6 +173,8 @@ impl Default for ServerSettings {
             keepalive: Duration::from_secs(15),
             max_body_bytes: 10 * 1024 * 1024,
             allow_config_paths: false,
+            config_paths_root: None,
+            config_paths_env: Vec::new(),
             allow_model_override: true,
             allow_request_panels: false,
             allow_request_sampling: false,

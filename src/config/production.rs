@@ -8,6 +8,10 @@ use std::time::Duration;
 
 use massgen_core::Secret;
 
+/// `--max-buffered-body-bytes` unless given (raised to `--max-body-bytes` when that is
+/// larger, so one largest body always fits).
+pub const DEFAULT_BUFFERED_BODY_BYTES: usize = 32 * 1024 * 1024;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProductionSettings {
     /// Accepted bearer keys; empty means no authentication.
@@ -18,6 +22,9 @@ pub struct ProductionSettings {
     pub cors_origins: Vec<String>,
     /// Sessions running at once; more are answered 429.
     pub max_concurrent_sessions: Option<usize>,
+    /// Sessions one API key (the whole server, without keys) runs at once; more are
+    /// answered 429.
+    pub max_sessions_per_key: Option<usize>,
     /// Requests per minute per API key (per server when there are no keys).
     pub rate_limit_per_minute: Option<u32>,
     /// Requests a key may send at once before the per-minute rate applies.
@@ -40,6 +47,13 @@ pub struct ProductionSettings {
     pub idle_timeout: Duration,
     /// Open connections at once; more are closed as soon as they are accepted.
     pub max_connections: usize,
+    /// Open connections from one client address at once; more from it are closed as soon
+    /// as they are accepted (default: half of `max_connections`, so one address leaves
+    /// the other half to everybody else).
+    pub max_connections_per_address: usize,
+    /// Request body bytes all requests together may hold (from the first byte read until
+    /// the response is done); a request that would go over waits briefly, then gets 503.
+    pub max_buffered_body_bytes: usize,
     /// A streaming client whose buffer stays full this long is dropped as a disconnect.
     pub client_stall_timeout: Duration,
     /// Readers of one session's `/events` at once; more are answered 429.
@@ -143,6 +157,7 @@ impl Default for ProductionSettings {
             protect_metrics: false,
             cors_origins: Vec::new(),
             max_concurrent_sessions: None,
+            max_sessions_per_key: None,
             rate_limit_per_minute: None,
             rate_limit_burst: None,
             auth_failures_per_minute: 30,
@@ -153,6 +168,8 @@ impl Default for ProductionSettings {
             body_read_timeout: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60),
             max_connections: 4096,
+            max_connections_per_address: 2048,
+            max_buffered_body_bytes: DEFAULT_BUFFERED_BODY_BYTES,
             client_stall_timeout: Duration::from_secs(30),
             max_subscribers_per_session: 16,
             max_subscribers_per_key: 64,

@@ -64,6 +64,8 @@ pub enum ApiError {
     RateLimited { retry_after: Duration },
     /// 429: the server already runs its maximum of sessions.
     TooManySessions { max: usize },
+    /// 429: the key already runs its `--max-sessions-per-key`.
+    TooManyKeySessions { max: usize },
     /// 429: a session's or a key's `/events` readers are at their limit.
     TooManySubscribers { per: SubscriberScope, max: usize },
     /// 429: the key spent its `--max-key-cost-usd-per-day` today.
@@ -74,6 +76,8 @@ pub enum ApiError {
     ResponseNotFound { id: String },
     /// 503: the records database cannot be read now (sessions still run).
     RecordsUnavailable,
+    /// 503: the request bodies held at once are at `--max-buffered-body-bytes` (`budget`).
+    BodiesBusy { budget: usize },
 }
 
 impl ApiError {
@@ -97,7 +101,8 @@ impl ApiError {
             | Self::RouteNotFound { .. } => StatusCode::NOT_FOUND,
             Self::ConfigUnavailable { .. }
             | Self::NoDefaultConfig { .. }
-            | Self::RecordsUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::RecordsUnavailable
+            | Self::BodiesBusy { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -107,6 +112,7 @@ impl ApiError {
             Self::Unauthorized { .. } => StatusCode::UNAUTHORIZED,
             Self::RateLimited { .. }
             | Self::TooManySessions { .. }
+            | Self::TooManyKeySessions { .. }
             | Self::TooManySubscribers { .. }
             | Self::QuotaSpent(_) => StatusCode::TOO_MANY_REQUESTS,
             Self::SessionNotFound { .. } | Self::ResponseNotFound { .. } => StatusCode::NOT_FOUND,
@@ -126,7 +132,8 @@ impl ApiError {
             Self::BodyTimeout { .. } => "timeout_error",
             Self::ConfigUnavailable { .. }
             | Self::NoDefaultConfig { .. }
-            | Self::RecordsUnavailable => "server_error",
+            | Self::RecordsUnavailable
+            | Self::BodiesBusy { .. } => "server_error",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "timeout_error",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_error",
@@ -144,6 +151,7 @@ impl ApiError {
             // A spent quota has the type an upstream's spent quota has here (above).
             Self::RateLimited { .. }
             | Self::TooManySessions { .. }
+            | Self::TooManyKeySessions { .. }
             | Self::TooManySubscribers { .. }
             | Self::QuotaSpent(_) => "rate_limit_error",
         }
@@ -174,12 +182,13 @@ impl ApiError {
             Self::Internal => "internal_error",
             Self::Unauthorized { .. } => "invalid_api_key",
             Self::RateLimited { .. } => "rate_limit_exceeded",
-            Self::TooManySessions { .. } => "too_many_sessions",
+            Self::TooManySessions { .. } | Self::TooManyKeySessions { .. } => "too_many_sessions",
             Self::TooManySubscribers { .. } => "too_many_subscribers",
             Self::QuotaSpent(_) => "insufficient_quota",
             Self::SessionNotFound { .. } => "session_not_found",
             Self::ResponseNotFound { .. } => "response_not_found",
             Self::RecordsUnavailable => "records_unavailable",
+            Self::BodiesBusy { .. } => "server_busy",
         }
     }
 
@@ -233,6 +242,10 @@ impl ApiError {
             Self::TooManySessions { max } => format!(
                 "The server is running its maximum of {max} concurrent sessions; retry shortly"
             ),
+            Self::TooManyKeySessions { max } => format!(
+                "This API key already runs its maximum of {max} concurrent sessions \
+                 (--max-sessions-per-key; without keys, the whole server's); retry when one has ended"
+            ),
             Self::TooManySubscribers {
                 per: SubscriberScope::Session,
                 max,
@@ -247,6 +260,14 @@ impl ApiError {
                 "This API key already reads its maximum of {max} session event streams at once \
                  (--max-subscribers-per-key); close one and retry"
             ),
+            Self::QuotaSpent(q) if q.reserved_usd > 0.0 => format!(
+                "Daily spending limit reached for now: this API key spent ${:.6} today and its \
+                 running sessions reserved ${:.6} of its ${} (--max-key-cost-usd-per-day; without \
+                 keys, the whole server's). Each session reserves its maximum cost (the smallest of \
+                 --max-session-cost-usd, the panel's and the request's max_cost_usd, else all that is \
+                 left) until it ends; retry when one has ended",
+                q.spent.usd, q.reserved_usd, q.limit_usd
+            ),
             Self::QuotaSpent(q) => format!(
                 "Daily spending limit reached: this API key spent ${:.6} ({} tokens) today of \
                  its ${} (--max-key-cost-usd-per-day; without keys, the whole server's); it \
@@ -254,6 +275,10 @@ impl ApiError {
                 q.spent.usd, q.spent.tokens, q.limit_usd
             ),
             Self::SessionNotFound { id } => format!("No session record '{id}'"),
+            Self::BodiesBusy { budget } => format!(
+                "The server is holding its maximum of {budget} bytes of request bodies \
+                 (--max-buffered-body-bytes); retry shortly"
+            ),
             Self::RecordsUnavailable => "The session records database cannot be read right now (sessions still run); retry shortly".to_string(),
             Self::ResponseNotFound { id } => format!(
                 "No response '{id}' (responses are kept unless 'store' was false, for a limited time)"
@@ -290,7 +315,12 @@ impl ApiError {
     /// same way, after another full deliberation.
     pub fn retryable(&self) -> bool {
         match self {
-            Self::RateLimited { .. } | Self::TooManySessions { .. } => true,
+            Self::RateLimited { .. }
+            | Self::TooManySessions { .. }
+            | Self::TooManyKeySessions { .. }
+            | Self::BodiesBusy { .. } => true,
+            // Running sessions give back what they did not spend when they end.
+            Self::QuotaSpent(q) => q.reserved_usd > 0.0,
             Self::Session(e) => {
                 e.kind == SessionErrorKind::UpstreamFailed
                     && e.agent_errors
@@ -315,9 +345,11 @@ impl ApiError {
                 Some(asked.map_or(Duration::from_secs(1), Duration::from_millis))
             }
             Self::RateLimited { retry_after } => Some(*retry_after),
-            Self::TooManySessions { .. } | Self::TooManySubscribers { .. } => {
-                Some(Duration::from_secs(1))
-            }
+            Self::TooManySessions { .. }
+            | Self::TooManyKeySessions { .. }
+            | Self::TooManySubscribers { .. }
+            | Self::BodiesBusy { .. } => Some(Duration::from_secs(1)),
+            Self::QuotaSpent(q) if q.reserved_usd > 0.0 => Some(Duration::from_secs(1)),
             _ => None,
         }
     }

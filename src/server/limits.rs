@@ -40,6 +40,8 @@ impl ClientAddr {
 
 pub struct Limits {
     sessions: Option<(Arc<Semaphore>, usize)>,
+    /// `--max-sessions-per-key`: sessions each key (`None`: a server without keys) runs.
+    per_key: Option<KeySessions>,
     /// Keyed by API key; `None` is the bucket of a server without keys.
     rate: Option<DefaultKeyedRateLimiter<Option<KeyId>>>,
     /// With keys: requests without one (the web page, preflights), per client address at
@@ -68,6 +70,10 @@ impl Limits {
             sessions: settings
                 .max_concurrent_sessions
                 .map(|n| (Arc::new(Semaphore::new(n)), n)),
+            per_key: settings.max_sessions_per_key.map(|max| KeySessions {
+                max,
+                held: Arc::default(),
+            }),
             rate: quota.map(RateLimiter::keyed),
             anonymous: quota.filter(|_| keys).map(RateLimiter::keyed),
             auth_failures: NonZeroU32::new(settings.auth_failures_per_minute)
@@ -124,6 +130,25 @@ impl Limits {
         }
     }
 
+    /// A place among `key`'s running sessions, held until the session's coordination
+    /// ends; 429 when the key runs its `--max-sessions-per-key` already.
+    pub fn try_key_session(&self, key: Option<KeyId>) -> Result<Option<KeySessionSlot>, ApiError> {
+        let Some(limit) = &self.per_key else {
+            return Ok(None);
+        };
+        let mut held = limit.held.lock().unwrap_or_else(PoisonError::into_inner);
+        let running = held.entry(key).or_default();
+        if *running >= limit.max {
+            count("max_sessions_per_key");
+            return Err(ApiError::TooManyKeySessions { max: limit.max });
+        }
+        *running += 1;
+        Ok(Some(KeySessionSlot {
+            held: Arc::clone(&limit.held),
+            key,
+        }))
+    }
+
     /// The request rate of `key`'s bucket; a caller without a key on a server with keys
     /// uses its address's bucket instead.
     pub fn check_rate(&self, key: Option<KeyId>, from: ClientAddr) -> Result<(), ApiError> {
@@ -155,6 +180,25 @@ impl Limits {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
+    }
+}
+
+struct KeySessions {
+    max: usize,
+    /// Running sessions per key; a key leaves with its last session.
+    held: Arc<Mutex<HashMap<Option<KeyId>, usize>>>,
+}
+
+/// One running session's place under `--max-sessions-per-key`; dropping it frees it.
+pub struct KeySessionSlot {
+    held: Arc<Mutex<HashMap<Option<KeyId>, usize>>>,
+    key: Option<KeyId>,
+}
+
+impl Drop for KeySessionSlot {
+    fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        release(&mut held, &self.key);
     }
 }
 
@@ -276,6 +320,32 @@ mod tests {
         assert!(
             Limits::new(&ProductionSettings::default())
                 .try_session()
+                .unwrap()
+                .is_none()
+        );
+    }
+
+    #[test]
+    fn a_keys_session_places_are_its_own_and_given_back() {
+        let limits = Limits::new(&ProductionSettings {
+            max_sessions_per_key: Some(1),
+            ..ProductionSettings::default()
+        });
+        let first = limits.try_key_session(None).unwrap();
+        assert!(matches!(
+            limits.try_key_session(None),
+            Err(ApiError::TooManyKeySessions { max: 1 })
+        ));
+        let key = ApiKeysForTest::key();
+        let other = limits.try_key_session(Some(key)).unwrap();
+        drop((first, other));
+        assert!(limits.try_key_session(None).unwrap().is_some());
+        let held = limits.per_key.as_ref().unwrap().held.lock().unwrap();
+        assert_eq!(held.len(), 0, "a key without sessions is forgotten");
+        drop(held);
+        assert!(
+            Limits::new(&ProductionSettings::default())
+                .try_key_session(None)
                 .unwrap()
                 .is_none()
         );

@@ -1,11 +1,17 @@
 //! The accept loop (instead of `axum::serve`, which has no timeouts): HTTP/1 and HTTP/2,
-//! a cap on open connections, a limit on the time a client takes to send its request
-//! headers, an idle timeout for connections with no request in flight, HTTP/2 keep-alive
-//! pings, and graceful shutdown (stop accepting, let open connections finish their
-//! responses).
+//! caps on open connections (in all and per client address), a limit on the time a client
+//! takes to send its request headers, an idle timeout for connections with no request in
+//! flight, HTTP/2 keep-alive pings, and graceful shutdown (stop accepting, let open
+//! connections finish their responses).
 
+use std::collections::HashMap;
 use std::future::Future;
-use std::sync::Arc;
+use std::io;
+use std::net::IpAddr;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
@@ -16,8 +22,10 @@ use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
 use hyper_util::service::TowerToHyperService;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
@@ -40,6 +48,7 @@ pub struct ConnectionLimits {
     pub header_timeout: Duration,
     pub idle_timeout: Duration,
     pub max_connections: usize,
+    pub max_connections_per_address: usize,
 }
 
 /// Serves `app` until `shutdown` resolves, then until every open connection is done.
@@ -50,16 +59,20 @@ pub async fn serve_connections(
     shutdown: impl Future<Output = ()>,
 ) {
     let mut builder = Builder::new(TokioExecutor::new());
+    // hyper's own header timeout also runs while a keep-alive connection waits for its
+    // next request, cutting it long before the idle timeout: `watch_requests` times the
+    // headers from their first byte instead.
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout);
+        .header_read_timeout(None);
     builder
         .http2()
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(HTTP2_PING_INTERVAL))
         .keep_alive_timeout(HTTP2_PING_TIMEOUT);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let per_address = Arc::new(PerAddress::new(limits.max_connections_per_address));
     let stopping = CancellationToken::new();
     let connections = TaskTracker::new();
     let mut shutdown = std::pin::pin!(shutdown);
@@ -76,6 +89,19 @@ pub async fn serve_connections(
             },
             () = &mut shutdown => break,
         };
+        let ip = peer.ip().to_canonical();
+        // One address cannot take every slot: past its own cap only its new connections
+        // are closed, and other clients (a health probe) still get in.
+        let Some(address_slot) = per_address.try_open(ip) else {
+            drop(stream);
+            if let Some(m) = metrics() {
+                m.rejected
+                    .with_label_values(&["max_connections_per_address"])
+                    .inc();
+            }
+            tracing::debug!("closing a connection over --max-connections-per-address");
+            continue;
+        };
         // Over the cap the connection is closed at once: a client (a health probe) fails
         // fast instead of waiting in the backlog, and the cap holds below the fd limit.
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
@@ -91,9 +117,10 @@ pub async fn serve_connections(
         if let Err(e) = stream.set_nodelay(true) {
             tracing::debug!("cannot set TCP_NODELAY: {e}");
         }
-        let from = ClientAddr(peer.ip().to_canonical());
-        let (in_flight, idle) = watch::channel(0usize);
+        let from = ClientAddr(ip);
+        let (in_flight, idle) = watch::channel(Requests::default());
         let in_flight = Arc::new(in_flight);
+        let arrivals = Arc::new(Arrivals::new());
         let service = TowerToHyperService::new(app.clone().map_request(
             move |mut request: Request<Incoming>| {
                 // The per-address limits read it (see `limits`).
@@ -101,11 +128,12 @@ pub async fn serve_connections(
                 request.map(Body::new)
             },
         ));
-        let service = InFlight::wrap(service, in_flight);
+        let service = InFlight::wrap(service, in_flight, Arc::clone(&arrivals));
         let builder = builder.clone();
         let stopping = stopping.clone();
         connections.spawn(async move {
             let _slot = slot;
+            let _address_slot = address_slot;
             let _open = Open::new();
             // hyper's header timeout starts after the protocol is detected: a client that
             // connects and sends nothing is cut here instead.
@@ -117,6 +145,10 @@ pub async fn serve_connections(
                 tracing::debug!("closing a connection that sent nothing");
                 return;
             }
+            let stream = Watched {
+                inner: stream,
+                arrivals: Arc::clone(&arrivals),
+            };
             let connection = builder
                 .serve_connection_with_upgrades(TokioIo::new(stream), service)
                 .into_owned();
@@ -128,9 +160,14 @@ pub async fn serve_connections(
                     }
                     return;
                 }
-                () = idle_for(idle, limits.idle_timeout) => "idle",
+                why = watch_requests(idle, &arrivals, limits) => why,
                 () = stopping.cancelled() => "shutting down",
             };
+            if why == HEADER_TIMEOUT {
+                // As hyper did: a client that is still sending its headers gets no answer.
+                tracing::debug!("closing a connection: {why}");
+                return;
+            }
             tracing::debug!("closing a connection: {why}");
             connection.as_mut().graceful_shutdown();
             // Idle connections close at once; on shutdown, running responses finish first
@@ -149,17 +186,193 @@ pub async fn serve_connections(
     connections.wait().await;
 }
 
-/// Resolves once the connection has had no request in flight for `limit`.
-async fn idle_for(mut in_flight: watch::Receiver<usize>, limit: Duration) {
+const HEADER_TIMEOUT: &str = "request headers not received in time";
+
+/// Resolves with why the connection should close: it had no request in flight for the
+/// idle timeout, or the headers of an HTTP/1 request (the first, or the next one on a
+/// keep-alive connection) did not all arrive within the header timeout of their first
+/// byte. A keep-alive connection waiting for its next request is idle, not late.
+async fn watch_requests(
+    mut in_flight: watch::Receiver<Requests>,
+    arrivals: &Arrivals,
+    limits: ConnectionLimits,
+) -> &'static str {
+    let mut seen = arrivals.sender.subscribe();
+    let mut idle_since = Instant::now();
+    // The first request's bytes are already here (the caller peeked).
+    let mut head_since = Some(idle_since);
+    let mut started = 0;
     loop {
-        if *in_flight.borrow_and_update() == 0 {
-            match tokio::time::timeout(limit, in_flight.changed()).await {
-                Err(_) => return,
+        let now = *in_flight.borrow_and_update();
+        if now.started != started {
+            // A request came (and may be done already): its headers are in.
+            started = now.started;
+            head_since = None;
+            idle_since = Instant::now();
+        }
+        if now.in_flight > 0 {
+            if in_flight.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+            idle_since = Instant::now();
+            continue;
+        }
+        let idle_end = idle_since + limits.idle_timeout;
+        if let Some(since) = head_since.filter(|_| !arrivals.http2.load(Ordering::Relaxed)) {
+            let head_end = since + limits.header_timeout;
+            match tokio::time::timeout_at(head_end.min(idle_end), in_flight.changed()).await {
+                Err(_) if head_end <= idle_end => return HEADER_TIMEOUT,
+                Err(_) => return "idle",
                 Ok(Ok(())) => continue,
                 Ok(Err(_)) => std::future::pending::<()>().await,
             }
-        } else if in_flight.changed().await.is_err() {
-            std::future::pending::<()>().await;
+        }
+        // Idle: the next request's first byte starts its header timeout.
+        seen.mark_unchanged();
+        arrivals.armed.store(true, Ordering::Relaxed);
+        tokio::select! {
+            () = tokio::time::sleep_until(idle_end) => return "idle",
+            changed = in_flight.changed() => {
+                if changed.is_err() {
+                    std::future::pending::<()>().await;
+                }
+            }
+            // HTTP/2 frames between requests (PINGs) leave the connection idle.
+            Ok(()) = seen.changed(), if !arrivals.http2.load(Ordering::Relaxed) => {
+                idle_since = Instant::now();
+                head_since = Some(idle_since);
+            }
+        }
+        arrivals.armed.store(false, Ordering::Relaxed);
+    }
+}
+
+/// A connection's requests: in flight now, and started in all (a request can start and
+/// end between two looks at the count).
+#[derive(Debug, Clone, Copy, Default)]
+struct Requests {
+    in_flight: usize,
+    started: u64,
+}
+
+/// Tells the connection's watcher when bytes arrive while it waits for a request.
+struct Arrivals {
+    /// Set while the connection is idle; the first read then clears it and signals.
+    armed: AtomicBool,
+    sender: watch::Sender<()>,
+    /// The connection speaks HTTP/2: frames between requests (PINGs, SETTINGS) are no
+    /// request headers, so only the idle timeout applies.
+    http2: AtomicBool,
+}
+
+impl Arrivals {
+    fn new() -> Self {
+        Self {
+            armed: AtomicBool::new(false),
+            sender: watch::Sender::new(()),
+            http2: AtomicBool::new(false),
+        }
+    }
+}
+
+/// The TCP stream, telling [`Arrivals`] of bytes read while the connection is idle.
+struct Watched {
+    inner: TcpStream,
+    arrivals: Arc<Arrivals>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(())))
+            && buf.filled().len() > before
+            && self.arrivals.armed.swap(false, Ordering::Relaxed)
+        {
+            self.arrivals.sender.send_replace(());
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// Open connections per client address, for `--max-connections-per-address`.
+struct PerAddress {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PerAddress {
+    fn new(max: usize) -> Self {
+        Self {
+            max,
+            open: Mutex::default(),
+        }
+    }
+
+    /// A place for one more connection from `ip`, or `None` when it has its maximum.
+    fn try_open(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let count = open.entry(ip).or_default();
+        if *count >= self.max {
+            return None;
+        }
+        *count += 1;
+        Some(AddressSlot {
+            of: Arc::clone(self),
+            ip,
+        })
+    }
+}
+
+/// One connection's place among its address's; the entry leaves with its last one, so the
+/// map holds only addresses with open connections.
+struct AddressSlot {
+    of: Arc<PerAddress>,
+    ip: IpAddr,
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut open = self.of.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.ip) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.ip);
+            }
         }
     }
 }
@@ -169,15 +382,19 @@ async fn idle_for(mut in_flight: watch::Receiver<usize>, limit: Duration) {
 #[derive(Clone)]
 struct InFlight<S> {
     inner: S,
-    count: Arc<watch::Sender<usize>>,
+    count: Arc<watch::Sender<Requests>>,
+    arrivals: Arc<Arrivals>,
 }
 
 /// Held by a request and then its response body; lowers the count when dropped.
-struct Busy(Arc<watch::Sender<usize>>);
+struct Busy(Arc<watch::Sender<Requests>>);
 
 impl Busy {
-    fn new(count: &Arc<watch::Sender<usize>>) -> Self {
-        count.send_modify(|n| *n += 1);
+    fn new(count: &Arc<watch::Sender<Requests>>) -> Self {
+        count.send_modify(|r| {
+            r.in_flight += 1;
+            r.started += 1;
+        });
         Self(Arc::clone(count))
     }
 }
@@ -190,13 +407,18 @@ impl Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        self.0.send_modify(|n| *n = n.saturating_sub(1));
+        self.0
+            .send_modify(|r| r.in_flight = r.in_flight.saturating_sub(1));
     }
 }
 
 impl<S> InFlight<S> {
-    fn wrap(inner: S, count: Arc<watch::Sender<usize>>) -> Self {
-        Self { inner, count }
+    fn wrap(inner: S, count: Arc<watch::Sender<Requests>>, arrivals: Arc<Arrivals>) -> Self {
+        Self {
+            inner,
+            count,
+            arrivals,
+        }
     }
 }
 
@@ -211,6 +433,9 @@ where
         std::pin::Pin<Box<dyn Future<Output = Result<axum::response::Response, S::Error>> + Send>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
+        if request.version() == hyper::Version::HTTP_2 {
+            self.arrivals.http2.store(true, Ordering::Relaxed);
+        }
         let busy = Busy::new(&self.count);
         let response = self.inner.call(request);
         Box::pin(async move {

@@ -4,6 +4,7 @@
 //! the session, and the door renders its events.
 
 pub mod auth;
+pub mod bodies;
 pub mod cache;
 pub mod doors;
 pub mod error;
@@ -71,6 +72,8 @@ pub struct Production {
     pub keys: auth::ApiKeys,
     pub protect_metrics: bool,
     pub limits: limits::Limits,
+    /// `--max-buffered-body-bytes`.
+    pub bodies: bodies::BodyBudget,
     /// `--max-key-cost-usd-per-day`.
     pub quota: Option<DailyQuota>,
 }
@@ -81,6 +84,7 @@ impl Production {
             keys: auth::ApiKeys::new(&settings.api_keys),
             protect_metrics: settings.protect_metrics,
             limits: limits::Limits::new(settings),
+            bodies: bodies::BodyBudget::new(settings.max_buffered_body_bytes),
             quota: settings
                 .max_key_cost_usd_per_day
                 .map(|limit_usd| DailyQuota { limit_usd }),
@@ -201,6 +205,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions/{id}/events", get(records::session_events))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
+        // Innermost: only requests that passed auth and the rate limit read bodies.
+        .layer(middleware::from_fn(bodies::hold_shares))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             limits::rate_limit,
@@ -328,6 +334,7 @@ pub async fn serve(
         header_timeout: production.header_read_timeout,
         idle_timeout: production.idle_timeout,
         max_connections: production.max_connections,
+        max_connections_per_address: production.max_connections_per_address,
     };
     let sessions = state.sessions.clone();
     let stopping = CancellationToken::new();

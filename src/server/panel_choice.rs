@@ -81,11 +81,15 @@ pub fn request_panel(
             ));
         };
         let model = model.trim();
+        check_chosen_model(backend, model)?;
         let backend = BackendConfig {
             model: model.to_string(),
             // The configured body parameters were chosen for another model.
             params: serde_json::Map::new(),
             price: massgen_providers::pricing::list_price(model),
+            // As for a configured agent without `vision`: the borrowed agent's was said of
+            // its own model.
+            vision: crate::config::default_vision(model),
             ..(*backend).clone()
         };
         // Ids name the entry; a repeated entry gets `#2`, `#3`, …
@@ -107,5 +111,18 @@ pub fn request_panel(
     Ok(PanelConfig {
         agents,
         ..base.clone()
+    })
+}
+
+/// A model name the request chose (`massgen/model:`, `massgen.models`) for `backend`: a
+/// 400 on `model` when it would not stay one path segment of the upstream URL
+/// ([`massgen_providers::model_name`]).
+pub fn check_chosen_model(backend: &BackendConfig, model: &str) -> Result<(), ApiError> {
+    massgen_providers::check_model(&backend.backend_type, model).map_err(|why| {
+        ApiError::invalid(
+            format!("backend type '{}': {why}", backend.backend_type),
+            Some("model"),
+            "invalid_value",
+        )
     })
 }

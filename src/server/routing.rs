@@ -1,11 +1,12 @@
 //! Choosing the panel configuration from the request's `model` (docs/protocol.md,
 //! "Choosing the panel per request").
 
-use std::path::Path;
 use std::sync::Arc;
 
 use super::error::ApiError;
-use crate::config::{Env, PanelCatalog, PanelConfig, valid_panel_name};
+use crate::config::{
+    Env, PanelCatalog, PanelConfig, PathRefused, ServerSettings, valid_panel_name,
+};
 
 /// Model names clients can list.
 pub fn model_ids(catalog: &PanelCatalog) -> Vec<String> {
@@ -32,7 +33,7 @@ pub fn model_chosen(model: &str) -> bool {
 pub fn resolve(
     model: &str,
     catalog: &PanelCatalog,
-    allow_config_paths: bool,
+    settings: &ServerSettings,
     allow_model_override: bool,
     default_model: Option<&str>,
     env: &Env,
@@ -69,23 +70,24 @@ pub fn resolve(
                 "invalid_model",
             ));
         }
-        return Ok(Arc::new(with_model(default()?.as_ref(), m)));
+        let panel = default()?;
+        for agent in &panel.agents {
+            super::panel_choice::check_chosen_model(&agent.backend, m)?;
+        }
+        return Ok(Arc::new(with_model(panel.as_ref(), m)));
     }
 
     if let Some(path) = rest.strip_prefix("path:") {
-        if !allow_config_paths {
+        if !settings.allow_config_paths {
             return Err(ApiError::invalid(
                 "'massgen/path:' is disabled on this server (the operator can enable it with --allow-config-paths)",
                 Some("model"),
                 "config_paths_disabled",
             ));
         }
-        return crate::config::load_panel(Path::new(path), env)
+        return crate::config::load_request_panel(path, settings, env)
             .map(Arc::new)
-            .map_err(|e| ApiError::ConfigUnavailable {
-                name: path.to_string(),
-                reason: e.to_string(),
-            });
+            .map_err(|refused| path_refused(path, refused));
     }
 
     if !valid_panel_name(rest) {
@@ -112,13 +114,41 @@ pub fn resolve(
     })
 }
 
-/// The panel with every agent's model replaced; a configured `pricing` was for the old
-/// model, so the price is the new model's list price (or unknown).
+/// A `massgen/path:` refusal in the API's terms (the caller chose the path: a 400, except
+/// a missing file and one that fails to load, as for `massgen/<name>`).
+fn path_refused(path: &str, refused: PathRefused) -> ApiError {
+    match refused {
+        PathRefused::NotAllowed(why) => ApiError::invalid(
+            format!("'massgen/path:{path}' is not loaded: {why}"),
+            Some("model"),
+            "config_path_not_allowed",
+        ),
+        PathRefused::NotFound => ApiError::ConfigNotFound {
+            name: format!("path:{path}"),
+            available: Vec::new(),
+        },
+        PathRefused::Variable(message) => {
+            ApiError::invalid(message, Some("model"), "config_variable_not_allowed")
+        }
+        PathRefused::Load(e) => ApiError::ConfigUnavailable {
+            name: path.to_string(),
+            reason: format!(
+                "{e} (a massgen/path: config reads only the environment variables --config-paths-env lists)"
+            ),
+        },
+    }
+}
+
+/// The panel with every agent's model replaced; a configured `pricing` and `vision` were
+/// for the old model, so the price is the new model's list price (or unknown) and whether
+/// it sees images is the vision table's answer.
 fn with_model(panel: &PanelConfig, model: &str) -> PanelConfig {
     let mut panel = panel.clone();
     for agent in &mut panel.agents {
         agent.backend.model = model.to_string();
         agent.backend.price = massgen_providers::pricing::list_price(model);
+        // A configured `vision` was said of the old model too.
+        agent.backend.vision = crate::config::default_vision(model);
     }
     panel
 }

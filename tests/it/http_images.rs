@@ -37,7 +37,7 @@ struct Panel {
 
 impl Panel {
     /// The bodies the upstream received for models whose name starts with `name` (Gemini's
-    /// model is in the path).
+    /// model is in the path, one percent-encoded segment: `:` is `%3A`).
     fn bodies_of(&self, name: &str) -> Vec<Value> {
         self.seen
             .lock()
@@ -47,7 +47,7 @@ impl Panel {
                 body["model"]
                     .as_str()
                     .is_some_and(|m| m.starts_with(&format!("{name}:")))
-                    || path.starts_with(&format!("/v1beta/models/{name}:"))
+                    || path.starts_with(&format!("/v1beta/models/{name}%3A"))
             })
             .map(|(_, body)| body.clone())
             .collect()

@@ -64,7 +64,21 @@ async fn records_survive_a_restart() {
     assert_eq!(health["records"]["store"], "sqlite", "{health}");
     assert_eq!(health["records"]["state"], "ok", "{health}");
     let ids = [session(&server.url).await, session(&server.url).await];
-    let list_before = get_json(&format!("{}/v1/sessions", server.url)).await;
+    // Both in the file (`stored`), as they will be after the restart.
+    let started = Instant::now();
+    let list_before = loop {
+        let list = get_json(&format!("{}/v1/sessions", server.url)).await;
+        if list["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["stored"] == true)
+        {
+            break list;
+        }
+        assert!(started.elapsed() < Duration::from_secs(10), "{list}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let mut records_before = Vec::new();
     let mut events_before = Vec::new();
     for id in &ids {

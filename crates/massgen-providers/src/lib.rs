@@ -17,6 +17,7 @@ mod client;
 mod connect;
 pub(crate) mod errors;
 pub mod gemini;
+pub mod model_name;
 pub mod presets;
 pub mod pricing;
 pub mod responses;
@@ -37,6 +38,7 @@ pub use massgen_core::provider::{
 
 pub use client::http_client;
 pub use connect::{Upstreams, Wire};
+pub use model_name::check_model;
 pub use retry::{CallPolicy, RetryObserver};
 pub use sse::{EventDecoder, Step};
 pub use upstream::{EndpointParts, HttpProvider, UpstreamConfig, WireFormat, decode_stream};

@@ -32,6 +32,9 @@ pub(crate) struct Endpoint {
     pub provider: String,
     pub model: String,
     pub url: String,
+    /// How the URL could show in an error text (see [`locations`]): replaced before any
+    /// error leaves the provider, since errors reach clients and the URL is the operator's.
+    pub hidden: Vec<String>,
     /// Authentication and version headers; values holding the key are marked sensitive.
     pub headers: HeaderMap,
     /// Redacted from every error message.
@@ -49,7 +52,7 @@ pub(crate) struct Endpoint {
 
 /// Starts the call lazily (on first poll) and streams its chunks.
 pub(crate) fn call(endpoint: Arc<Endpoint>, body: Value) -> ChunkStream {
-    let key = endpoint.key.clone();
+    let scrub = Arc::clone(&endpoint);
     let opened = async move {
         match open(&endpoint, body).await {
             Ok(stream) => stream,
@@ -57,19 +60,24 @@ pub(crate) fn call(endpoint: Arc<Endpoint>, body: Value) -> ChunkStream {
         }
     };
     let stream = futures::stream::once(opened).flatten();
-    Box::pin(stream.map(move |item| item.map_err(|error| redact(error, key.as_ref()))))
+    Box::pin(stream.map(move |item| item.map_err(|error| redact(error, &scrub))))
 }
 
 async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderError> {
     let policy = &endpoint.policy;
     let provider = &endpoint.provider;
-    let body = Bytes::from(serde_json::to_vec(&body).map_err(|error| {
+    let mut bytes = serde_json::to_vec(&body).map_err(|error| {
         ProviderError::new(
             ProviderErrorKind::InvalidRequest,
             provider.clone(),
             format!("cannot serialize the request: {error}"),
         )
-    })?);
+    })?;
+    // With a big question, the JSON value and the buffer's spare room would each hold
+    // another copy of it for the whole call.
+    drop(body);
+    bytes.shrink_to_fit();
+    let body = Bytes::from(bytes);
     let mut attempts = 0;
     loop {
         attempts += 1;
@@ -91,16 +99,31 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
                 tracing::warn!(
                     provider = %provider,
                     model = %endpoint.model,
+                    url = %endpoint.url,
                     status = ?error.status,
                     kind = ?error.kind,
                     attempt = attempts,
                     delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
-                    message = %truncate(&error.message),
+                    error = %own_words(&error),
                     "retrying upstream call"
                 );
+                log_upstream_words(endpoint, &error);
                 tokio::time::sleep(delay).await;
             }
-            RetryStep::GiveUp => return Err(error),
+            RetryStep::GiveUp => {
+                tracing::warn!(
+                    provider = %provider,
+                    model = %endpoint.model,
+                    url = %endpoint.url,
+                    status = ?error.status,
+                    kind = ?error.kind,
+                    attempts,
+                    error = %own_words(&error),
+                    "upstream call failed"
+                );
+                log_upstream_words(endpoint, &error);
+                return Err(error);
+            }
         }
     }
 }
@@ -128,7 +151,8 @@ async fn attempt(
             } else {
                 ProviderErrorKind::Connection
             };
-            let error = ProviderError::new(kind, provider, error_chain(&error));
+            // reqwest names the URL; the error reaches clients (the log has the URL).
+            let error = ProviderError::new(kind, provider, error_chain(&error.without_url()));
             return Err(failed(error, None));
         }
         Err(_) => {
@@ -180,14 +204,77 @@ async fn read_error_body(response: reqwest::Response, idle_timeout: Duration) ->
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-/// Upstreams sometimes quote the key they rejected; never pass it on.
-fn redact(mut error: ProviderError, key: Option<&Secret>) -> ProviderError {
-    if let Some(key) = key.map(Secret::expose).filter(|key| key.len() >= 8)
+/// Upstreams sometimes quote the key they rejected; never pass it on. Nor where the
+/// upstream is: the URL and host are the operator's, and errors reach clients.
+fn redact(mut error: ProviderError, endpoint: &Endpoint) -> ProviderError {
+    if let Some(key) = endpoint
+        .key
+        .as_ref()
+        .map(Secret::expose)
+        .filter(|key| key.len() >= 8)
         && error.message.contains(key)
     {
         error.message = error.message.replace(key, "***");
     }
+    for place in &endpoint.hidden {
+        if error.message.contains(place.as_str()) {
+            error.message = error.message.replace(place.as_str(), "<upstream>");
+        }
+    }
     error
+}
+
+/// The forms of `url` an error text may hold, longest first: the URL (as given and as
+/// parsed), without its query, its origin, `host:port` and (when it cannot be an ordinary
+/// word: it has a dot or a colon) the host.
+pub(crate) fn locations(url: &str) -> Vec<String> {
+    let mut places = vec![url.to_string()];
+    if let Ok(parsed) = reqwest::Url::parse(url) {
+        places.push(parsed.to_string());
+        if let Some(host) = parsed.host_str() {
+            let authority = match parsed.port() {
+                Some(port) => format!("{host}:{port}"),
+                None => host.to_string(),
+            };
+            places.push(format!("{}://{authority}", parsed.scheme()));
+            if parsed.port().is_some() {
+                places.push(authority);
+            }
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            if host.contains(['.', ':']) {
+                places.push(host.to_string());
+            }
+        }
+    }
+    for place in places.clone() {
+        if let Some((path, _query)) = place.split_once('?') {
+            places.push(path.to_string());
+        }
+    }
+    places.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    places.dedup();
+    places
+}
+
+/// What the log may say at any level: our own description of a failure with no HTTP
+/// status (a refused connection, a timeout); an upstream's words can quote the question.
+fn own_words(error: &ProviderError) -> &str {
+    if error.status.is_none() {
+        &error.message
+    } else {
+        "(the upstream's words are logged with --debug)"
+    }
+}
+
+/// An upstream's error text, at debug level only (it may quote the question or answer).
+fn log_upstream_words(endpoint: &Endpoint, error: &ProviderError) {
+    if error.status.is_some() {
+        tracing::debug!(
+            provider = %endpoint.provider,
+            message = %truncate(&error.message),
+            "the upstream's error"
+        );
+    }
 }
 
 /// A header value holding a secret: never printed by reqwest/http debug output.
@@ -196,4 +283,39 @@ pub(crate) fn secret_header(value: &str) -> Result<http::HeaderValue, String> {
         .map_err(|_| "the API key contains characters not allowed in a header".to_string())?;
     value.set_sensitive(true);
     Ok(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_form_of_the_upstream_url_is_hidden_from_error_texts() {
+        let url = "http://10.0.0.7:8443/openai/deployments/d/chat/completions?api-version=1";
+        let places = locations(url);
+        let hide = |text: &str| {
+            let mut text = text.to_string();
+            for place in &places {
+                text = text.replace(place.as_str(), "<upstream>");
+            }
+            text
+        };
+        assert_eq!(
+            hide(&format!("error sending request for url ({url})")),
+            "error sending request for url (<upstream>)"
+        );
+        assert_eq!(
+            hide("POST http://10.0.0.7:8443/openai/x failed"),
+            "POST <upstream>/openai/x failed"
+        );
+        assert_eq!(hide("tcp connect 10.0.0.7:8443"), "tcp connect <upstream>");
+        assert_eq!(hide("no route to 10.0.0.7"), "no route to <upstream>");
+        // A one-word host is an ordinary word too: only its `host:port` form is hidden.
+        let places = locations("http://vllm:8000/v1/chat/completions");
+        assert!(places.contains(&"vllm:8000".to_string()), "{places:?}");
+        assert!(!places.contains(&"vllm".to_string()), "{places:?}");
+        let places = locations("http://vllm/v1/chat/completions");
+        assert!(places.contains(&"http://vllm".to_string()), "{places:?}");
+        assert!(!places.contains(&"vllm".to_string()), "{places:?}");
+    }
 }

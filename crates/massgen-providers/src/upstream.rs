@@ -114,6 +114,7 @@ impl<W: WireFormat> HttpProvider<W> {
         let endpoint = Endpoint {
             provider: config.provider_name.clone(),
             model: config.model.clone(),
+            hidden: transport::locations(&url),
             url,
             headers,
             key: config.api_key.clone(),

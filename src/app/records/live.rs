@@ -266,7 +266,8 @@ impl SessionRecord {
         lock(&self.log).events.len() > self.committed.load(Ordering::Acquire)
     }
 
-    /// Finished and every event committed: the database has all of it.
+    /// Finished and every event committed: the database has all of it (a record read
+    /// back from the database, once finished, too; never one of the memory store).
     pub(super) fn is_saved(&self) -> bool {
         let log = lock(&self.log);
         log.finished.is_some() && self.committed.load(Ordering::Acquire) >= log.events.len()

@@ -231,6 +231,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
         "outcome": outcome,
         "events": events.len() as u64 + record.dropped(),
         "events_dropped": record.dropped(),
+        "stored": record.is_saved(),
     })
 }
 
@@ -260,5 +261,6 @@ pub fn list_entry_json(record: &SessionRecord) -> Value {
         "votes": s.votes,
         "usage": s.usage,
         "duration_ms": s.started_ms.zip(s.ended_ms).map(|(a, b)| b.saturating_sub(a)),
+        "stored": record.is_saved(),
     })
 }

@@ -5,8 +5,12 @@
 //! Limits (README, "Images"): at most [`MAX_IMAGES`] images in one request (the whole
 //! conversation), at most [`MAX_IMAGE_BYTES`] decoded bytes per inline image, URLs of at
 //! most [`MAX_URL_CHARS`] characters; only PNG, JPEG and WebP inline (what every supported
-//! provider takes), checked against the bytes themselves. The request body limit
-//! (`--max-body-bytes`) applies first, to everything together.
+//! provider takes). Inline bytes must parse as the type they claim, with a header giving
+//! dimensions above zero, at most [`MAX_IMAGE_SIDE`] pixels a side and [`MAX_IMAGE_PIXELS`]
+//! in all: an upstream refuses anything else, and then the whole call, after the session
+//! has started. Only the header is read (the server never decodes the pixels, which an
+//! upstream does anyway). URL images are passed on unchecked: the server never fetches
+//! them. The request body limit (`--max-body-bytes`) applies first, to everything together.
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
@@ -21,12 +25,17 @@ pub const MAX_IMAGE_BYTES: usize = 5 * 1024 * 1024;
 pub const MAX_IMAGES: usize = 20;
 /// Characters of an `https` image URL.
 pub const MAX_URL_CHARS: usize = 8192;
+/// Pixels of an inline image's longer side (Anthropic refuses larger; the others scale
+/// such images down anyway).
+pub const MAX_IMAGE_SIDE: usize = 8000;
+/// Pixels of an inline image, width times height (50 megapixels).
+pub const MAX_IMAGE_PIXELS: usize = 50_000_000;
 
-/// Media types accepted inline, with the bytes each starts with.
-const MEDIA_TYPES: &[(&str, &[u8])] = &[
-    ("image/png", b"\x89PNG\r\n\x1a\n"),
-    ("image/jpeg", b"\xff\xd8\xff"),
-    ("image/webp", b"RIFF"),
+/// Media types accepted inline, with the format their header must parse as.
+const MEDIA_TYPES: &[(&str, imagesize::ImageType)] = &[
+    ("image/png", imagesize::ImageType::Png),
+    ("image/jpeg", imagesize::ImageType::Jpeg),
+    ("image/webp", imagesize::ImageType::Webp),
 ];
 
 /// OpenAI's `detail` values.
@@ -146,7 +155,7 @@ fn https(url: &str) -> Result<ImageSource, Refused> {
 /// really of the type they claim (providers refuse a mismatch).
 fn inline(media_type: &str, data: &str) -> Result<ImageSource, Refused> {
     let media_type = media_type.trim().to_ascii_lowercase();
-    let Some((_, magic)) = MEDIA_TYPES.iter().find(|(t, _)| *t == media_type) else {
+    let Some((_, format)) = MEDIA_TYPES.iter().find(|(t, _)| *t == media_type) else {
         return Err(Refused::new(
             "unsupported_image_type",
             format!(
@@ -181,17 +190,52 @@ fn inline(media_type: &str, data: &str) -> Result<ImageSource, Refused> {
     if bytes.len() > MAX_IMAGE_BYTES {
         return Err(too_large());
     }
-    let webp_ok = media_type != "image/webp" || bytes.get(8..12) == Some(b"WEBP");
-    if bytes.is_empty() || !bytes.starts_with(magic) || !webp_ok {
-        return Err(Refused::new(
-            "invalid_image",
-            format!("the image data is not a {media_type} image"),
-        ));
-    }
+    check_header(&bytes, &media_type, *format)?;
     Ok(ImageSource::Base64 {
         media_type,
         data: data.into(),
     })
+}
+
+/// The bytes are a `format` image whose header gives sane dimensions.
+fn check_header(
+    bytes: &[u8],
+    media_type: &str,
+    format: imagesize::ImageType,
+) -> Result<(), Refused> {
+    let not_an_image = |why: &str| {
+        Refused::new(
+            "invalid_image",
+            format!("the image data does not parse as {media_type}: {why}"),
+        )
+    };
+    match imagesize::image_type(bytes) {
+        Ok(found) if found == format => {}
+        Ok(_) => return Err(not_an_image("its bytes are another format")),
+        Err(_) => return Err(not_an_image("it has no such header")),
+    }
+    // imagesize reads a PNG's size at a fixed offset without looking for the IHDR chunk
+    // that must hold it.
+    if format == imagesize::ImageType::Png && bytes.get(12..16) != Some(b"IHDR") {
+        return Err(not_an_image("no IHDR chunk after the signature"));
+    }
+    let size = imagesize::blob_size(bytes)
+        .map_err(|_| not_an_image("its header is cut short or corrupt"))?;
+    let (width, height) = (size.width, size.height);
+    if width == 0 || height == 0 {
+        return Err(not_an_image(&format!(
+            "its header says {width} x {height} pixels"
+        )));
+    }
+    if width.max(height) > MAX_IMAGE_SIDE || width.saturating_mul(height) > MAX_IMAGE_PIXELS {
+        return Err(Refused::new(
+            "image_too_large",
+            format!(
+                "the image is {width} x {height} pixels; at most {MAX_IMAGE_SIDE} pixels a side and {MAX_IMAGE_PIXELS} pixels in all are accepted"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 fn strip_prefix_ignore_case<'a>(text: &'a str, prefix: &str) -> Option<&'a str> {
@@ -257,5 +301,46 @@ mod tests {
             "A".repeat(MAX_IMAGE_BYTES / 3 * 4 + 8)
         );
         assert_eq!(code(&huge), Some("image_too_large"));
+    }
+
+    /// A PNG signature and IHDR chunk of `width` x `height`, base64.
+    fn png(width: u32, height: u32) -> String {
+        let mut bytes = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
+        bytes.extend_from_slice(&width.to_be_bytes());
+        bytes.extend_from_slice(&height.to_be_bytes());
+        bytes.extend_from_slice(&[8, 6, 0, 0, 0, 0, 0, 0, 0]);
+        STANDARD.encode(bytes)
+    }
+
+    #[test]
+    fn headers_must_parse_with_sane_dimensions() {
+        let code =
+            |media_type: &str, data: &str| from_base64(media_type, data).err().map(|r| r.code);
+        assert_eq!(code("image/png", PNG), None);
+        assert_eq!(code("image/png", &png(8000, 6250)), None, "50 megapixels");
+        for (media_type, bytes) in [
+            ("image/png", &b"\x89PNG\r\n\x1a\n"[..]),
+            ("image/png", b"\x89PNG\r\n\x1a\n0123456789abcdef01234567"),
+            ("image/jpeg", b"\xff\xd8\xff\xe0\x00\x10JFIF\x00"),
+            ("image/jpeg", b"\xff\xd8\xff"),
+            ("image/webp", b"RIFF\x04\x00\x00\x00WEBP"),
+            ("image/webp", b"RIFF\x04\x00\x00\x00WAVEfmt "),
+        ] {
+            assert_eq!(
+                code(media_type, &STANDARD.encode(bytes)),
+                Some("invalid_image"),
+                "{media_type} {bytes:?}"
+            );
+        }
+        assert_eq!(code("image/webp", PNG), Some("invalid_image"));
+        assert_eq!(code("image/png", &png(0, 1)), Some("invalid_image"));
+        assert_eq!(code("image/png", &png(1, 0)), Some("invalid_image"));
+        assert_eq!(code("image/png", &png(8001, 1)), Some("image_too_large"));
+        assert_eq!(code("image/png", &png(8000, 6251)), Some("image_too_large"));
+        let message = from_base64("image/png", &png(u32::MAX, u32::MAX))
+            .err()
+            .map(|r| r.message)
+            .unwrap_or_default();
+        assert!(message.contains("4294967295 x 4294967295"), "{message}");
     }
 }

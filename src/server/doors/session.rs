@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
-use axum::http::{HeaderMap, HeaderValue, header};
+use axum::http::HeaderValue;
 use axum::response::Response;
 use massgen_core::coordination::{
     EventKind, SessionError, SessionErrorKind, SessionEvent, SessionInput, SessionSummary,
@@ -24,8 +24,9 @@ use crate::app::{Caller, Overrides, SHUTDOWN_CANCELLED, SessionRequest, Sessions
 use crate::config::PanelConfig;
 use crate::server::cache::{Lookup, ResponseCache};
 use crate::server::error::ApiError;
+use crate::server::limits::KeySessionSlot;
 use crate::server::panel_choice::request_panel;
-use crate::server::{AppState, routing, stall};
+use crate::server::{AppState, bodies, routing, stall};
 use crate::telemetry;
 
 pub const SESSION_HEADER: &str = "x-massgen-session-id";
@@ -33,46 +34,6 @@ pub const SESSION_HEADER: &str = "x-massgen-session-id";
 /// fields such as `massgen_metadata` but keep response headers. A streamed response's
 /// headers go out before there is a winner; its final event's metadata names it.
 pub const WINNER_HEADER: &str = "x-massgen-winner";
-
-/// Reads the whole body, refusing more than `limit` bytes and any `Content-Encoding` but
-/// `identity`: a compressed body read as plain JSON would fail in confusing ways, and
-/// decoding it would need a limit on the decoded size too.
-pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
-    if let Some(encoding) = headers
-        .get_all(header::CONTENT_ENCODING)
-        .iter()
-        .map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .trim()
-                .to_ascii_lowercase()
-        })
-        .find(|e| !e.is_empty() && e != "identity")
-    {
-        return Err(ApiError::UnsupportedEncoding {
-            encoding: encoding.chars().take(64).collect(),
-        });
-    }
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<usize>().ok());
-    if declared.is_some_and(|n| n > limit) {
-        return Err(ApiError::PayloadTooLarge { limit });
-    }
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
-        let too_large = std::error::Error::source(&e)
-            .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-        if too_large {
-            ApiError::PayloadTooLarge { limit }
-        } else {
-            ApiError::invalid(
-                format!("Could not read the request body: {e}"),
-                None,
-                "invalid_body",
-            )
-        }
-    })
-}
 
 /// What every door's handler starts from: the state, the caller, when the request
 /// arrived, and its body (read up to `--max-body-bytes`).
@@ -98,7 +59,13 @@ impl FromRequest<AppState> for Incoming {
         // A body trickled in a byte at a time would otherwise hold the connection forever.
         let body = tokio::time::timeout(
             within,
-            read_body(&parts.headers, body, state.settings.max_body_bytes),
+            bodies::read_body(
+                &parts.headers,
+                parts.extensions.get::<bodies::ShareSlot>(),
+                body,
+                state.settings.max_body_bytes,
+                &state.production.bodies,
+            ),
         )
         .await
         .map_err(|_| ApiError::BodyTimeout { within })??;
@@ -141,7 +108,7 @@ fn resolve_panel(state: &AppState, ask: &Ask) -> Result<Arc<PanelConfig>, ApiErr
     let panel = routing::resolve(
         ask.route_as.as_deref().unwrap_or(&ask.model),
         &state.catalog,
-        state.settings.allow_config_paths,
+        &state.settings,
         state.settings.allow_model_override,
         state.default_model(),
         state.env.as_ref(),
@@ -178,14 +145,18 @@ pub async fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
         ask.input.sampling = Sampling::default();
     }
     let panel = resolve_panel(state, &ask)?;
-    if let Some(left) = daily_allowance(state, &ask.caller).await? {
-        // So one session cannot take the key past its day's limit (smaller wins, as for
-        // every other limit).
-        ask.overrides.max_cost_usd = Some(ask.overrides.max_cost_usd.map_or(left, |m| m.min(left)));
+    let limits = &state.production.limits;
+    // Held by the session until its coordination ends; over a cap the request is refused
+    // at once.
+    let permit = limits.try_session()?;
+    let key_slot = limits.try_key_session(ask.caller.key)?;
+    let reservation = reserve_cost(state, &ask.caller, &panel, &ask.overrides).await?;
+    if let Some(reserved) = &reservation {
+        // The session may spend what it reserved, no more (never more than its own caps:
+        // the reservation is at most the smallest of them).
+        ask.overrides.max_cost_usd = Some(reserved.usd);
     }
     let models = &ask.overrides.models;
-    // Held by the session until it ends; over the cap the request is refused at once.
-    let permit = state.production.limits.try_session()?;
     let model_chosen =
         routing::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model)) || !models.is_empty();
     let sessions = &state.sessions;
@@ -206,7 +177,9 @@ pub async fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
                 stream_agent_text: ask.deliberation == Deliberation::Full,
                 overrides: ask.overrides,
                 model_chosen,
-                permit,
+                // Held by the relay instead, which frees it with the session's last
+                // event, before the client can see that event.
+                permit: None,
             },
         )
         .map_err(start_error)?;
@@ -214,6 +187,11 @@ pub async fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
         started.events,
         started.cancel,
         state.settings.production.client_stall_timeout,
+        Held {
+            _permit: permit,
+            _key_slot: key_slot,
+            reservation,
+        },
     );
     Ok(Opened {
         created: sessions.now_secs(),
@@ -228,22 +206,46 @@ pub async fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
     })
 }
 
-/// What a new session of `caller` may still spend today under `--max-key-cost-usd-per-day`
-/// (nothing when there is no such limit); a key that spent it all is refused.
-async fn daily_allowance(state: &AppState, caller: &Caller) -> Result<Option<f64>, ApiError> {
+/// Under `--max-key-cost-usd-per-day`, reserves the new session's maximum cost from what
+/// `caller` may still spend today: the smallest of `--max-session-cost-usd`, the panel's
+/// and the request's `max_cost_usd`, else all that is left (then the key's next session
+/// waits for this one to end). Refused, before any upstream call, when nothing is left.
+async fn reserve_cost(
+    state: &AppState,
+    caller: &Caller,
+    panel: &PanelConfig,
+    overrides: &Overrides,
+) -> Result<Option<spend::Reservation>, ApiError> {
     let Some(quota) = state.production.quota else {
         return Ok(None);
     };
+    let production = &state.settings.production;
+    let cap = [
+        production.max_session_cost_usd,
+        panel.orchestrator.max_cost_usd,
+        overrides.max_cost_usd,
+    ]
+    .into_iter()
+    .flatten()
+    .reduce(f64::min);
     let sessions = &state.sessions;
-    let db = sessions.records().db().map(|db| &**db);
-    let spent = spend::spent_today(sessions.spend(), db, caller.owner(), sessions.now_ms()).await;
-    match quota.allowance(spent) {
-        Ok(left) => Ok(Some(left)),
-        Err(spent) => {
+    let reserved = spend::reserve(
+        sessions.spend(),
+        sessions.records().db(),
+        quota,
+        caller.owner(),
+        sessions.now_ms(),
+        cap,
+        production.records_interrupted_after,
+    )
+    .await;
+    match reserved {
+        Ok(reservation) => Ok(Some(reservation)),
+        Err(refused) => {
             if let Some(m) = telemetry::metrics() {
                 m.rejected.with_label_values(&["key_quota"]).inc();
             }
-            Err(ApiError::QuotaSpent(spent))
+            Err(ApiError::QuotaSpent(refused))
         }
     }
 }
@@ -251,26 +253,72 @@ async fn daily_allowance(state: &AppState, caller: &Caller) -> Result<Option<f64
 /// Events buffered between the session and the door's response body. Frames are small,
 /// so with hyper's write buffer this bounds what a stalled client holds.
 const CLIENT_BUFFER: usize = 64;
+/// Events a session may produce ahead of a client that reads slowly (a few MB: about what
+/// the kernel's send buffer of its connection holds), so its coordination ends, and frees
+/// its slots, without waiting for the client. Past it the session waits for the client.
+const CLIENT_READ_AHEAD: usize = 32_768;
 
-/// Moves the session's events to the door through a small buffer, so the session never
-/// waits on the client for long: a client that leaves the buffer full for `stall` (it
-/// stopped reading, or its HTTP/2 window is 0) is dropped as a disconnect, as is one that
-/// goes away. Either way `cancel` is dropped, which cancels the session's upstream calls;
-/// the session then ends and frees its slot.
+/// What a session holds until its coordination ends.
+struct Held {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    _key_slot: Option<KeySessionSlot>,
+    reservation: Option<spend::Reservation>,
+}
+
+impl Held {
+    /// Counts what the session spends against its reservation; whether `event` is the
+    /// session's last.
+    fn watch(&mut self, event: &SessionEvent) -> bool {
+        match &event.kind {
+            EventKind::Usage {
+                cost_usd: Some(usd),
+                ..
+            } => {
+                if let Some(reservation) = self.reservation.as_mut() {
+                    reservation.spend(*usd);
+                }
+                false
+            }
+            EventKind::SessionCompleted { .. } | EventKind::SessionFailed { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// Moves the session's events to the door through a small buffer, reading ahead of a
+/// slow client (up to [`CLIENT_READ_AHEAD`]) so the session never waits on it for long.
+/// `held` goes with the session's last event (`session_completed` or `session_failed`),
+/// before the client can see it: a client that sends its next request on seeing the end
+/// of this one finds the slots and the allowance given back. A client that leaves the
+/// buffer full for `stall` (it stopped reading, or its HTTP/2 window is 0) is dropped as a
+/// disconnect, as is one that goes away. Either way `cancel` is dropped, which cancels the
+/// session's upstream calls; the session then ends and frees what it held.
 fn relay(
     from: mpsc::Receiver<Box<SessionEvent>>,
     cancel: DropGuard,
     stall: Duration,
+    held: Held,
 ) -> (mpsc::Receiver<Box<SessionEvent>>, Arc<AtomicBool>) {
-    let from = tokio_stream::wrappers::ReceiverStream::new(from);
-    stall::forward(from, CLIENT_BUFFER, stall, cancel, move |event| {
-        tracing::warn!(
-            session_id = %event.session_id,
-            stall_seconds = stall.as_secs_f64(),
-            buffered_events = CLIENT_BUFFER,
-            "the client stopped reading: dropping it as a disconnect"
-        );
-    })
+    let bounds = stall::Bounds {
+        capacity: CLIENT_BUFFER,
+        ahead: CLIENT_READ_AHEAD,
+        stall,
+    };
+    stall::read_ahead(
+        from,
+        bounds,
+        cancel,
+        held,
+        |held, event| held.watch(event),
+        move |event| {
+            tracing::warn!(
+                session_id = %event.session_id,
+                stall_seconds = stall.as_secs_f64(),
+                buffered_events = CLIENT_BUFFER,
+                "the client stopped reading: dropping it as a disconnect"
+            );
+        },
+    )
 }
 
 fn start_error(error: StartError) -> ApiError {
@@ -413,12 +461,24 @@ impl Steps {
     }
 }
 
+/// The message can quote the answer (a failed schema check) or an upstream's words (which
+/// can quote the question): it is logged at debug only; above that, who failed and how.
 fn log_failed(session_id: &str, error: &SessionError) {
+    let agents: Vec<String> = error
+        .agent_errors
+        .iter()
+        .map(|a| match a.status {
+            Some(status) => format!("{}:{:?}:{status}", a.agent.agent_id, a.kind),
+            None => format!("{}:{:?}", a.agent.agent_id, a.kind),
+        })
+        .collect();
     if error.kind == SessionErrorKind::Cancelled {
+        // Our own words (shutdown, a client gone).
         tracing::info!(session_id = %session_id, reason = %error.message, "session cancelled");
     } else {
-        tracing::warn!(session_id = %session_id, kind = ?error.kind, error = %error.message, "session failed");
+        tracing::warn!(session_id = %session_id, kind = ?error.kind, agents = %agents.join(","), "session failed");
     }
+    tracing::debug!(session_id = %session_id, error = %error.message, "session failure");
 }
 
 /// Time from the request's arrival to the first byte of a streamed response.

@@ -188,8 +188,14 @@ pub async fn attempt(
     let mut rounds = 0u32;
     let mut limit_noted = false;
     loop {
-        let (mut gathered, result) =
-            one_call(&provider, request.clone(), deadline, &report, usage).await;
+        // Only the tool loop sends the request again: without tools it is handed over, not
+        // copied (with a big question, a copy per agent).
+        let this_call = if tools.is_some() {
+            request.clone()
+        } else {
+            std::mem::take(&mut request)
+        };
+        let (mut gathered, result) = one_call(&provider, this_call, deadline, &report, usage).await;
         if let Some(u) = gathered.usage {
             usage.get_or_insert_with(Usage::default).add(&u);
         }

@@ -48,4 +48,4 @@ pub use events::{
 };
 pub use options::{FinalAnswerStrategy, OrchestratorOptions, Quorum, Strictness};
 pub use spec::{AnswerBounds, Clock, SessionAgent, SessionInput, SessionSpec, SystemClock};
-pub use structured::{AnswerCheck, StructuredOutput};
+pub use structured::{AnswerCheck, Rejection, StructuredOutput};

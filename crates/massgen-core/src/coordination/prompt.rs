@@ -204,7 +204,7 @@ pub fn coordination_system(
 
 /// The user message of a coordination turn.
 pub fn coordination_user(input: &SessionInput, answers: &[ShownAnswer]) -> String {
-    context_blocks(input, answers)
+    context_blocks(input, answers, 0)
 }
 
 /// The system message of the presentation call.
@@ -268,7 +268,11 @@ pub fn presentation_user(
     own_label: Option<&str>,
     votes: &[(String, String, String)],
 ) -> String {
-    let mut out = context_blocks(input, answers);
+    let votes_len: usize = votes
+        .iter()
+        .map(|(voter, target, reason)| voter.len() + target.len() + reason.len() + 16)
+        .sum();
+    let mut out = context_blocks(input, answers, votes_len);
     out.push('\n');
     if let Some(own_label) = own_label {
         out.push_str(&format!(
@@ -309,7 +313,7 @@ pub fn evaluation_system(
 
 /// The user message of the post-evaluation call: the context and the answer to check.
 pub fn evaluation_user(input: &SessionInput, answer: &str) -> String {
-    let mut out = question_blocks(input);
+    let mut out = question_blocks(input, answer.len());
     out.push_str(&format!(
         "<answer_to_evaluate>\n{answer}\n</answer_to_evaluate>"
     ));
@@ -345,7 +349,7 @@ pub fn image_count(input: &SessionInput) -> usize {
 /// [`coordination_user`] or [`presentation_user`]) marks each image as `[image N]`: an
 /// agent that can see images gets them attached in that order; one that cannot gets a
 /// note instead, so it neither guesses their content nor ignores that they exist.
-pub fn user_turn(text: String, input: &SessionInput, vision: bool) -> Message {
+pub fn user_turn(mut text: String, input: &SessionInput, vision: bool) -> Message {
     let images: Vec<Image> = input
         .history
         .iter()
@@ -356,21 +360,27 @@ pub fn user_turn(text: String, input: &SessionInput, vision: bool) -> Message {
     if images.is_empty() {
         return Message::user(text);
     }
+    // Appended, not formatted into a new string: the text can hold a big question.
     if !vision {
-        return Message::user(format!(
-            "{text}\n\nEach [image N] above marks an image the user attached. Your model cannot \
+        text.push_str(
+            "\n\nEach [image N] above marks an image the user attached. Your model cannot \
              see images, so they are not shown to you: do not guess what they show. Other \
-             agents may see them; rely on what their answers say about the images."
-        ));
+             agents may see them; rely on what their answers say about the images.",
+        );
+        return Message::user(text);
     }
-    let mut message = Message::user(format!(
-        "{text}\n\nThe images marked [image 1] to [image {}] above are attached below, in \
+    text.push_str(&format!(
+        "\n\nThe images marked [image 1] to [image {}] above are attached below, in \
          that order.",
         images.len()
     ));
+    let mut message = Message::user(text);
     message.images = images;
     message
 }
+
+/// Room for the tags, image marks and short notes a prompt adds around what it quotes.
+const PROMPT_SLACK: usize = 4096;
 
 /// ` [image 3] [image 4]` for a message with two images after two earlier ones.
 fn image_marks(count: usize, first: &mut usize) -> String {
@@ -393,8 +403,13 @@ fn join_system(agent_system: Option<&str>, extra_system: Option<&str>, tail: &st
         .join("\n\n")
 }
 
-fn context_blocks(input: &SessionInput, answers: &[ShownAnswer]) -> String {
-    let mut out = question_blocks(input);
+/// `more`: bytes the caller adds after these blocks.
+fn context_blocks(input: &SessionInput, answers: &[ShownAnswer], more: usize) -> String {
+    let answers_len: usize = answers
+        .iter()
+        .map(|a| a.label.len() + a.text.len() + 32)
+        .sum();
+    let mut out = question_blocks(input, answers_len + more);
     out.push_str("<current_answers>\n");
     if answers.is_empty() {
         out.push_str("No answers exist yet.\n");
@@ -409,9 +424,14 @@ fn context_blocks(input: &SessionInput, answers: &[ShownAnswer]) -> String {
     out
 }
 
-/// The conversation, the original message and any tool results.
-fn question_blocks(input: &SessionInput) -> String {
-    let mut out = String::new();
+/// The conversation, the original message and any tool results, with room for `more`
+/// bytes after them: sized once, since a prompt grown by doubling can hold a big question
+/// twice over.
+fn question_blocks(input: &SessionInput, more: usize) -> String {
+    let history: usize = input.history.iter().map(|m| m.content.len() + 64).sum();
+    let followup: usize = input.followup.iter().map(|m| m.content.len() + 256).sum();
+    let mut out =
+        String::with_capacity(history + input.question.len() + followup + more + PROMPT_SLACK);
     let mut images = 0;
     if !input.history.is_empty() {
         out.push_str("<conversation>\n");

@@ -5,20 +5,34 @@
 //! carries it in the provider's native form. The answer is checked by the caller's
 //! [`AnswerCheck`] (the engine knows no JSON Schema crate); a failed check gets one
 //! corrective presentation call that names the problem, and a second failure fails the
-//! session (`invalid_output`) instead of returning prose.
+//! session (`invalid_output`) instead of returning prose. An answer the check could not
+//! judge ([`Rejection::Unchecked`]: out of its time budget) fails it at once.
 
 use std::fmt;
 use std::sync::Arc;
+
+use futures::future::BoxFuture;
 
 use super::events::{EventKind, PresentationMode, SessionError, SessionErrorKind};
 use super::present::{Presented, Presenter};
 use super::spec::SessionInput;
 use crate::provider::{FinishReason, OutputFormat, ProviderRequest};
 
-/// Checks a final answer against what the client asked for.
+/// Checks a final answer against what the client asked for. Asynchronous so that a
+/// costly check (a large schema) can run off the engine's threads, under the caller's
+/// time budget.
 pub trait AnswerCheck: Send + Sync + fmt::Debug {
-    /// `Err(problem)`, in words a model can act on, when `answer` does not fit.
-    fn check(&self, answer: &str) -> Result<(), String>;
+    fn check<'a>(&'a self, answer: &'a str) -> BoxFuture<'a, Result<(), Rejection>>;
+}
+
+/// Why a final answer was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// The answer does not fit, in words a model can act on: worth one corrective call.
+    Mismatch(String),
+    /// The answer could not be checked (the check ran out of its budget): the session
+    /// fails at once, as another answer would cost the same.
+    Unchecked(String),
 }
 
 /// The JSON the final answer must be.
@@ -93,7 +107,7 @@ impl Presenter<'_> {
         let mut rejected = None;
         let mut calls_left = 2;
         if self.reuse() {
-            match output.check.check(&stored) {
+            match output.check.check(&stored).await {
                 Ok(()) => {
                     self.final_delta(stored.clone()).await?;
                     return Ok(Presented {
@@ -103,7 +117,8 @@ impl Presenter<'_> {
                         calls: Vec::new(),
                     });
                 }
-                Err(problem) => {
+                Err(Rejection::Unchecked(reason)) => return Err(self.unchecked(&reason)),
+                Err(Rejection::Mismatch(problem)) => {
                     self.rejected(&problem).await?;
                     if self.state.budget_spent().is_some() {
                         // A spent budget allows no further call.
@@ -136,9 +151,10 @@ impl Presenter<'_> {
                 // Cut by a token limit: returned as it is, unchecked (as OpenAI does, with
                 // finish_reason "length").
                 None if finish == FinishReason::Length => String::new(),
-                None => match output.check.check(&gathered.text) {
+                None => match output.check.check(&gathered.text).await {
                     Ok(()) => String::new(),
-                    Err(problem) => problem,
+                    Err(Rejection::Mismatch(problem)) => problem,
+                    Err(Rejection::Unchecked(reason)) => return Err(self.unchecked(&reason)),
                 },
             };
             if problem.is_empty() {
@@ -170,6 +186,14 @@ impl Presenter<'_> {
             message: format!("the answer is not in the required format: {problem}"),
         })
         .await
+    }
+
+    fn unchecked(&self, reason: &str) -> SessionError {
+        let message = format!(
+            "the final answer could not be checked against the requested response format: \
+             {reason}"
+        );
+        self.state.error(SessionErrorKind::InvalidOutput, message)
     }
 
     fn invalid(&self, problem: &str) -> SessionError {

@@ -14,6 +14,7 @@ mod wire;
 use http::HeaderMap;
 use serde_json::Value;
 
+use super::model_name::{path_segment, percent_encode};
 use super::presets::AZURE_DEFAULT_API_VERSION;
 use super::transport;
 use super::upstream::{EndpointParts, base, bearer};
@@ -67,9 +68,9 @@ impl WireFormat for ChatCompletions {
 /// Azure OpenAI: the deployment URL
 /// `{endpoint}/openai/deployments/{model}/chat/completions?api-version=…` (default
 /// [`AZURE_DEFAULT_API_VERSION`]) and the key in an `api-key` header. `model` is the
-/// deployment name. A `base_url` that already names a deployment
-/// (`…/openai/deployments/<name>`) is used as it is. Body, stream and errors are Chat
-/// Completions'.
+/// deployment name, one path segment (see [`crate::model_name`]). A `base_url` that
+/// already names a deployment (`…/openai/deployments/<name>`) is used as it is. Body,
+/// stream and errors are Chat Completions'.
 #[derive(Debug)]
 pub enum AzureChatCompletions {}
 
@@ -85,11 +86,11 @@ impl WireFormat for AzureChatCompletions {
         let deployment_url = if base.contains("/openai/deployments/") {
             base.to_owned()
         } else {
-            format!("{base}/openai/deployments/{}", config.model)
+            format!("{base}/openai/deployments/{}", path_segment(&config.model)?)
         };
         let url = format!(
             "{deployment_url}/chat/completions?api-version={}",
-            api_version.unwrap_or(AZURE_DEFAULT_API_VERSION).trim()
+            percent_encode(api_version.unwrap_or(AZURE_DEFAULT_API_VERSION).trim())
         );
         let mut headers = HeaderMap::new();
         if let Some(key) = &config.api_key {

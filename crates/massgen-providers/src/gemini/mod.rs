@@ -13,6 +13,7 @@ use serde_json::Value;
 
 pub use schema::sanitize as sanitize_schema;
 
+use super::model_name::{gemini_model, path_segment};
 use super::transport;
 use super::upstream::{EndpointParts, base};
 use super::{HttpProvider, ProviderError, ProviderRequest, UpstreamConfig, WireFormat};
@@ -30,11 +31,11 @@ impl WireFormat for Gemini {
     type Decoder = decode::Decoder;
 
     fn endpoint(config: &UpstreamConfig, _: Option<&str>) -> Result<EndpointParts, String> {
+        // Google's own clients accept `models/gemini-…` too.
+        let model = path_segment(gemini_model(&config.model))?;
         let url = format!(
-            "{}/models/{}:streamGenerateContent?alt=sse",
-            base(config),
-            // Google's own clients accept `models/gemini-…` too.
-            config.model.trim_start_matches("models/")
+            "{}/models/{model}:streamGenerateContent?alt=sse",
+            base(config)
         );
         let mut headers = HeaderMap::new();
         if let Some(key) = &config.api_key {

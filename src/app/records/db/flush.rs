@@ -80,18 +80,49 @@ impl RecordDb {
     /// whose answer was lost writes nothing twice).
     pub async fn flush(&self, batch: &Batch) -> Result<(), sqlx::Error> {
         let mut tx = self.pool().begin().await?;
+        match self.write(&mut tx, batch).await {
+            // A failed commit leaves the transaction to sqlx's drop, which rolls back
+            // what is still open; the pool closes the connection if that fails.
+            Ok(()) => tx.commit().await,
+            Err(e) => {
+                // Rolled back now, before the writer's retry: the retry must not find
+                // this transaction still holding the write lock. A rollback that fails
+                // (SQLite may already have ended the transaction itself) leaves the
+                // connection in a transaction, and the pool closes it on release.
+                match tokio::time::timeout(ROLLBACK_TIMEOUT, tx.rollback()).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(r)) => tracing::debug!(
+                        "rollback after a failed batch failed (the connection is closed): {}",
+                        super::safe_error(&r)
+                    ),
+                    Err(_) => tracing::debug!("rollback after a failed batch timed out"),
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn write(
+        &self,
+        tx: &mut Transaction<'static, Any>,
+        batch: &Batch,
+    ) -> Result<(), sqlx::Error> {
         // Before the events go in: it skips those a lost commit answer already stored.
-        super::spend::add(&mut tx, batch).await?;
+        super::spend::add(tx, batch).await?;
         for session in &batch.sessions {
-            upsert_session(&mut tx, self.replica(), session).await?;
-            insert_events(&mut tx, session).await?;
+            upsert_session(tx, self.replica(), session).await?;
+            insert_events(tx, session).await?;
         }
         if self.engine() == Engine::Postgres {
-            notify(&mut tx, batch.sessions.iter().map(|s| &*s.id)).await?;
+            notify(tx, batch.sessions.iter().map(|s| &*s.id)).await?;
         }
-        tx.commit().await
+        Ok(())
     }
 }
+
+/// How long a rollback after a failed batch may take (a cut PostgreSQL link otherwise
+/// holds the writer until TCP notices).
+const ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 async fn upsert_session(
     tx: &mut Transaction<'static, Any>,

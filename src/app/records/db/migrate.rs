@@ -11,6 +11,11 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 const MIGRATIONS: &[(i64, &str, &str)] = &[
     (1, "records", include_str!("migrations/0001_records.sql")),
     (2, "spend", include_str!("migrations/0002_spend.sql")),
+    (
+        3,
+        "reservations",
+        include_str!("migrations/0003_reservations.sql"),
+    ),
 ];
 
 /// The migrator of the first `count` migrations (all of them with `usize::MAX`), so a test

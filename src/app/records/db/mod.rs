@@ -6,6 +6,7 @@
 
 mod flush;
 pub mod listen;
+mod lock;
 pub mod migrate;
 mod rows;
 mod spend;
@@ -61,6 +62,8 @@ pub struct RecordDb {
     /// PostgreSQL: the readers woken by other replicas' commits, and the URL the
     /// listening connection uses.
     wakeups: Option<(Arc<listen::Wakeups>, massgen_core::Secret)>,
+    /// SQLite opened by [`Self::open`]: this process alone uses the file.
+    lock: Option<lock::FileLock>,
 }
 
 /// A session row (without its events).
@@ -75,9 +78,32 @@ pub struct StoredSession {
 impl RecordDb {
     /// Connects and brings the schema up to date. The error names what failed, never the
     /// password.
+    ///
+    /// SQLite: takes the file's lock first (another process on it is an error naming
+    /// its PID), then marks `interrupted` what an earlier process left `running`.
     pub async fn open(db: &RecordsDb) -> Result<Self, String> {
-        let this = Self::connect(db).await?;
+        let lock = match db {
+            RecordsDb::Sqlite(path) => {
+                let path = prepare_sqlite_file(path)
+                    .map_err(|e| format!("cannot create the SQLite file {}: {e}", db.describe()))?;
+                Some(lock::hold(&path)?)
+            }
+            _ => None,
+        };
+        let mut this = Self::connect(db).await?;
+        this.lock = lock;
         this.migrate(migrate::count()).await?;
+        if this.owns_file() {
+            // A failure here (a full disk) must not stop start-up: the upkeep timer
+            // tries again on its first tick.
+            if let Err(e) = this.mark_interrupted(Duration::ZERO).await {
+                tracing::warn!(
+                    store = %this.described,
+                    "cannot mark sessions left running by an earlier process (retrying): {}",
+                    safe_error(&e)
+                );
+            }
+        }
         Ok(this)
     }
 
@@ -111,6 +137,14 @@ impl RecordDb {
                 Engine::Postgres => POSTGRES_CONNECTIONS,
             })
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            // A connection that comes back still inside a transaction (its commit or
+            // rollback failed: SQLite may end the transaction itself on a full disk, and
+            // sqlx then counts one that is gone, or opens savepoints in one that never
+            // ends) is closed, never reused: closing is the rollback that cannot fail,
+            // and a reused one would hold the write lock ("database is locked") forever.
+            .after_release(|conn, _| {
+                Box::pin(async move { Ok(!sqlx::Connection::is_in_transaction(conn)) })
+            })
             .after_connect(move |conn, _| {
                 Box::pin(async move {
                     if engine == Engine::Sqlite {
@@ -142,7 +176,26 @@ impl RecordDb {
             described,
             up: AtomicBool::new(true),
             wakeups: listen_url.map(|url| (Arc::default(), url)),
+            lock: None,
         })
+    }
+
+    /// This process holds the SQLite file's lock: no other process writes to it.
+    pub fn owns_file(&self) -> bool {
+        self.lock.is_some()
+    }
+
+    /// Closes the pool's idle connections (new ones open on demand): after failures
+    /// that persist, whatever state the driver was left in goes with them.
+    pub(super) async fn recycle_idle(&self) {
+        for _ in 0..self.pool.num_idle() {
+            match self.pool.try_acquire() {
+                Some(conn) => {
+                    let _ = tokio::time::timeout(ACQUIRE_TIMEOUT, conn.close()).await;
+                }
+                None => break,
+            }
+        }
     }
 
     /// Applies the first `count` migrations not applied yet.

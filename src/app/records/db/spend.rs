@@ -1,9 +1,11 @@
 //! Spend per owner and UTC day in the database (table `spend`, migration 0002), so every
 //! replica on one database sees one key's spend (`--max-key-cost-usd-per-day`). It is
 //! added in the writer's flush transaction from the batch's `Usage` events, so it is
-//! committed exactly when those events are.
+//! committed exactly when those events are. Running sessions' cost reservations are kept
+//! beside it (table `reservations`, migration 0003; see [`crate::app::spend`]).
 
 use std::collections::{BTreeMap, HashSet};
+use std::time::Duration;
 
 use massgen_core::coordination::EventKind;
 use sqlx::{Any, Row, Transaction};
@@ -11,7 +13,7 @@ use sqlx::{Any, Row, Transaction};
 use super::RecordDb;
 use super::flush::Batch;
 use super::rows::{from_db, to_db};
-use crate::app::spend::{Spent, day_text, utc_day};
+use crate::app::spend::{DailyQuota, QuotaSpent, Spent, Want, day_text, utc_day};
 
 /// Adds the cost and tokens of `batch`'s `Usage` events to their owners' days. Events
 /// already stored are skipped: a batch is retried whole when its commit's answer was
@@ -81,6 +83,123 @@ pub(super) async fn add(
 }
 
 impl RecordDb {
+    /// Reserves at most `want.usd` of `owner`'s day (the UTC day of `now_ms`) under
+    /// `want.limit` for a session, as reservation `id`: what was granted (all of it, or
+    /// what is left when less), or the refusal when nothing is left. This replica's own
+    /// reservations count as `want.own` (its ledger's, exact now) rather than as its rows. One transaction that
+    /// first locks the owner's `spend` row of the day (a no-op UPDATE: PostgreSQL's row
+    /// lock, SQLite's write lock), so reservations of one owner and day are made one at a
+    /// time and each sees those committed before it. Reservations of a replica whose
+    /// heartbeat is older than `stale_after` are deleted first: that replica stopped
+    /// without giving them back. (Used with PostgreSQL: on SQLite one process owns the
+    /// file and its ledger holds every reservation.)
+    pub async fn reserve(
+        &self,
+        id: &str,
+        owner: &str,
+        now_ms: u64,
+        want: Want,
+        stale_after: Duration,
+    ) -> Result<Result<f64, QuotaSpent>, sqlx::Error> {
+        let day = day_text(utc_day(now_ms));
+        let cutoff = to_db(
+            now_ms.saturating_sub(u64::try_from(stale_after.as_millis()).unwrap_or(u64::MAX)),
+        );
+        let mut tx = self.pool().begin().await?;
+        // So that other replicas never take this one for stopped before its first beat.
+        sqlx::query(
+            "INSERT INTO replicas (id, started_ms, heartbeat_ms) VALUES ($1, $2, $2) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(self.replica())
+        .bind(to_db(now_ms))
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "INSERT INTO spend (owner, day, usd, tokens) VALUES ($1, $2, 0, 0) \
+             ON CONFLICT (owner, day) DO NOTHING",
+        )
+        .bind(owner)
+        .bind(&day)
+        .execute(&mut *tx)
+        .await?;
+        let row = sqlx::query(
+            "UPDATE spend SET usd = usd WHERE owner = $1 AND day = $2 RETURNING usd, tokens",
+        )
+        .bind(owner)
+        .bind(&day)
+        .fetch_one(&mut *tx)
+        .await?;
+        let spent = Spent {
+            usd: row.try_get(0)?,
+            tokens: from_db(row.try_get(1)?),
+        };
+        sqlx::query(
+            "DELETE FROM reservations WHERE owner = $1 AND day = $2 AND replica <> $3 \
+             AND NOT EXISTS (SELECT 1 FROM replicas WHERE replicas.id = reservations.replica \
+             AND replicas.heartbeat_ms >= $4)",
+        )
+        .bind(owner)
+        .bind(&day)
+        .bind(self.replica())
+        .bind(cutoff)
+        .execute(&mut *tx)
+        .await?;
+        let others: Option<f64> = sqlx::query(
+            "SELECT SUM(usd) FROM reservations WHERE owner = $1 AND day = $2 AND replica <> $3",
+        )
+        .bind(owner)
+        .bind(&day)
+        .bind(self.replica())
+        .fetch_one(&mut *tx)
+        .await?
+        .try_get(0)?;
+        let quota = DailyQuota {
+            limit_usd: want.limit,
+        };
+        let reserved = others.unwrap_or_default() + want.own;
+        let granted = match quota.allowance(spent, reserved, Some(want.usd)) {
+            Ok(usd) => usd,
+            Err(refused) => {
+                tx.commit().await?;
+                return Ok(Err(refused));
+            }
+        };
+        sqlx::query(
+            "INSERT INTO reservations (id, owner, day, replica, usd, created_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(id)
+        .bind(owner)
+        .bind(&day)
+        .bind(self.replica())
+        .bind(granted)
+        .bind(to_db(now_ms))
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(Ok(granted))
+    }
+
+    /// Lowers reservation `id` to `usd`, what its ended session spent (never raises it).
+    pub async fn settle_reservation(&self, id: &str, usd: f64) -> Result<(), sqlx::Error> {
+        sqlx::query("UPDATE reservations SET usd = $2 WHERE id = $1 AND usd > $2")
+            .bind(id)
+            .bind(usd)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
+    /// Gives reservation `id` back (nothing when it is gone already).
+    pub async fn release_reservation(&self, id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM reservations WHERE id = $1")
+            .bind(id)
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
+
     /// What `owner` spent on the UTC day of `at_ms`, as committed by every replica.
     pub async fn spent_on(&self, owner: &str, at_ms: u64) -> Result<Spent, sqlx::Error> {
         let row = sqlx::query("SELECT usd, tokens FROM spend WHERE owner = $1 AND day = $2")
@@ -226,6 +345,75 @@ mod tests {
             .map(|r| r.get(0))
             .collect();
         assert_eq!(days, ["2026-11-23", "2026-11-24"]);
+    }
+
+    #[tokio::test]
+    async fn reservations_never_pass_the_limit_and_a_stopped_replicas_expire() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sqlite(&dir).await;
+        db.migrate(migrate::count()).await.unwrap();
+        let stale = Duration::from_secs(60);
+        sqlx::query("INSERT INTO replicas (id, started_ms, heartbeat_ms) VALUES ('live', $1, $1)")
+            .bind(to_db(NOON))
+            .execute(db.pool())
+            .await
+            .unwrap();
+        // Each reservation as if made by another live replica, this one counting none of
+        // its own (`own: 0`).
+        let reserve = |id: &'static str, usd: f64| {
+            let db = &db;
+            async move {
+                let want = Want {
+                    usd,
+                    limit: 5.0,
+                    own: 0.0,
+                };
+                let granted = db.reserve(id, "owner-a", NOON, want, stale).await.unwrap();
+                sqlx::query("UPDATE reservations SET replica = 'live' WHERE id = $1")
+                    .bind(id)
+                    .execute(db.pool())
+                    .await
+                    .unwrap();
+                granted
+            }
+        };
+        assert_eq!(reserve("r1", 2.0).await, Ok(2.0));
+        assert_eq!(reserve("r2", 2.0).await, Ok(2.0));
+        // What is left, when less than asked; then nothing.
+        assert_eq!(reserve("r3", 2.0).await, Ok(1.0));
+        let refused = reserve("r4", 0.5).await.unwrap_err();
+        assert_eq!(refused.reserved_usd, 5.0);
+        // Spend committed by the writer counts too.
+        db.release_reservation("r3").await.unwrap();
+        db.flush(&batch(vec![write(
+            "s1",
+            "owner-a",
+            true,
+            vec![started("s1"), usage("s1", 1, NOON, Some(0.75), 10)],
+        )]))
+        .await
+        .unwrap();
+        assert_eq!(reserve("r5", 1.0).await, Ok(0.25));
+        // An ended session keeps only what it spent reserved until that is committed.
+        db.settle_reservation("r5", 0.125).await.unwrap();
+        db.settle_reservation("r5", 0.5).await.unwrap();
+        assert_eq!(reserve("r7", 1.0).await, Ok(0.125));
+        db.release_reservation("r7").await.unwrap();
+        db.release_reservation("r5").await.unwrap();
+        db.release_reservation("r5").await.unwrap();
+        // A reservation of a replica without a heartbeat is a dead one's: the next
+        // reservation drops it.
+        sqlx::query("UPDATE reservations SET replica = 'gone' WHERE id = 'r1'")
+            .execute(db.pool())
+            .await
+            .unwrap();
+        assert_eq!(reserve("r6", 5.0).await, Ok(2.25));
+        let left: i64 = sqlx::query("SELECT COUNT(*) FROM reservations")
+            .fetch_one(db.pool())
+            .await
+            .unwrap()
+            .get(0);
+        assert_eq!(left, 2, "r2 and r6");
     }
 
     #[tokio::test]

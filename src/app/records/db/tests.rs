@@ -69,6 +69,7 @@ async fn migrates_an_empty_file_once_with_private_permissions() {
             "_sqlx_migrations",
             "events",
             "replicas",
+            "reservations",
             "sessions",
             "spend"
         ]
@@ -326,4 +327,80 @@ fn postgres_is_described_without_its_password() {
         RecordsDb::default_sqlite(Some("/x"), Some("/home/u")).unwrap(),
         RecordsDb::Sqlite("/x/massgen/records.db".into())
     );
+}
+
+/// SQLite ends a transaction itself on some errors (a full disk); sqlx then still counts
+/// it, its rollback fails, and the connection would open savepoints in a transaction that
+/// never ends: writes "committed" there never reach the file. The pool closes such a
+/// connection instead of reusing it.
+#[tokio::test]
+async fn a_connection_left_in_a_transaction_is_closed_not_reused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = RecordDb::open(&sqlite(&dir)).await.unwrap();
+    let insert = |n: i64| {
+        sqlx::query("INSERT INTO replicas (id, started_ms, heartbeat_ms) VALUES ($1, 1, 1)")
+            .bind(format!("r{n}"))
+    };
+    let mut tx = db.pool().begin().await.unwrap();
+    sqlx::query("ROLLBACK").execute(&mut *tx).await.unwrap();
+    assert!(tx.rollback().await.is_err(), "sqlx still counts it");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    for n in 0..4 {
+        // A failed transaction, rolled back, then a committed one.
+        let mut tx = db.pool().begin().await.unwrap();
+        assert!(
+            sqlx::query("INSERT INTO nowhere VALUES (1)")
+                .execute(&mut *tx)
+                .await
+                .is_err()
+        );
+        tx.rollback().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut tx = db.pool().begin().await.unwrap();
+        insert(n).execute(&mut *tx).await.unwrap();
+        tx.commit().await.unwrap();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Another connection (another process's view) sees every commit.
+    let outside = RecordDb::connect(&sqlite(&dir)).await.unwrap();
+    let count = tokio::time::timeout(
+        Duration::from_secs(3),
+        sqlx::query("SELECT COUNT(*) FROM replicas").fetch_one(outside.pool()),
+    )
+    .await
+    .expect("not locked")
+    .unwrap();
+    assert_eq!(count.get::<i64, _>(0), 4);
+}
+
+/// One process per file: sessions an earlier process left `running` are `interrupted` as
+/// soon as the next one opens the file, whatever their replica's heartbeat says.
+#[tokio::test]
+async fn opening_the_file_interrupts_what_an_earlier_process_left_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let earlier = Arc::new(RecordDb::connect(&sqlite(&dir)).await.unwrap());
+    earlier.migrate(migrate::count()).await.unwrap();
+    let store = RecordStore::with_db(Arc::clone(&earlier), upkeep(), 10, None);
+    let r = store.insert("s9".into(), Caller::default());
+    r.push(event(
+        "s9",
+        0,
+        EventKind::SessionStarted {
+            agents: vec![agent()],
+        },
+    ));
+    for _ in 0..200 {
+        if earlier.events("s9", 0, 10).await.unwrap().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    earlier.heartbeat().await.unwrap();
+    drop(store);
+    let db = RecordDb::open(&sqlite(&dir)).await.unwrap();
+    assert!(db.owns_file());
+    assert_eq!(db.status("s9").await.unwrap(), Some("interrupted"));
+    // The next process on the file is refused while this one holds it.
+    let err = RecordDb::open(&sqlite(&dir)).await.err().unwrap();
+    assert!(err.contains("in use by another massgen process"), "{err}");
 }

@@ -1,5 +1,6 @@
 //! What every replica does on a timer: say it is alive (`replicas.heartbeat_ms`), mark
-//! `interrupted` the sessions left `running` by a replica that stopped saying so, and
+//! `interrupted` the sessions left `running` by a replica that stopped saying so (on a
+//! SQLite file, which one process owns: by any earlier process), and
 //! enforce retention. Each step is one idempotent statement, so any number of replicas
 //! may run them at once.
 
@@ -44,10 +45,15 @@ impl RecordDb {
 
     /// Marks `interrupted` every `running` session of another replica whose heartbeat
     /// is older than `after` (or gone), ended at its last stored event; forgets such
-    /// replicas. Returns how many sessions it marked.
+    /// replicas. On a SQLite file this process holds the lock of, every other replica
+    /// is gone (it was an earlier process), whatever its heartbeat. Returns how many
+    /// sessions it marked.
     pub async fn mark_interrupted(&self, after: Duration) -> Result<u64, sqlx::Error> {
-        let cutoff =
-            to_db(now_ms().saturating_sub(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)));
+        let cutoff = if self.owns_file() {
+            i64::MAX
+        } else {
+            to_db(now_ms().saturating_sub(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)))
+        };
         let mut tx = self.pool().begin().await?;
         let marked = sqlx::query(
             "UPDATE sessions SET status = 'interrupted', \
@@ -74,7 +80,12 @@ impl RecordDb {
             super::flush::notify(&mut tx, ids.iter().map(String::as_str)).await?;
         }
         tx.commit().await?;
-        if !ids.is_empty() {
+        if !ids.is_empty() && self.owns_file() {
+            tracing::info!(
+                sessions = ids.len(),
+                "marked sessions interrupted: the process that ran them on this file stopped"
+            );
+        } else if !ids.is_empty() {
             tracing::info!(
                 sessions = ids.len(),
                 "marked sessions interrupted: their replica stopped (no heartbeat for {} s)",

@@ -2,7 +2,9 @@
 //! only queues a record (see `SessionRecord::mark_dirty`); the writer waits a moment to
 //! gather a batch, commits it in one transaction, and lets finished records leave memory
 //! once all of them is committed. When the database fails it keeps the records queued
-//! and retries with a growing pause; nothing a session does waits for it.
+//! and retries with a growing pause (a failed batch is rolled back, a connection left in
+//! a transaction is closed, and failures in a row reopen the idle ones), so it recovers
+//! once the database does; nothing a session does waits for it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -23,6 +25,8 @@ const BATCH_TIMEOUT: Duration = Duration::from_secs(30);
 /// Pauses between failed attempts: doubling from the first to the last.
 const RETRY_FIRST: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(10);
+/// Failed batches in a row after which the pool's idle connections are closed.
+const RECYCLE_AFTER: u32 = 3;
 
 pub struct Writer {
     pub db: Arc<RecordDb>,
@@ -38,14 +42,24 @@ impl Writer {
     /// Runs until the process ends.
     pub async fn run(self) {
         let mut pause = RETRY_FIRST;
+        let mut failures = 0u32;
         loop {
             if self.dirty.len() == 0 {
                 self.dirty.wake.notified().await;
                 tokio::time::sleep(GATHER).await;
             }
             match self.write_once().await {
-                Ok(()) => pause = RETRY_FIRST,
+                Ok(()) => {
+                    pause = RETRY_FIRST;
+                    failures = 0;
+                }
                 Err(()) => {
+                    failures += 1;
+                    if failures.is_multiple_of(RECYCLE_AFTER) {
+                        // Failures that persist ("database is locked" after the disk
+                        // came back): reopen rather than trust the connections.
+                        self.db.recycle_idle().await;
+                    }
                     tokio::time::sleep(pause).await;
                     pause = (pause * 2).min(RETRY_MAX);
                 }

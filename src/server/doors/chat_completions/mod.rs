@@ -51,11 +51,13 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         model: request.model.clone(),
         route_as: None,
         metadata: Default::default(),
-        input: request.input.clone(),
+        input: std::mem::take(&mut request.input),
         deliberation,
         overrides: request.overrides.clone(),
     };
     let cached = session::cache_lookup(&state, &ask, &body)?;
+    // The session has all it needs from the body; a big one is not held for its length.
+    drop(body);
     if let Some(hit) = cached.hit() {
         return Ok(hit);
     }

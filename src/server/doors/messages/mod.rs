@@ -36,10 +36,10 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         received,
         body,
     } = incoming;
-    let request = request::parse(&body, true)?;
+    let mut request = request::parse(&body, true)?;
     let mut input = conversation::session_input(
         request.system.clone(),
-        request.messages.clone(),
+        std::mem::take(&mut request.messages),
         request.tools.clone(),
         "messages",
     )?;
@@ -71,6 +71,8 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         overrides: request.overrides.clone(),
     };
     let cached = session::cache_lookup(&state, &ask, &body)?;
+    // The session has all it needs from the body; a big one is not held for its length.
+    drop(body);
     if let Some(hit) = cached.hit() {
         return Ok(hit);
     }

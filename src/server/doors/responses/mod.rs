@@ -74,6 +74,8 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         overrides: request.overrides,
     };
     let cached = session::cache_lookup(&state, &ask, &body)?;
+    // The session has all it needs from the body; a big one is not held for its length.
+    drop(body);
     if let Some(hit) = cached.hit() {
         return Ok(hit);
     }

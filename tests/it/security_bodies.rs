@@ -1,0 +1,357 @@
+//! Issue 23 item 7 and item 9 (connections): request bodies are bounded server-wide
+//! (`--max-buffered-body-bytes`), one address cannot take every connection
+//! (`--max-connections-per-address`), and a keep-alive connection waits for its next
+//! request under the idle timeout, not the header timeout.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::support::{Setup, bin, client, panel_yaml, run_bounded, sample, serve};
+
+/// One agent whose single call takes 3 s: a session holds its body's share at least that
+/// long, longer than a request waits for room (2 s).
+fn slow_panel(url: &str) -> String {
+    panel_yaml(
+        url,
+        &["slow:ttft_ms=3000,token_ms=1,words=3"],
+        "orchestrator:\n  skip_coordination_rounds: true\n  skip_final_presentation: true\n",
+    )
+}
+
+fn big_question(path: &str, bytes: usize) -> Value {
+    let text = "x".repeat(bytes);
+    match path {
+        "/v1/messages" => json!({
+            "model": "massgen",
+            "max_tokens": 100,
+            "messages": [{"role": "user", "content": text}],
+        }),
+        "/v1/responses" => json!({"model": "massgen", "input": text}),
+        _ => json!({"model": "massgen", "messages": [{"role": "user", "content": text}]}),
+    }
+}
+
+/// Status, `Retry-After` and JSON body of one POST; chunked (no `Content-Length`) when
+/// `chunked`.
+async fn send(url: &str, path: &str, body: &Value, chunked: bool) -> (u16, Option<String>, Value) {
+    let bytes = serde_json::to_vec(body).unwrap();
+    let request = client()
+        .post(format!("{url}{path}"))
+        .header("content-type", "application/json");
+    let request = if chunked {
+        let chunks: Vec<Result<Vec<u8>, std::io::Error>> =
+            bytes.chunks(1024).map(|c| Ok(c.to_vec())).collect();
+        request.body(reqwest::Body::wrap_stream(futures::stream::iter(chunks)))
+    } else {
+        request.body(bytes)
+    };
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let retry_after = response
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().unwrap().to_string());
+    let json = response.json().await.unwrap_or(Value::Null);
+    (status, retry_after, json)
+}
+
+#[tokio::test]
+async fn bodies_past_the_budget_wait_then_get_503_with_retry_after_and_none_hang() {
+    // Room for two 4 KB bodies at once (the budget's bookkeeping does not depend on the
+    // size; the simulator is slow with big prompts).
+    let setup = Setup::with_panel(
+        slow_panel,
+        &[
+            "--max-body-bytes",
+            "5000",
+            "--max-buffered-body-bytes",
+            "10000",
+        ],
+    );
+    let url = setup.server.url.clone();
+    let chat = "/v1/chat/completions";
+    let question = big_question(chat, 4000);
+    let started = Instant::now();
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let (url, question) = (url.clone(), question.clone());
+            tokio::spawn(async move { send(&url, chat, &question, false).await })
+        })
+        .collect();
+    // Both bodies are in well before their sessions' 3 s are over.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let mut late = Vec::new();
+    for (path, chunked) in [
+        (chat, false),
+        (chat, false),
+        (chat, true),
+        ("/v1/messages", false),
+        ("/v1/responses", false),
+    ] {
+        let (url, question) = (url.clone(), big_question(path, 4000));
+        late.push(tokio::spawn(async move {
+            (path, send(&url, path, &question, chunked).await)
+        }));
+    }
+    // The server stays responsive while requests wait for room.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let probe = Instant::now();
+    let health = client().get(format!("{url}/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    assert!(
+        probe.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        probe.elapsed()
+    );
+    for task in late {
+        let (path, (status, retry_after, body)) = task.await.unwrap();
+        assert_eq!(status, 503, "{path}: {body}");
+        assert_eq!(retry_after.as_deref(), Some("1"), "{path}");
+        let message = if path == "/v1/messages" {
+            // The Messages door's errors are Anthropic-shaped.
+            assert_eq!(body["type"], "error", "{body}");
+            assert_eq!(body["error"]["type"], "api_error", "{body}");
+            &body["error"]["message"]
+        } else {
+            assert_eq!(body["error"]["code"], "server_busy", "{body}");
+            &body["error"]["message"]
+        };
+        assert!(
+            message
+                .as_str()
+                .is_some_and(|m| m.contains("--max-buffered-body-bytes")),
+            "{body}"
+        );
+    }
+    for task in held {
+        let (status, _, body) = task.await.unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(25), "too slow");
+    // Every share was given back: a big body gets in again.
+    let (status, _, body) = send(&url, chat, &question, false).await;
+    assert_eq!(status, 200, "{body}");
+    let metrics = client()
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let refused = sample(
+        &metrics,
+        "massgen_rejected_requests_total",
+        &[("reason", "max_buffered_body_bytes")],
+    );
+    assert_eq!(refused, Some(5.0), "{metrics}");
+}
+
+#[test]
+fn a_budget_smaller_than_the_body_limit_is_a_start_up_error() {
+    let mut cmd = Command::new(bin());
+    cmd.args([
+        "serve",
+        "--demo",
+        "--port",
+        "0",
+        "--max-body-bytes",
+        "1000",
+        "--max-buffered-body-bytes",
+        "999",
+    ]);
+    let out = run_bounded(cmd, Duration::from_secs(20));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--max-buffered-body-bytes (999) must be at least --max-body-bytes (1000)"),
+        "{stderr}"
+    );
+}
+
+/// A client whose connections come from `ip` (any 127.0.0.0/8 address reaches loopback).
+fn client_from(ip: [u8; 4]) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from(ip))
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn address(url: &str) -> &str {
+    url.trim_start_matches("http://")
+}
+
+/// Whether the server closes `stream` within `within` (reading whatever it sends).
+async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0) | Err(_)) => return true,
+            Ok(Ok(_)) => {}
+        }
+    }
+}
+
+#[tokio::test]
+async fn one_address_past_its_connection_cap_is_closed_while_others_get_in() {
+    let server = serve(&["--demo", "--max-connections-per-address", "3"]);
+    let url = &server.url;
+    // Three connections from 127.0.0.1 that send nothing (held until the header timeout).
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        held.push(TcpStream::connect(address(url)).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut fourth = TcpStream::connect(address(url)).await.unwrap();
+    assert!(
+        closed_within(&mut fourth, Duration::from_secs(5)).await,
+        "the 4th connection from 127.0.0.1 stayed open"
+    );
+    let refused = client_from([127, 0, 0, 1])
+        .get(format!("{url}/health"))
+        .send()
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    // Another address is not affected.
+    let other = client_from([127, 0, 0, 2]);
+    let health = other.get(format!("{url}/health")).send().await.unwrap();
+    assert_eq!(health.status(), 200);
+    let metrics = other
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let closed = sample(
+        &metrics,
+        "massgen_rejected_requests_total",
+        &[("reason", "max_connections_per_address")],
+    );
+    assert!(closed.is_some_and(|n| n >= 2.0), "{metrics}");
+    // Once its connections close, the address gets in again.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(r) = client_from([127, 0, 0, 1])
+            .get(format!("{url}/health"))
+            .send()
+            .await
+        {
+            assert_eq!(r.status(), 200);
+            break;
+        }
+        assert!(Instant::now() < deadline, "127.0.0.1 never got in again");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Reads one HTTP/1.1 response (headers and a `content-length` body) within `within`.
+async fn read_response(stream: &mut TcpStream, within: Duration) -> Option<String> {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if let Some(end) = text.find("\r\n\r\n") {
+            let length = text[..end]
+                .lines()
+                .find_map(|l| {
+                    let (name, value) = l.split_once(':')?;
+                    name.eq_ignore_ascii_case("content-length")
+                        .then(|| value.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if seen.len() >= end + 4 + length {
+                return Some(text);
+            }
+        }
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Ok(Ok(n)) if n > 0 => seen.extend_from_slice(&buf[..n]),
+            _ => return None,
+        }
+    }
+}
+
+const HEALTH: &[u8] = b"GET /health HTTP/1.1\r\nhost: x\r\n\r\n";
+
+#[tokio::test]
+async fn keep_alive_waits_under_the_idle_timeout_and_partial_headers_under_the_header_timeout() {
+    let server = serve(&[
+        "--demo",
+        "--header-timeout-seconds",
+        "2",
+        "--idle-timeout-seconds",
+        "10",
+    ]);
+    let url = &server.url;
+    // A keep-alive connection idle 4 s between two requests: both answered.
+    let mut kept = TcpStream::connect(address(url)).await.unwrap();
+    kept.write_all(HEALTH).await.unwrap();
+    let first = read_response(&mut kept, Duration::from_secs(5)).await;
+    assert!(first.is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    kept.write_all(HEALTH).await.unwrap();
+    let second = read_response(&mut kept, Duration::from_secs(5)).await;
+    assert!(
+        second
+            .as_deref()
+            .is_some_and(|r| r.starts_with("HTTP/1.1 200")),
+        "the second request on the idle keep-alive connection: {second:?}"
+    );
+    // Headers that stop halfway are cut after the header timeout: on a new connection,
+    // and as the next request of a keep-alive one.
+    let mut fresh = TcpStream::connect(address(url)).await.unwrap();
+    fresh.write_all(b"GET /health HTTP/1.1\r\n").await.unwrap();
+    kept.write_all(b"GET /health HTTP/1.1\r\n").await.unwrap();
+    let started = Instant::now();
+    let (fresh_closed, kept_closed) = tokio::join!(
+        closed_within(&mut fresh, Duration::from_secs(8)),
+        closed_within(&mut kept, Duration::from_secs(8)),
+    );
+    assert!(fresh_closed, "a partial first request was not cut");
+    assert!(kept_closed, "a partial next request was not cut");
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "cut before the header timeout: {:?}",
+        started.elapsed()
+    );
+}
+
+/// The process's environment as it is now (after any restart).
+fn environ(pid: u32) -> String {
+    let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
+    String::from_utf8_lossy(&raw).replace('\0', "\n")
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn serve_runs_with_a_fixed_malloc_mmap_threshold_keeping_the_operators_own() {
+    let server = serve(&["--demo"]);
+    let env = environ(server.pid());
+    assert!(
+        env.lines()
+            .any(|l| l == "GLIBC_TUNABLES=glibc.malloc.mmap_threshold=262144"),
+        "{env}"
+    );
+    let mut cmd = Command::new(bin());
+    cmd.args(["serve", "--demo", "--host", "127.0.0.1", "--port", "0"])
+        .env(
+            "GLIBC_TUNABLES",
+            "glibc.malloc.arena_max=2:glibc.malloc.mmap_threshold=131072",
+        );
+    let server = crate::support::start(cmd, "massgen listening on");
+    // glibc splits the variable in place where it reads it (`:` becomes NUL).
+    let env = environ(server.pid());
+    assert!(env.contains("glibc.malloc.arena_max=2"), "{env}");
+    assert!(env.contains("glibc.malloc.mmap_threshold=131072"), "{env}");
+    assert!(!env.contains("262144"), "{env}");
+}
