@@ -10,7 +10,7 @@ use massgen_core::coordination::{
     Clock, OrchestratorOptions, Quorum, SessionAgent, SessionEvent, SessionInput, SessionSpec,
 };
 use massgen_tools::ToolRegistry;
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
@@ -74,8 +74,6 @@ pub struct SessionRequest {
     /// The request replaced the panel's models (`massgen/model:<name>`): metrics do not
     /// take that name as a label value.
     pub model_chosen: bool,
-    /// The session's concurrency slot, held until the session ends.
-    pub permit: Option<OwnedSemaphorePermit>,
 }
 
 /// What a request may change of the panel's `orchestrator:` options (the `massgen`
@@ -236,7 +234,6 @@ impl Sessions {
         let start = records::SessionStart {
             record: self.records.insert_with(id.clone(), request.caller, info),
             tracker,
-            permit: request.permit,
             files_dir: self.records.dir.clone(),
             shutdown: self.cancel_all.clone(),
             spend: self.spend.clone(),

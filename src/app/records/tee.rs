@@ -8,7 +8,7 @@ use std::sync::Arc;
 use massgen_core::coordination::{
     AgentErrorKind, ConsensusReason, EventKind, SessionErrorKind, SessionEvent,
 };
-use tokio::sync::{OwnedSemaphorePermit, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -18,8 +18,6 @@ use crate::telemetry::{SessionTracker, metrics};
 pub struct SessionStart {
     pub record: Arc<SessionRecord>,
     pub tracker: Arc<SessionTracker>,
-    /// The session's concurrency slot, released when the session ends.
-    pub permit: Option<OwnedSemaphorePermit>,
     pub files_dir: Option<PathBuf>,
     /// Cancelled when the shutdown's grace period is over.
     pub shutdown: CancellationToken,
@@ -39,12 +37,10 @@ pub fn tee(
         let SessionStart {
             record,
             tracker,
-            permit,
             files_dir,
             shutdown,
             spend,
         } = start;
-        let _permit = permit;
         let mut client = Some(to_client);
         let mut votes = 0u32;
         let mut restarts = 0u32;

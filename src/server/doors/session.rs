@@ -177,9 +177,6 @@ pub async fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
                 stream_agent_text: ask.deliberation == Deliberation::Full,
                 overrides: ask.overrides,
                 model_chosen,
-                // Held by the relay instead, which frees it with the session's last
-                // event, before the client can see that event.
-                permit: None,
             },
         )
         .map_err(start_error)?;
