@@ -6,20 +6,23 @@
 //! `MASSGEN_BUDGETS_BIN` runs these against another build of the server (the binary before
 //! the fix: every test here fails on it).
 
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
 use crate::support::postgres::PgServer;
-use crate::support::{self, Proc, get, mock_stats, mock_upstream, panel_yaml, post, sample, write};
+use crate::support::serving::{
+    bin_from_env, metrics_text, post_at_once, rejected, serve_command, serve_on_db, until,
+    zero_window_client,
+};
+use crate::support::{self, Proc, mock_stats, mock_upstream, panel_yaml, post, write};
 
 const KEY_A: &str = "sk-mg-budget-key-a-0123456789";
 const KEY_B: &str = "sk-mg-budget-key-b-0123456789";
 
 /// The server under test: this build, or `MASSGEN_BUDGETS_BIN`.
 fn server_bin() -> String {
-    std::env::var("MASSGEN_BUDGETS_BIN").unwrap_or_else(|_| support::bin().to_string())
+    bin_from_env("MASSGEN_BUDGETS_BIN")
 }
 
 /// A simulator, and a server on it with `panel(simulator_url)` as its default panel, keys
@@ -35,8 +38,8 @@ fn start(panel: impl FnOnce(&str) -> String, flags: &[&str]) -> Budgeted {
     let dir = tempfile::tempdir().unwrap();
     let team = write(dir.path(), "team.yaml", &panel(&mock.url));
     let keys = write(dir.path(), "keys.txt", &format!("{KEY_A}\n{KEY_B}\n"));
-    let mut cmd = Command::new(server_bin());
-    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--config"])
+    let mut cmd = serve_command(server_bin());
+    cmd.arg("--config")
         .arg(&team)
         .arg("--api-keys-file")
         .arg(&keys)
@@ -86,11 +89,7 @@ fn on_each_door() -> [(&'static str, Value); 3] {
 
 /// Every `massgen_cost_usd_total` sample of `/metrics`, summed: what the server spent.
 async fn spent_usd(url: &str) -> f64 {
-    let text = get(&format!("{url}/metrics"), None)
-        .await
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(url).await;
     text.lines()
         .filter(|l| l.starts_with("massgen_cost_usd_total"))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
@@ -112,6 +111,34 @@ async fn refused(response: reqwest::Response, path: &str) -> (Value, Option<Stri
     (body["error"].clone(), retry_after)
 }
 
+/// The sessions of `results` (status, body) that were answered, and the most one of them
+/// spent; every other one was refused for the key's day.
+fn answered_and_most(results: Vec<(u16, Value)>) -> (usize, f64) {
+    let (mut answered, mut most) = (0, 0.0f64);
+    for (status, body) in results {
+        match status {
+            200 => {
+                answered += 1;
+                most = most.max(body["massgen_metadata"]["cost_usd"].as_f64().unwrap());
+            }
+            429 => assert_eq!(body["error"]["code"], "insufficient_quota", "{body}"),
+            _ => panic!("{status}: {body}"),
+        }
+    }
+    (answered, most)
+}
+
+/// Waits (≤ 10 s) until the simulator has had two calls: the first session is running.
+async fn first_session_running(mock: &Proc) {
+    until(
+        "the first session's calls never came",
+        Duration::from_secs(10),
+        Duration::from_millis(50),
+        || async { mock_stats(mock).await["requests"].as_u64().unwrap() >= 2 },
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn twenty_concurrent_sessions_of_a_key_keep_its_five_dollar_day() {
     let s = start(
@@ -119,30 +146,9 @@ async fn twenty_concurrent_sessions_of_a_key_keep_its_five_dollar_day() {
         &["--max-key-cost-usd-per-day", "5"],
     );
     let url = s.server.url.clone();
-    let tasks: Vec<_> = (0..20)
-        .map(|_| {
-            let url = url.clone();
-            tokio::spawn(async move {
-                let response =
-                    post(&url, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await;
-                let status = response.status().as_u16();
-                (status, response.json::<Value>().await.unwrap())
-            })
-        })
-        .collect();
-    let (mut answered, mut most) = (0, 0.0f64);
-    for task in tasks {
-        let (status, body) = task.await.unwrap();
-        match status {
-            200 => {
-                answered += 1;
-                let cost = body["massgen_metadata"]["cost_usd"].as_f64().unwrap();
-                most = most.max(cost);
-            }
-            429 => assert_eq!(body["error"]["code"], "insufficient_quota", "{body}"),
-            _ => panic!("{status}: {body}"),
-        }
-    }
+    let urls = vec![url.clone(); 20];
+    let results = post_at_once(urls, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await;
+    let (answered, most) = answered_and_most(results);
     assert!(answered >= 1, "at least one session ran");
     let spent = spent_usd(&url).await;
     eprintln!(
@@ -169,20 +175,10 @@ async fn with_a_session_cap_a_keys_sessions_run_at_once_within_its_day() {
         ],
     );
     let url = s.server.url.clone();
-    let tasks: Vec<_> = (0..20)
-        .map(|_| {
-            let url = url.clone();
-            tokio::spawn(async move {
-                let response =
-                    post(&url, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await;
-                let status = response.status().as_u16();
-                (status, response.json::<Value>().await.unwrap())
-            })
-        })
-        .collect();
+    let urls = vec![url.clone(); 20];
+    let results = post_at_once(urls, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await;
     let mut statuses = Vec::new();
-    for task in tasks {
-        let (status, body) = task.await.unwrap();
+    for (status, body) in results {
         if status == 429 {
             assert_eq!(body["error"]["code"], "insufficient_quota", "{body}");
         } else if status == 200 {
@@ -215,14 +211,7 @@ async fn a_key_that_cannot_reserve_is_refused_before_any_upstream_call() {
             post(&url, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while mock_stats(&s.mock).await["requests"].as_u64().unwrap() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the first session's calls never came"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    first_session_running(&s.mock).await;
     let before = mock_stats(&s.mock).await["requests"].clone();
     for (path, body) in on_each_door() {
         let (error, retry_after) = refused(post(&url, path, Some(KEY_A), &body).await, path).await;
@@ -259,14 +248,7 @@ async fn a_key_at_its_session_cap_is_refused_on_every_door_and_others_are_not() 
             post(&url, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await
         })
     };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while mock_stats(&s.mock).await["requests"].as_u64().unwrap() < 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the first session's calls never came"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    first_session_running(&s.mock).await;
     for (path, body) in on_each_door() {
         let (error, retry_after) = refused(post(&url, path, Some(KEY_A), &body).await, path).await;
         if path != "/v1/messages" {
@@ -282,16 +264,8 @@ async fn a_key_at_its_session_cap_is_refused_on_every_door_and_others_are_not() 
     assert_eq!(first.await.unwrap().status(), 200);
     let again = post(&url, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await;
     assert_eq!(again.status(), 200, "the ended session gave its place back");
-    let metrics = get(&format!("{url}/metrics"), None)
-        .await
-        .text()
-        .await
-        .unwrap();
-    let refused = sample(
-        &metrics,
-        "massgen_rejected_requests_total",
-        &[("reason", "max_sessions_per_key")],
-    );
+    let metrics = metrics_text(&url).await;
+    let refused = rejected(&metrics, "max_sessions_per_key");
     assert_eq!(refused, Some(3.0), "{metrics}");
 }
 
@@ -326,20 +300,13 @@ async fn a_keys_sessions_one_after_another_find_their_places_and_allowance_given
 
 /// `massgen serve` with `flags`, keeping records, spend and reservations in `db`.
 fn serve_on(flags: &[String], db: &str) -> Proc {
-    let mut cmd = Command::new(server_bin());
-    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
-        .args(flags)
-        .env("MASSGEN_SERVER_RECORDS_DB", db);
-    support::start(cmd, "massgen listening on")
+    serve_on_db(server_bin(), flags, db)
 }
 
-/// Polls `sql` on `pg` until it prints `want` (bounded).
+/// Polls `sql` on `pg` every 100 ms until it prints `want` (bounded by `within`).
 async fn pg_until(pg: &PgServer, sql: &str, want: &str, within: Duration) {
-    let deadline = Instant::now() + within;
-    while pg.query(sql).trim() != want {
-        assert!(Instant::now() < deadline, "{sql}: {}", pg.query(sql));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    pg.until(sql, want, within, Duration::from_millis(100))
+        .await;
 }
 
 #[tokio::test]
@@ -368,33 +335,15 @@ async fn replicas_on_one_postgresql_share_a_keys_day_and_a_crashed_ones_reservat
 
     // Ten sessions of A at once, half on each replica: one reserves the whole day (no
     // session cap), and neither replica lets another start while it runs.
-    let tasks: Vec<_> = (0..10)
-        .map(|i| {
-            let url = if i % 2 == 0 {
-                a.url.clone()
-            } else {
-                b.url.clone()
-            };
-            tokio::spawn(async move {
-                let response =
-                    post(&url, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await;
-                let status = response.status().as_u16();
-                (status, response.json::<Value>().await.unwrap())
-            })
-        })
-        .collect();
-    let (mut answered, mut most) = (0, 0.0f64);
-    for task in tasks {
-        let (status, body) = task.await.unwrap();
-        match status {
-            200 => {
-                answered += 1;
-                most = most.max(body["massgen_metadata"]["cost_usd"].as_f64().unwrap());
-            }
-            429 => assert_eq!(body["error"]["code"], "insufficient_quota", "{body}"),
-            _ => panic!("{status}: {body}"),
+    let urls = (0..10).map(|i| {
+        if i % 2 == 0 {
+            a.url.clone()
+        } else {
+            b.url.clone()
         }
-    }
+    });
+    let results = post_at_once(urls, "/v1/chat/completions", Some(KEY_A), &chat_body(false)).await;
+    let (answered, most) = answered_and_most(results);
     let spent = spent_usd(&a.url).await + spent_usd(&b.url).await;
     eprintln!("10 sessions on two replicas, a $5 day: {answered} answered, ${spent:.2} spent");
     assert!(answered >= 1);
@@ -430,11 +379,7 @@ async fn replicas_on_one_postgresql_share_a_keys_day_and_a_crashed_ones_reservat
         Duration::from_secs(10),
     )
     .await;
-    let killed = Command::new("kill")
-        .args(["-KILL", &b.pid().to_string()])
-        .status()
-        .unwrap();
-    assert!(killed.success());
+    assert!(b.kill_9());
     let _ = running.await;
     let held = post(
         &a.url,
@@ -499,13 +444,7 @@ async fn a_session_that_ended_frees_its_slot_though_its_client_never_reads() {
     // HTTP/2 with a zero window: the response headers arrive, no byte of the body can. The
     // client never reads (an HTTP/1 client that does not read is the same once the
     // socket buffers are full, which takes megabytes).
-    let silent = reqwest::Client::builder()
-        .http2_prior_knowledge()
-        .http2_initial_stream_window_size(Some(0))
-        .http2_initial_connection_window_size(Some(0))
-        .timeout(Duration::from_secs(150))
-        .build()
-        .unwrap();
+    let silent = zero_window_client(Duration::from_secs(150));
     let held = silent
         .post(format!("{url}/v1/chat/completions"))
         .bearer_auth(KEY_A)

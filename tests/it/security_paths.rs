@@ -7,7 +7,6 @@
 //! every request's `Authorization` header: a secret that reached it would be there.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,9 +18,8 @@ use base64::engine::general_purpose::STANDARD;
 use serde_json::{Value, json};
 
 use crate::support::native::PNG_BASE64;
-use crate::support::{
-    FAST, Proc, Setup, bin, get_json, offline, panel_yaml, post, run_bounded, start, write,
-};
+use crate::support::serving::{serve_command, serve_router, start_up_error};
+use crate::support::{FAST, Proc, Setup, bin, get_json, offline, panel_yaml, post, start, write};
 
 const SECRET: &str = "s3cr3t-from-the-servers-environment";
 const PROVIDER_KEY: &str = "sk-the-operators-own-provider-key";
@@ -100,16 +98,7 @@ async fn attack() -> Attack {
     let seen: Seen = Arc::default();
     let router = massgen_simulator::router()
         .layer(middleware::from_fn_with_state(Arc::clone(&seen), record));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let host = format!("http://{}", listener.local_addr().unwrap());
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    tokio::spawn(async move {
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async {
-                let _ = stopped.await;
-            })
-            .await
-    });
+    let (host, stop) = serve_router(router).await;
     let dir = tempfile::tempdir().unwrap();
     for sub in ["root", "records", "outside"] {
         std::fs::create_dir(dir.path().join(sub)).unwrap();
@@ -125,23 +114,16 @@ async fn attack() -> Attack {
             "",
         ),
     );
-    let mut cmd = Command::new(bin());
-    cmd.args([
-        "serve",
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "--configs-dir",
-    ])
-    .arg(&root)
-    .arg("--allow-config-paths")
-    .arg("--records-dir")
-    .arg(dir.path().join("records"))
-    .args(["--config-paths-env", "ALLOWED_KEY"])
-    .env("SECRET", SECRET)
-    .env("OPENAI_API_KEY", PROVIDER_KEY)
-    .env("ALLOWED_KEY", ALLOWED);
+    let mut cmd = serve_command(bin());
+    cmd.arg("--configs-dir")
+        .arg(&root)
+        .arg("--allow-config-paths")
+        .arg("--records-dir")
+        .arg(dir.path().join("records"))
+        .args(["--config-paths-env", "ALLOWED_KEY"])
+        .env("SECRET", SECRET)
+        .env("OPENAI_API_KEY", PROVIDER_KEY)
+        .env("ALLOWED_KEY", ALLOWED);
     let server = tokio::task::spawn_blocking(move || start(cmd, "massgen listening on"))
         .await
         .unwrap();
@@ -304,18 +286,14 @@ fn files_under(dir: &Path, depth: usize) -> Vec<PathBuf> {
 }
 
 /// `massgen serve ARGS` in `cwd`, which must exit 2 before listening; its stderr.
-fn start_up_error(cwd: &Path, args: &[&str], records_db: &str) -> String {
-    let mut cmd = Command::new(bin());
-    cmd.args(["serve", "--host", "127.0.0.1", "--port", "0"])
-        .args(args)
+fn refused_start(cwd: &Path, args: &[&str], records_db: &str) -> String {
+    let mut cmd = serve_command(bin());
+    cmd.args(args)
         .current_dir(cwd)
         .env("MASSGEN_SERVER_RECORDS_DB", records_db)
         .env("RUST_LOG", "error");
     offline(&mut cmd);
-    let out = run_bounded(cmd, Duration::from_secs(20));
-    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    assert_eq!(out.status.code(), Some(2), "{args:?}: {stderr}");
-    stderr
+    start_up_error(cmd, Duration::from_secs(20), &format!("{args:?}")).1
 }
 
 #[test]
@@ -330,72 +308,60 @@ fn config_paths_need_a_root_apart_from_what_the_server_writes() {
         &panel_yaml("http://127.0.0.1:9", &FAST, ""),
     );
     let memory = "memory";
-    let e = start_up_error(
-        cwd,
-        &["--config", "configs/team.yaml", "--allow-config-paths"],
-        memory,
-    );
-    assert!(e.contains("--config-paths-root"), "{e}");
-    let e = start_up_error(
-        cwd,
-        &[
-            "--allow-config-paths",
-            "--config-paths-root",
-            "missing",
-            "--config",
-            "configs/team.yaml",
-        ],
-        memory,
-    );
-    assert!(e.contains("missing"), "{e}");
-    let e = start_up_error(
-        cwd,
-        &[
-            "--allow-config-paths",
-            "--configs-dir",
-            "configs",
-            "--records-dir",
-            "configs/records",
-        ],
-        memory,
-    );
-    assert!(e.contains("--records-dir"), "{e}");
-    // The records folder reached through a symlink is the same folder.
+    // The records folder reached through a symlink (`rec`) is the same folder.
     std::os::unix::fs::symlink(cwd.join("configs/records"), cwd.join("rec")).unwrap();
-    let e = start_up_error(
-        cwd,
-        &[
-            "--allow-config-paths",
-            "--configs-dir",
-            "configs",
-            "--records-dir",
-            "rec/sub",
-        ],
-        memory,
-    );
-    assert!(e.contains("--records-dir"), "{e}");
     let db = format!("sqlite://{}", cwd.join("configs/db/records.db").display());
-    let e = start_up_error(
-        cwd,
-        &["--allow-config-paths", "--configs-dir", "configs"],
-        &db,
-    );
-    assert!(e.contains("--records-db"), "{e}");
-    // The root inside the records folder is refused too.
-    let e = start_up_error(
-        cwd,
-        &[
-            "--allow-config-paths",
-            "--config-paths-root",
-            "configs/records",
-            "--config",
-            "configs/team.yaml",
+    let team = "configs/team.yaml";
+    let allow = "--allow-config-paths";
+    let cases: [(Vec<&str>, &str, &str); 6] = [
+        (vec!["--config", team, allow], memory, "--config-paths-root"),
+        (
+            vec![allow, "--config-paths-root", "missing", "--config", team],
+            memory,
+            "missing",
+        ),
+        (
+            vec![
+                allow,
+                "--configs-dir",
+                "configs",
+                "--records-dir",
+                "configs/records",
+            ],
+            memory,
             "--records-dir",
-            "configs",
-        ],
-        memory,
-    );
-    assert!(e.contains("--records-dir"), "{e}");
+        ),
+        (
+            vec![
+                allow,
+                "--configs-dir",
+                "configs",
+                "--records-dir",
+                "rec/sub",
+            ],
+            memory,
+            "--records-dir",
+        ),
+        (vec![allow, "--configs-dir", "configs"], &db, "--records-db"),
+        // The root inside the records folder is refused too.
+        (
+            vec![
+                allow,
+                "--config-paths-root",
+                "configs/records",
+                "--config",
+                team,
+                "--records-dir",
+                "configs",
+            ],
+            memory,
+            "--records-dir",
+        ),
+    ];
+    for (args, records_db, named) in cases {
+        let e = refused_start(cwd, &args, records_db);
+        assert!(e.contains(named), "{e}");
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -498,6 +464,13 @@ async fn seen_by(url: &str, body: &Value) -> (Vec<String>, Vec<String>) {
     (ids("seen_by"), ids("not_seen_by"))
 }
 
+/// The JSON answer to `body` on Chat Completions, which must be a 200.
+async fn answered(url: &str, body: &Value) -> Value {
+    let r = post(url, "/v1/chat/completions", None, body).await;
+    assert_eq!(r.status(), 200);
+    r.json().await.unwrap()
+}
+
 /// Models a request chooses (`massgen.models`, `massgen/model:`) see images by the vision
 /// table, as configured agents do, not by the configured agent they borrow a backend from.
 #[tokio::test]
@@ -520,9 +493,7 @@ async fn request_chosen_models_see_images_by_the_vision_table() {
     let seeing = "openai/gpt-4o:ttft_ms=5,token_ms=1";
     let blind = "openai/gpt-3.5-turbo:ttft_ms=10,token_ms=1";
     let body = image_question("image/png", PNG_BASE64, Some(json!([seeing, blind])));
-    let r = post(url, "/v1/chat/completions", None, &body).await;
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
+    let v = answered(url, &body).await;
     assert_eq!(
         seen_by(url, &v).await,
         (vec![seeing.into()], vec![blind.into()])
@@ -531,16 +502,12 @@ async fn request_chosen_models_see_images_by_the_vision_table() {
     // The override: every agent of the (blind) default panel becomes gpt-4o.
     let mut body = image_question("image/png", PNG_BASE64, None);
     body["model"] = json!("massgen/model:gpt-4o:ttft_ms=5,token_ms=1");
-    let r = post(url, "/v1/chat/completions", None, &body).await;
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
+    let v = answered(url, &body).await;
     let (seen, not_seen) = seen_by(url, &v).await;
     assert_eq!((seen.len(), not_seen.len()), (2, 0), "{v}");
     // And a blind override model is told, not shown.
     body["model"] = json!("massgen/model:gpt-3.5-turbo:ttft_ms=5,token_ms=1");
-    let r = post(url, "/v1/chat/completions", None, &body).await;
-    assert_eq!(r.status(), 200);
-    let v: Value = r.json().await.unwrap();
+    let v = answered(url, &body).await;
     let (seen, not_seen) = seen_by(url, &v).await;
     assert_eq!((seen.len(), not_seen.len()), (0, 2), "{v}");
 }

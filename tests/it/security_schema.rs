@@ -14,6 +14,7 @@ use massgen_core::provider::OutputFormat;
 use serde_json::{Value, json};
 
 use crate::support::engine::{is_presentation, member, run, spec};
+use crate::support::serving::assert_door_error;
 use crate::support::{Setup, client_with_timeout, panel_yaml, post, write};
 
 const PANEL: [&str; 2] = ["sim-a:ttft_ms=0,token_ms=0", "sim-b:ttft_ms=0,token_ms=0"];
@@ -46,12 +47,7 @@ async fn refusal(url: &str, door: &str, schema: &Value) -> (u16, String) {
     let r = post(url, door, None, &ask(door, schema)).await;
     let status = r.status().as_u16();
     let body: Value = r.json().await.unwrap();
-    if door == "/v1/messages" {
-        assert_eq!(body["type"], "error", "{body}");
-        assert_eq!(body["error"]["type"], "invalid_request_error", "{body}");
-    } else {
-        assert_eq!(body["error"]["code"], "invalid_value", "{body}");
-    }
+    assert_door_error(door, &body, "invalid_value", "invalid_request_error", "");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     (status, message.to_string())
 }
@@ -155,15 +151,14 @@ async fn a_catastrophic_looking_linear_pattern_is_checked_quickly() {
             .map(|i| json!({"type": "string", "pattern": format!("^(a|aa)+c{{0,{i}}}$")}))
             .collect()
     };
+    // The answer `value` checked against 60 such branches, on Chat Completions.
+    let answer = |value: &str| {
+        let body = ask(DOORS[0], &answer_then_branches(value, branches(60)));
+        async move { post(url, DOORS[0], None, &body).await }
+    };
     let matching = "a".repeat(40) + "c";
     let started = Instant::now();
-    let r = post(
-        url,
-        DOORS[0],
-        None,
-        &ask(DOORS[0], &answer_then_branches(&matching, branches(60))),
-    )
-    .await;
+    let r = answer(&matching).await;
     assert_eq!(r.status(), 200);
     let body: Value = r.json().await.unwrap();
     let content = body["choices"][0]["message"]["content"].as_str().unwrap();
@@ -174,13 +169,7 @@ async fn a_catastrophic_looking_linear_pattern_is_checked_quickly() {
     // No branch matches: every pattern runs on the answer, twice (the corrective call),
     // and the session ends with the usual invalid_output.
     let failing = "a".repeat(40) + "b";
-    let r = post(
-        url,
-        DOORS[0],
-        None,
-        &ask(DOORS[0], &answer_then_branches(&failing, branches(60))),
-    )
-    .await;
+    let r = answer(&failing).await;
     assert_eq!(r.status(), 502);
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid_output", "{body}");

@@ -5,15 +5,16 @@
 //! The real binary serves; a scripted loopback listener (`support::native::serve`) stands in
 //! for the Gemini and Azure upstreams and records the exact path and query of every call.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::support::native::{Reply, Upstream, serve};
-use crate::support::{self, FAST, mock_upstream, panel_yaml, post, run_bounded, write};
+use crate::support::serving::{
+    Lines, assert_door_error, bin_from_env, serve_command, start_logged, start_up_error,
+};
+use crate::support::{self, FAST, Proc, mock_upstream, panel_yaml, post, write};
 
 /// The names of the issue: each would leave its path segment if spliced in as it is.
 const BAD_NAMES: [&str; 3] = [
@@ -27,22 +28,15 @@ const AZURE_VERSION: &str = "2024-10-21";
 /// The binary under test; `MASSGEN_TEST_BIN` points at another build (the one before this
 /// change, to see these tests fail there).
 fn bin() -> String {
-    std::env::var("MASSGEN_TEST_BIN").unwrap_or_else(|_| support::bin().to_string())
+    bin_from_env("MASSGEN_TEST_BIN")
 }
 
 /// `massgen serve` with its stderr (the log) captured line by line.
 struct Server {
-    child: Child,
+    _proc: Proc,
     url: String,
-    logs: Arc<Mutex<Vec<String>>>,
+    logs: Lines,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Server {
@@ -50,8 +44,8 @@ impl Server {
     fn start(panel: &str, flags: &[&str], log_filter: Option<&str>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let config = write(dir.path(), "team.yaml", panel);
-        let mut cmd = Command::new(bin());
-        cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--config"])
+        let mut cmd = serve_command(bin());
+        cmd.arg("--config")
             .arg(&config)
             .args(flags)
             .current_dir(dir.path())
@@ -64,40 +58,15 @@ impl Server {
             .env_remove("MASSGEN_SERVER_DEBUG")
             .env_remove("MASSGEN_SERVER_API_KEYS")
             .env_remove("MASSGEN_SERVER_DEFAULT_MODEL")
-            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
         if let Some(filter) = log_filter {
             cmd.env("RUST_LOG", filter);
         }
         support::offline(&mut cmd);
-        let mut child = cmd.spawn().expect("start massgen");
-        let logs = Arc::new(Mutex::new(Vec::new()));
-        let sink = logs.clone();
-        let stderr = child.stderr.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                sink.lock().unwrap().push(line);
-            }
-        });
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("massgen listening on ") {
-                    let _ = tx.send(url.trim().to_string());
-                }
-            }
-        });
-        let Ok(url) = rx.recv_timeout(Duration::from_secs(20)) else {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("server did not start: {:?}", logs.lock().unwrap());
-        };
+        let (proc, logs) = start_logged(cmd, "massgen listening on");
         Self {
-            child,
-            url,
+            url: proc.url.clone(),
+            _proc: proc,
             logs,
             _dir: dir,
         }
@@ -106,7 +75,7 @@ impl Server {
     /// The log so far, after a moment for the last lines to arrive.
     fn log(&self) -> String {
         std::thread::sleep(Duration::from_millis(300));
-        self.logs.lock().unwrap().join("\n")
+        self.logs.text()
     }
 }
 
@@ -174,11 +143,8 @@ async fn assert_refused(path: &str, what: &str, response: reqwest::Response) {
     let status = response.status().as_u16();
     let v: Value = response.json().await.unwrap();
     assert_eq!(status, 400, "{path} {what}: {v}");
-    if path == "/v1/messages" {
-        assert_eq!(v["type"], "error", "{v}");
-        assert_eq!(v["error"]["type"], "invalid_request_error", "{v}");
-    } else {
-        assert_eq!(v["error"]["code"], "invalid_value", "{path} {what}: {v}");
+    assert_door_error(path, &v, "invalid_value", "invalid_request_error", what);
+    if path != "/v1/messages" {
         assert_eq!(v["error"]["param"], "model", "{path} {what}: {v}");
     }
     let message = v["error"]["message"].as_str().unwrap_or_default();
@@ -262,9 +228,9 @@ async fn a_request_chosen_model_name_is_one_path_segment_or_a_400_on_every_door(
 #[test]
 fn a_configured_model_name_that_leaves_its_segment_stops_the_start_up_naming_the_agent() {
     let dir = tempfile::tempdir().unwrap();
-    let start = |config: &std::path::Path, extra: &[&str]| {
-        let mut cmd = Command::new(bin());
-        cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--config"])
+    let start = |config: &std::path::Path, extra: &[&str], what: &str| {
+        let mut cmd = serve_command(bin());
+        cmd.arg("--config")
             .arg(config)
             .args(extra)
             .current_dir(dir.path())
@@ -273,7 +239,7 @@ fn a_configured_model_name_that_leaves_its_segment_stops_the_start_up_naming_the
             .env_remove("MASSGEN_SERVER_API_KEYS")
             .env("RUST_LOG", "error");
         support::offline(&mut cmd);
-        run_bounded(cmd, Duration::from_secs(20))
+        start_up_error(cmd, Duration::from_secs(20), what).1
     };
     for (kind, name) in [
         ("gemini", BAD_NAMES[0]),
@@ -293,9 +259,7 @@ fn a_configured_model_name_that_leaves_its_segment_stops_the_start_up_naming_the
 "
         );
         let config = write(dir.path(), "bad.yaml", &panel);
-        let out = start(&config, &[]);
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(2), "{kind} {name}: {stderr}");
+        let stderr = start(&config, &[], &format!("{kind} {name}"));
         assert!(
             stderr.contains("sneaky-agent") && stderr.contains("path segment"),
             "{kind} {name}: {stderr}"
@@ -308,9 +272,11 @@ fn a_configured_model_name_that_leaves_its_segment_stops_the_start_up_naming_the
     backend: {type: gemini, model: gemini-2.0-flash, base_url: http://127.0.0.1:9/v1beta, api_key: k}
 ";
     let config = write(dir.path(), "good.yaml", good);
-    let out = start(&config, &["--default-model", BAD_NAMES[0]]);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let stderr = start(
+        &config,
+        &["--default-model", BAD_NAMES[0]],
+        "--default-model",
+    );
     assert!(
         stderr.contains("--default-model") && stderr.contains("gem-agent"),
         "{stderr}"

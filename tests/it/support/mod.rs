@@ -8,11 +8,14 @@
 //!   given process environment ([`in_child_env`]), config files ([`write`]), the shared
 //!   fixtures folder ([`shared_dir`]);
 //! - [`engine`]: scripted providers for the engine tests; [`native`]: the wire formats'
-//!   fixtures, a scripted loopback upstream and request snapshots.
+//!   fixtures, a scripted loopback upstream and request snapshots; [`serving`]: serve
+//!   commands (another build, a records database, a captured log, a start-up error), a
+//!   router on loopback, metrics and door-shaped errors, requests at once, polling.
 
 pub mod engine;
 pub mod native;
 pub mod postgres;
+pub mod serving;
 
 use std::collections::HashMap;
 use std::ffi::OsStr;

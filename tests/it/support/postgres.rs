@@ -336,3 +336,15 @@ fn free_port() -> u16 {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0");
     listener.local_addr().expect("local addr").port()
 }
+
+impl PgServer {
+    /// Polls `sql` every `every` until it prints `want`; fails after `within`, showing
+    /// what it printed last.
+    pub async fn until(&self, sql: &str, want: &str, within: Duration, every: Duration) {
+        let deadline = Instant::now() + within;
+        while self.query(sql).trim() != want {
+            assert!(Instant::now() < deadline, "{sql}: {}", self.query(sql));
+            tokio::time::sleep(every).await;
+        }
+    }
+}
