@@ -3,7 +3,8 @@
 
 Sends COUNT concurrent non-streamed Chat Completions requests whose question is SIZE bytes,
 BATCHES times, to a server on loopback, while sampling the server's RSS (VmRSS and VmHWM of
-/proc/PID/status) every 50 ms. Prints, per batch: the statuses, whether every error was JSON,
+/proc/PID/status) every 50 ms. Prints, per batch: the statuses (an error's with its
+`error.code`, e.g. `503 server_busy`), whether every error was JSON,
 the peak RSS, and how long RSS took to come back within 50 MB of the idle figure (up to
 --settle seconds). Standard library only; every request has a timeout.
 
@@ -52,12 +53,16 @@ def post(url, body, timeout, results, i):
         )
         resp = conn.getresponse()
         data = resp.read()
+        status = resp.status
         try:
-            json.loads(data)
+            parsed = json.loads(data)
             is_json = True
-        except ValueError:
+            code = (parsed.get("error") or {}).get("code") if status != 200 else None
+            if code:
+                status = f"{status} {code}"
+        except (ValueError, AttributeError):
             is_json = False
-        results[i] = (resp.status, is_json, resp.getheader("retry-after"))
+        results[i] = (status, is_json, resp.getheader("retry-after"))
         conn.close()
     except Exception as e:  # a reset or a timeout is a result too
         results[i] = (type(e).__name__, False, None)
@@ -118,7 +123,7 @@ def main():
         for status, _, _ in results:
             statuses[status] = statuses.get(status, 0) + 1
         errors_json = all(j for s, j, _ in results if s != 200)
-        retry = all(r for s, _, r in results if s == 503)
+        retry = all(r for s, _, r in results if str(s).startswith("503"))
         kept = rss_kib(args.pid) / 1024
         back = settle(args, idle)
         back_text = f"{back:.1f} s" if back is not None else f"not within {args.settle:.0f} s"

@@ -64,8 +64,8 @@ async fn send(url: &str, path: &str, body: &Value, chunked: bool) -> (u16, Optio
 
 #[tokio::test]
 async fn bodies_past_the_budget_wait_then_get_503_with_retry_after_and_none_hang() {
-    // Room for two 4 KB bodies at once (the budget's bookkeeping does not depend on the
-    // size; the simulator is slow with big prompts).
+    // Room for two 4 KB bodies at once: the budget's bookkeeping does not depend on the
+    // size, and small bodies keep the test quick in a debug build.
     let setup = Setup::with_panel(
         slow_panel,
         &[

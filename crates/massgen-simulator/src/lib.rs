@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderValue, StatusCode};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -34,6 +34,13 @@ use tokio_util::sync::CancellationToken;
 
 use behaviour::{Behaviour, Fault};
 use stats::Stats;
+
+/// Largest request body the simulator reads (axum's default is 2 MB). A prompt carries the
+/// question plus the other agents' answers and the system prompt, and massgen admits
+/// questions up to its `--max-body-bytes` (10 MiB by default): with 2 MB every upstream call
+/// of a big-question session failed (the demo answered 502). 64 MiB leaves room for raised
+/// server limits while still bounding what a stray client can make the simulator buffer.
+pub const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
 /// Names listed by `GET /v1/models`; any other name works too.
 const EXAMPLE_MODELS: &[&str] = &["sim-a", "sim-b", "sim-c"];
@@ -60,6 +67,7 @@ fn router_with(app: App) -> Router {
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/mock/stats", get(stats))
         .route("/mock/reset", post(reset))
+        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::map_response(mark_simulated))
         .with_state(app)
 }
@@ -206,4 +214,51 @@ fn bad_request(message: &str, param: Option<&str>, code: Option<&str>) -> Respon
         param,
         code,
     )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+mod tests {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A prompt twice axum's default body limit, its question one long "word" (the worst
+    /// case for quoting it), gets a short `new_answer` through the HTTP server.
+    #[tokio::test]
+    async fn a_4_mb_prompt_gets_an_answer() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = tokio::spawn(super::serve(listener, std::future::pending()));
+        let question = "x".repeat(4 * 1024 * 1024);
+        let body = serde_json::json!({
+            "model": "sim-a:ttft_ms=0,token_ms=0",
+            "messages": [{"role": "system", "content": "You are an agent."}, {"role": "user",
+                "content": format!("<original_message>{question}</original_message>")}],
+            "tools": [{"type": "function", "function": {"name": "new_answer"}}],
+        })
+        .to_string();
+        assert!(body.len() > 2 * 1024 * 1024);
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST /v1/chat/completions HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        conn.write_all(body.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await.unwrap();
+        assert!(response.starts_with("HTTP/1.1 200"), "{response}");
+        let (_, json) = response.split_once("\r\n\r\n").unwrap();
+        let v: serde_json::Value = serde_json::from_str(json).unwrap();
+        let call = &v["choices"][0]["message"]["tool_calls"][0]["function"];
+        assert_eq!(call["name"], "new_answer", "{v}");
+        let args: serde_json::Value =
+            serde_json::from_str(call["arguments"].as_str().unwrap()).unwrap();
+        let content = args["content"].as_str().unwrap();
+        assert!(content.starts_with("[simulated] "), "{content}");
+        assert!(content.len() < 1000, "{} bytes", content.len());
+        // ceil((17 + 18 + 4 MiB + 19) / 4): every character counted once.
+        assert_eq!(v["usage"]["prompt_tokens"], 1_048_590);
+        server.abort();
+    }
 }

@@ -147,6 +147,12 @@ const OPENERS: &[&str] = &[
 /// and make every model's answer look alike.
 const QUOTE_WORDS: usize = 12;
 
+/// Longest question quote, in characters (then cut and marked `…`). Without it a question
+/// with few spaces was quoted whole: an answer as big as the question, streamed as a
+/// `new_answer` call in 8-byte argument fragments with a token delay each (a 20 KB question
+/// without spaces took 84 s in the demo) and copied into every later prompt.
+const QUOTE_CHARS: usize = 96;
+
 /// A coordination answer: starts with `[simulated]`, exactly `words` whitespace-separated
 /// words (never fewer than the marker plus one).
 pub fn answer(seed: &str, question: &str, words: usize) -> String {
@@ -230,12 +236,7 @@ fn compose(marker: &str, seed: &str, question: &str, words: usize) -> String {
     let mut rng = SplitMix(fnv1a(seed) ^ fnv1a(question).rotate_left(17));
     let mut out: Vec<String> = marker.split(' ').map(String::from).collect();
     let target = words.max(out.len() + 1);
-    let quote: Vec<&str> = question.split_whitespace().collect();
-    if !quote.is_empty() {
-        let mut quoted = quote[..quote.len().min(QUOTE_WORDS)].join(" ");
-        if quote.len() > QUOTE_WORDS {
-            quoted.push('…');
-        }
+    if let Some(quoted) = quote(question) {
         let opener = OPENERS[rng.below(OPENERS.len())];
         out.push(opener.to_string());
         let mut quoted_words: Vec<String> = quoted.split(' ').map(String::from).collect();
@@ -265,6 +266,46 @@ fn compose(marker: &str, seed: &str, question: &str, words: usize) -> String {
         last.push('.');
     }
     out.join(" ")
+}
+
+/// The start of `question` for an answer to quote: at most `QUOTE_WORDS` words and
+/// `QUOTE_CHARS` characters, with `…` when cut; `None` for a blank question. Reads only
+/// that start, however long the question.
+fn quote(question: &str) -> Option<String> {
+    let mut words = question.split_whitespace();
+    let mut quoted = String::new();
+    let mut chars = 0;
+    let mut cut = false;
+    for word in words.by_ref().take(QUOTE_WORDS) {
+        let space = usize::from(!quoted.is_empty());
+        let room = QUOTE_CHARS.saturating_sub(chars + space);
+        if room == 0 {
+            cut = true;
+            break;
+        }
+        if space == 1 {
+            quoted.push(' ');
+            chars += 1;
+        }
+        match word.char_indices().nth(room) {
+            Some((at, _)) => {
+                quoted.push_str(&word[..at]);
+                cut = true;
+                break;
+            }
+            None => {
+                quoted.push_str(word);
+                chars += word.chars().count();
+            }
+        }
+    }
+    if quoted.is_empty() {
+        return None;
+    }
+    if cut || words.next().is_some() {
+        quoted.push('…');
+    }
+    Some(quoted)
 }
 
 /// Draws pool indices without repetition until the pool is exhausted, then reshuffles, so
@@ -306,10 +347,22 @@ impl SplitMix {
     }
 }
 
+/// Bytes [`fnv1a`] hashes one at a time, as FNV-1a does; it takes the rest 8 bytes a step.
+/// Byte by byte, hashing a 9.5 MB prompt (twice a request: the seed and the question) took
+/// ~90 ms in a debug build, by words ~5 ms; the texts of prompts up to this size are the
+/// same as before.
+const FNV_BYTEWISE: usize = 64 * 1024;
+
 fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    const PRIME: u64 = 0x0000_0100_0000_01b3;
+    let step = |h: u64, b: &u8| (h ^ u64::from(*b)).wrapping_mul(PRIME);
+    let (head, tail) = s.as_bytes().split_at(s.len().min(FNV_BYTEWISE));
+    let h = head.iter().fold(0xcbf2_9ce4_8422_2325, step);
+    let (words, rest) = tail.as_chunks::<8>();
+    let h = words
+        .iter()
+        .fold(h, |h, w| (h ^ u64::from_le_bytes(*w)).wrapping_mul(PRIME));
+    rest.iter().fold(h, step)
 }
 
 #[cfg(test)]
@@ -356,6 +409,48 @@ mod tests {
         let q = "one two three four five six seven eight nine ten eleven twelve thirteen fourteen";
         let a = answer("s", q, 40);
         assert!(a.contains("twelve…”:") && !a.contains("thirteen"), "{a}");
+    }
+
+    #[test]
+    fn quotes_are_capped_in_characters_too() {
+        // One 20,000-character "word": quoted whole, it made the answer as long as the
+        // question.
+        let q = "x".repeat(20_000);
+        let a = answer("s", &q, 30);
+        assert_eq!(a.split_whitespace().count(), 30, "{a}");
+        let quoted = format!("“{}…”:", "x".repeat(QUOTE_CHARS));
+        assert!(a.contains(&quoted), "{a}");
+        assert!(a.len() < 600, "{} bytes", a.len());
+        // Words stop at the cap without a dangling space; short questions are quoted whole.
+        let q = format!("{} tail", "y".repeat(QUOTE_CHARS - 1));
+        assert_eq!(
+            quote(&q).unwrap(),
+            format!("{}…", "y".repeat(QUOTE_CHARS - 1))
+        );
+        assert_eq!(
+            quote("  Why is the sky blue? ").unwrap(),
+            "Why is the sky blue?"
+        );
+        assert_eq!(quote(" \n "), None);
+        let q = format!("{} é{}", "z".repeat(10), "é".repeat(200));
+        let cut = quote(&q).unwrap();
+        assert_eq!(cut.chars().count(), QUOTE_CHARS + 1, "{cut}");
+    }
+
+    #[test]
+    fn fnv1a_is_fnv_1a_then_takes_every_byte_of_long_texts() {
+        assert_eq!(fnv1a(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(fnv1a("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_eq!(fnv1a("foobar"), 0x8594_4171_f739_67e8);
+        let long = "ab".repeat(FNV_BYTEWISE);
+        let mut hashes = HashSet::new();
+        for at in [0, FNV_BYTEWISE + 1, long.len() - 9, long.len() - 1] {
+            let mut changed = long.clone().into_bytes();
+            changed[at] = b'c';
+            assert!(hashes.insert(fnv1a(&String::from_utf8(changed).unwrap())));
+        }
+        assert!(hashes.insert(fnv1a(&long)));
+        assert!(hashes.insert(fnv1a(&long[1..])));
     }
 
     #[test]
