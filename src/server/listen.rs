@@ -329,6 +329,19 @@ impl AsyncWrite for Watched {
     }
 }
 
+/// What counts as one client address for `--max-connections-per-address`: an IPv4
+/// address, or an IPv6 address's /64 (one host is routinely given a whole /64, so
+/// counting /128s would let it open the cap once per address it picks).
+fn client_network(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => {
+            let bits = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(std::net::Ipv6Addr::from(bits))
+        }
+    }
+}
+
 /// Open connections per client address, for `--max-connections-per-address`.
 struct PerAddress {
     max: usize,
@@ -345,6 +358,7 @@ impl PerAddress {
 
     /// A place for one more connection from `ip`, or `None` when it has its maximum.
     fn try_open(self: &Arc<Self>, ip: IpAddr) -> Option<AddressSlot> {
+        let ip = client_network(ip);
         let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
         let count = open.entry(ip).or_default();
         if *count >= self.max {
@@ -465,5 +479,35 @@ impl Drop for Open {
         if let Some(m) = metrics() {
             m.open_connections.dec();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_ipv6_slash_64_is_one_address_and_ipv4_addresses_are_their_own() {
+        let caps = Arc::new(PerAddress::new(2));
+        let v6 = |s: &str| IpAddr::V6(s.parse().unwrap());
+        let v4 = |s: &str| IpAddr::V4(s.parse().unwrap());
+        let first = caps.try_open(v6("2001:db8:1:2::1")).unwrap();
+        let second = caps.try_open(v6("2001:db8:1:2:ffff::9")).unwrap();
+        assert!(caps.try_open(v6("2001:db8:1:2::abcd")).is_none());
+        // Another /64, and IPv4 addresses, each have their own cap.
+        let _other = caps.try_open(v6("2001:db8:1:3::1")).unwrap();
+        let _a = caps.try_open(v4("10.0.0.1")).unwrap();
+        let _b = caps.try_open(v4("10.0.0.2")).unwrap();
+        drop(first);
+        let again = caps.try_open(v6("2001:db8:1:2::abcd"));
+        assert!(again.is_some());
+        drop((second, again));
+        assert!(
+            !caps
+                .open
+                .lock()
+                .unwrap()
+                .contains_key(&client_network(v6("2001:db8:1:2::1")))
+        );
     }
 }
