@@ -253,9 +253,19 @@ fn give_back(today: &Mutex<Day>, owner: &str, day: u64, usd: f64) {
 /// Gives a database reservation back: at once all but what the session spent, the rest
 /// once that spend is committed, retrying a database that fails meanwhile.
 async fn release_later(db: &RecordDb, id: &str, spent: f64) {
-    // Failing, the whole reservation is kept until it is deleted below.
-    let _ = tokio::time::timeout(DB_READ, db.settle_reservation(id, spent)).await;
-    tokio::time::sleep(DB_SETTLE).await;
+    if spent > 0.0 {
+        // Failing, the whole reservation is kept until it is deleted below.
+        let _ = tokio::time::timeout(DB_READ, db.settle_reservation(id, spent)).await;
+        tokio::time::sleep(DB_SETTLE).await;
+    } else if tokio::time::timeout(DB_READ, db.release_reservation(id))
+        .await
+        .is_ok_and(|r| r.is_ok())
+    {
+        // Nothing spent, so nothing for the writer to commit first. (A reservation
+        // whose answer was lost is passed 0 too; its row may commit after this delete,
+        // so it is deleted again below, after the pause.)
+        tokio::time::sleep(DB_SETTLE).await;
+    }
     for attempt in 1..=DB_RELEASE_TRIES {
         match tokio::time::timeout(DB_READ, db.release_reservation(id)).await {
             Ok(Ok(())) => return,
@@ -332,9 +342,11 @@ pub async fn reserve(
         }
         failed => {
             ledger.db_failed(now_ms, || failure(failed.map(|r| r.map(drop))));
-            // Its commit may have happened with the answer lost: give it back.
+            // Its commit may have happened with the answer lost, and may still land after
+            // an immediate delete: give it back as a finished session's is, after the
+            // settling pause and with retries.
             let db = Arc::clone(db);
-            tokio::spawn(async move { db.release_reservation(&id).await });
+            tokio::spawn(async move { release_later(&db, &id, 0.0).await });
             Ok(reservation)
         }
     }
@@ -399,6 +411,14 @@ pub struct QuotaSpent {
     pub reserved_usd: f64,
 }
 
+impl QuotaSpent {
+    /// Whether a running session's end can make room: something is reserved and the day's
+    /// spend alone has not reached the limit (then only 00:00 UTC helps).
+    pub fn may_free_up(&self) -> bool {
+        self.reserved_usd > 0.0 && self.spent.usd < self.limit_usd
+    }
+}
+
 impl DailyQuota {
     /// What a new session of an owner who spent `spent` today, while its running sessions
     /// reserved `reserved`, may spend: all that is left, or `cap` when less.
@@ -426,6 +446,22 @@ mod tests {
     use super::*;
 
     const NOON: u64 = 20_000 * DAY_MS + DAY_MS / 2;
+
+    #[test]
+    fn only_a_day_not_yet_spent_may_free_up_when_sessions_end() {
+        let refused = |spent: f64, reserved: f64| QuotaSpent {
+            limit_usd: 5.0,
+            spent: Spent {
+                usd: spent,
+                tokens: 0,
+            },
+            reserved_usd: reserved,
+        };
+        assert!(refused(3.0, 2.0).may_free_up());
+        assert!(!refused(3.0, 0.0).may_free_up());
+        // Spent to the limit: a running session's end gives back no room.
+        assert!(!refused(5.0, 1.0).may_free_up());
+    }
 
     #[test]
     fn spend_adds_up_per_owner_for_today_only() {

@@ -260,7 +260,7 @@ impl ApiError {
                 "This API key already reads its maximum of {max} session event streams at once \
                  (--max-subscribers-per-key); close one and retry"
             ),
-            Self::QuotaSpent(q) if q.reserved_usd > 0.0 => format!(
+            Self::QuotaSpent(q) if q.may_free_up() => format!(
                 "Daily spending limit reached for now: this API key spent ${:.6} today and its \
                  running sessions reserved ${:.6} of its ${} (--max-key-cost-usd-per-day; without \
                  keys, the whole server's). Each session reserves its maximum cost (the smallest of \
@@ -320,7 +320,7 @@ impl ApiError {
             | Self::TooManyKeySessions { .. }
             | Self::BodiesBusy { .. } => true,
             // Running sessions give back what they did not spend when they end.
-            Self::QuotaSpent(q) => q.reserved_usd > 0.0,
+            Self::QuotaSpent(q) => q.may_free_up(),
             Self::Session(e) => {
                 e.kind == SessionErrorKind::UpstreamFailed
                     && e.agent_errors
@@ -349,7 +349,7 @@ impl ApiError {
             | Self::TooManyKeySessions { .. }
             | Self::TooManySubscribers { .. }
             | Self::BodiesBusy { .. } => Some(Duration::from_secs(1)),
-            Self::QuotaSpent(q) if q.reserved_usd > 0.0 => Some(Duration::from_secs(1)),
+            Self::QuotaSpent(q) if q.may_free_up() => Some(Duration::from_secs(1)),
             _ => None,
         }
     }

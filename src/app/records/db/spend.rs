@@ -459,4 +459,38 @@ mod tests {
         .unwrap();
         assert_eq!(db.spent_on("owner-a", NOON).await.unwrap().usd, 0.5);
     }
+
+    #[tokio::test]
+    async fn upkeep_forgets_reservations_of_past_days_and_of_forgotten_replicas() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = sqlite(&dir).await;
+        db.migrate(migrate::count()).await.unwrap();
+        db.heartbeat().await.unwrap();
+        let today = day_text(utc_day(super::super::now_ms()));
+        for (id, day, replica) in [
+            ("old", "2000-01-01", db.replica().to_string()),
+            ("gone", today.as_str(), "a-replica-long-gone".to_string()),
+            ("mine", today.as_str(), db.replica().to_string()),
+        ] {
+            sqlx::query(
+                "INSERT INTO reservations (id, owner, day, replica, usd, created_ms) \
+                 VALUES ($1, 'o', $2, $3, 1.0, 0)",
+            )
+            .bind(id)
+            .bind(day)
+            .bind(replica)
+            .execute(db.pool())
+            .await
+            .unwrap();
+        }
+        db.mark_interrupted(Duration::from_secs(60)).await.unwrap();
+        let left: Vec<String> = sqlx::query("SELECT id FROM reservations ORDER BY id")
+            .fetch_all(db.pool())
+            .await
+            .unwrap()
+            .iter()
+            .map(|r| r.get::<String, _>(0))
+            .collect();
+        assert_eq!(left, ["mine"]);
+    }
 }

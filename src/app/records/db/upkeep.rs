@@ -10,6 +10,7 @@ use sqlx::Row;
 
 use super::rows::to_db;
 use super::{Engine, RecordDb, now_ms};
+use crate::app::spend::{day_text, utc_day};
 
 /// The PostgreSQL channel: one notification per changed session, its id as payload.
 pub const CHANNEL: &str = "massgen_records";
@@ -75,6 +76,17 @@ impl RecordDb {
             .bind(self.replica())
             .execute(&mut *tx)
             .await?;
+        // Cost reservations of past days, and those of replicas just forgotten: the next
+        // reservation of the same owner and day deletes a dead replica's rows, but rows of
+        // owners that never come back (or of yesterday) would stay for good.
+        sqlx::query(
+            "DELETE FROM reservations WHERE day < $1 OR (replica <> $2 AND NOT EXISTS \
+             (SELECT 1 FROM replicas WHERE replicas.id = reservations.replica))",
+        )
+        .bind(day_text(utc_day(now_ms())))
+        .bind(self.replica())
+        .execute(&mut *tx)
+        .await?;
         if self.engine() == Engine::Postgres {
             // Readers following these sessions on any replica end now.
             super::flush::notify(&mut tx, ids.iter().map(String::as_str)).await?;
