@@ -1,9 +1,10 @@
 //! Request bodies: read whole, within `--max-body-bytes`, and within a budget of body bytes
 //! the whole server holds at once (`--max-buffered-body-bytes`). A request's share of the
 //! budget is its body's size, taken before (or, without `Content-Length`, while) the body
-//! is read and held until its response is done: the question lives on in the session
-//! (prompts, upstream requests) as long as that, so the budget bounds what big questions
-//! can make the server hold. Past the budget a request waits briefly for others to finish,
+//! is read and held by its session until the coordination ends (the question lives on in
+//! the prompts and upstream requests that long), or, for a request that starts none, until
+//! its response is done: so the budget bounds what big questions can make the server hold,
+//! and a client that stops reading its answer does not keep its share. Past the budget a request waits briefly for others to finish,
 //! then gets 503 with `Retry-After`.
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -112,13 +113,21 @@ impl Drop for Share {
 #[derive(Clone, Default)]
 pub struct ShareSlot(Arc<Mutex<Share>>);
 
+impl ShareSlot {
+    /// The share, for a holder that outlives the response's headers (a session): the
+    /// response then holds nothing.
+    pub fn take(&self) -> Share {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
 /// Gives every request a [`ShareSlot`]; a response whose request took a share holds it
 /// until its body is done (a stream: its last byte, or the client leaving).
 pub async fn hold_shares(mut request: Request, next: Next) -> Response {
     let slot = ShareSlot::default();
     request.extensions_mut().insert(slot.clone());
     let response = next.run(request).await;
-    let share = std::mem::take(&mut *slot.0.lock().unwrap_or_else(PoisonError::into_inner));
+    let share = slot.take();
     if share.of.is_none() {
         return response;
     }
@@ -167,7 +176,7 @@ pub async fn read_body(
     let mut body = http_body_util::Limited::new(body, limit);
     // With a length the whole share is taken before a byte is read: a request that waits
     // holds no memory, only its connection.
-    if let Some(n) = declared
+    if let Some(n) = declared.filter(|&n| n > 0)
         && let Err(busy) = budget.take(&mut share, n, deadline).await
     {
         return Err(drained(body, busy).await);

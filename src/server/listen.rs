@@ -137,13 +137,17 @@ pub async fn serve_connections(
             let _open = Open::new();
             // hyper's header timeout starts after the protocol is detected: a client that
             // connects and sends nothing is cut here instead.
-            let mut first = [0u8; 1];
-            if tokio::time::timeout(limits.header_timeout, stream.peek(&mut first))
-                .await
-                .is_err()
-            {
+            let mut first = [0u8; 4];
+            let Ok(peeked) =
+                tokio::time::timeout(limits.header_timeout, stream.peek(&mut first)).await
+            else {
                 tracing::debug!("closing a connection that sent nothing");
                 return;
+            };
+            // An HTTP/2 client may open its connection ahead of its first request (pool
+            // warming): its preface is no request headers, so only the idle timeout applies.
+            if peeked.is_ok_and(|n| first[..n].starts_with(b"PRI ")) {
+                arrivals.http2.store(true, Ordering::Relaxed);
             }
             let stream = Watched {
                 inner: stream,

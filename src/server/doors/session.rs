@@ -42,6 +42,10 @@ pub struct Incoming {
     pub caller: Caller,
     pub received: std::time::Instant,
     pub body: Bytes,
+    /// Where the body's part of `--max-buffered-body-bytes` is kept: a session takes it,
+    /// so it is given back when the coordination ends, not when a slow client has read
+    /// the whole response.
+    pub share: Option<bodies::ShareSlot>,
 }
 
 impl FromRequest<AppState> for Incoming {
@@ -55,13 +59,14 @@ impl FromRequest<AppState> for Incoming {
             .copied()
             .unwrap_or_default();
         let (parts, body) = request.into_parts();
+        let share = parts.extensions.get::<bodies::ShareSlot>().cloned();
         let within = state.settings.production.body_read_timeout;
         // A body trickled in a byte at a time would otherwise hold the connection forever.
         let body = tokio::time::timeout(
             within,
             bodies::read_body(
                 &parts.headers,
-                parts.extensions.get::<bodies::ShareSlot>(),
+                share.as_ref(),
                 body,
                 state.settings.max_body_bytes,
                 &state.production.bodies,
@@ -74,6 +79,7 @@ impl FromRequest<AppState> for Incoming {
             caller,
             received,
             body,
+            share,
         })
     }
 }
@@ -93,6 +99,8 @@ pub struct Ask {
     pub deliberation: Deliberation,
     /// The `massgen` fields that change the panel's options.
     pub overrides: Overrides,
+    /// The request body's share of the body budget ([`Incoming::share`]).
+    pub body_share: Option<bodies::ShareSlot>,
 }
 
 /// A started session, ready to render.
@@ -187,6 +195,7 @@ pub async fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
         Held {
             _permit: permit,
             _key_slot: key_slot,
+            _body_share: ask.body_share.as_ref().map(bodies::ShareSlot::take),
             reservation,
         },
     );
@@ -250,15 +259,19 @@ async fn reserve_cost(
 /// Events buffered between the session and the door's response body. Frames are small,
 /// so with hyper's write buffer this bounds what a stalled client holds.
 const CLIENT_BUFFER: usize = 64;
-/// Events a session may produce ahead of a client that reads slowly (a few MB: about what
-/// the kernel's send buffer of its connection holds), so its coordination ends, and frees
-/// its slots, without waiting for the client. Past it the session waits for the client.
-const CLIENT_READ_AHEAD: usize = 32_768;
+/// Events a session may produce ahead of a client that reads slowly, so its coordination
+/// ends, and frees its slots, without waiting for the client: a whole ordinary session
+/// (a few hundred events; a streamed presentation is one per chunk). Past it the session
+/// waits for the client, up to the stall timeout. Events are a few hundred bytes (a chunk
+/// of text each), so a stalled client holds a megabyte or two here (the few events that carry whole
+/// answers are the larger part).
+const CLIENT_READ_AHEAD: usize = 4_096;
 
 /// What a session holds until its coordination ends.
 struct Held {
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     _key_slot: Option<KeySessionSlot>,
+    _body_share: Option<bodies::Share>,
     reservation: Option<spend::Reservation>,
 }
 

@@ -35,6 +35,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         caller,
         received,
         body,
+        share,
     } = incoming;
     let mut request = request::parse(&body)?;
     // The server's default when the request does not say.
@@ -54,6 +55,7 @@ pub async fn handle(incoming: Incoming) -> Result<Response, ApiError> {
         input: std::mem::take(&mut request.input),
         deliberation,
         overrides: request.overrides.clone(),
+        body_share: share,
     };
     let cached = session::cache_lookup(&state, &ask, &body)?;
     // The session has all it needs from the body; a big one is not held for its length.

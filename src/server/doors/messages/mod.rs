@@ -35,6 +35,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         caller,
         received,
         body,
+        share,
     } = incoming;
     let mut request = request::parse(&body, true)?;
     let mut input = conversation::session_input(
@@ -69,6 +70,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         input,
         deliberation: request.deliberation,
         overrides: request.overrides.clone(),
+        body_share: share,
     };
     let cached = session::cache_lookup(&state, &ask, &body)?;
     // The session has all it needs from the body; a big one is not held for its length.

@@ -40,6 +40,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         caller,
         received,
         body,
+        share,
     } = incoming;
     let request = request::parse(&body)?;
     let (system, messages) = conversation_so_far(&state.responses, &caller, &request)?;
@@ -72,6 +73,7 @@ pub async fn create(incoming: Incoming) -> Result<Response, ApiError> {
         input,
         deliberation: request.deliberation,
         overrides: request.overrides,
+        body_share: share,
     };
     let cached = session::cache_lookup(&state, &ask, &body)?;
     // The session has all it needs from the body; a big one is not held for its length.
