@@ -22,6 +22,11 @@ pub const MAX_DEPTH: usize = 32;
 /// definitions that each refer twice to the next would otherwise make a small schema
 /// cost 2^n checks per value.
 pub const MAX_EXPANDED_NODES: u64 = 20_000;
+/// `$ref`s followed one inside another (a chain `a → b → c …`). Nesting is bounded by
+/// [`MAX_DEPTH`] within the text, but a chain of references nests without it, and both the
+/// expansion below and the validator recurse once per link: a chain thousands long would
+/// overflow a thread's stack, which aborts the whole server.
+pub const MAX_REF_CHAIN: usize = 32;
 
 /// Keywords whose values are data, not subschemas: not expanded, so a large `enum` costs
 /// one node (a `$ref` into them is still followed and counted).
@@ -67,8 +72,14 @@ pub fn check(schema: &Value) -> Result<(), String> {
         root: schema,
         done: HashMap::new(),
         open: Vec::new(),
+        chain_too_long: false,
     };
     let nodes = expansion.cost(schema);
+    if expansion.chain_too_long {
+        return Err(format!(
+            "it has a chain of more than {MAX_REF_CHAIN} `$ref`s, each leading into the next"
+        ));
+    }
     if nodes > MAX_EXPANDED_NODES {
         return Err(format!(
             "with its `$ref`s expanded it has over {MAX_EXPANDED_NODES} subschemas, the limit \
@@ -266,10 +277,15 @@ fn push_token(path: &mut String, token: &str) {
 /// The size of the schema with every local `$ref` (`#` or `#/…`) replaced by what it
 /// points to; a reference back into a definition being expanded counts once (recursion
 /// follows the value, which is bounded). Other references do not compile (no resolvers).
+/// A cost that is over the limit, whatever more is added.
+const OVER: u64 = MAX_EXPANDED_NODES + 1;
+
 struct Expansion<'a> {
     root: &'a Value,
     done: HashMap<&'a str, u64>,
     open: Vec<&'a str>,
+    /// Set when a chain of references passed [`MAX_REF_CHAIN`] (the walk then stops).
+    chain_too_long: bool,
 }
 
 impl<'a> Expansion<'a> {
@@ -282,6 +298,9 @@ impl<'a> Expansion<'a> {
                         continue;
                     }
                     total = total.saturating_add(self.cost(child));
+                    if total > MAX_EXPANDED_NODES {
+                        return OVER;
+                    }
                 }
                 if let Some(Value::String(reference)) = object.get("$ref") {
                     total = total.saturating_add(self.reference(reference));
@@ -290,12 +309,17 @@ impl<'a> Expansion<'a> {
             Value::Array(items) => {
                 for child in items {
                     total = total.saturating_add(self.cost(child));
+                    // Past the limit the answer is known: stop visiting at once (spellings
+                    // of one reference are expanded each, so a walk could otherwise be
+                    // long before it is refused).
+                    if total > MAX_EXPANDED_NODES {
+                        return OVER;
+                    }
                 }
             }
             _ => {}
         }
-        // Past the limit the answer is known: stop adding (and recursing) early.
-        total.min(MAX_EXPANDED_NODES + 1)
+        total.min(OVER)
     }
 
     fn reference(&mut self, reference: &'a str) -> u64 {
@@ -304,6 +328,10 @@ impl<'a> Expansion<'a> {
         }
         if self.open.contains(&reference) {
             return 1;
+        }
+        if self.open.len() >= MAX_REF_CHAIN {
+            self.chain_too_long = true;
+            return OVER;
         }
         // The fragment is percent-decoded before it is read as a pointer, as the
         // validator does; one that leads nowhere does not compile.
@@ -411,9 +439,10 @@ mod tests {
             check(&json!({"$id": "https://x/root", "$ref": "#"})),
             Ok(())
         );
-        // Array indexes the validator reads leniently are followed too.
+        // Array indexes the validator reads leniently are followed too (15 levels: 2^15
+        // subschemas over a chain of 30 references, within MAX_REF_CHAIN).
         let mut defs = Map::new();
-        for i in 0..20 {
+        for i in 0..15 {
             let (a, b) = (format!("#/$defs/w{i}/01"), format!("#/$defs/w{i}/+1"));
             defs.insert(
                 format!("l{i}"),
@@ -422,7 +451,7 @@ mod tests {
             let next = format!("#/$defs/l{}", i + 1);
             defs.insert(format!("w{i}"), json!([{}, {"$ref": next}]));
         }
-        defs.insert("l20".into(), json!({"minLength": 1}));
+        defs.insert("l15".into(), json!({"minLength": 1}));
         let lenient = json!({"$ref": "#/$defs/l0", "$defs": defs});
         assert!(check(&lenient).unwrap_err().contains("expanded"));
         // Recursion (a tree) and a big enum are fine.
@@ -431,5 +460,26 @@ mod tests {
         assert_eq!(check(&tree), Ok(()));
         let values: Vec<Value> = (0..5_000).map(|i| json!(i)).collect();
         assert_eq!(check(&json!({"enum": values})), Ok(()));
+    }
+
+    #[test]
+    fn a_long_chain_of_references_is_refused_before_anything_recurses_along_it() {
+        let mut defs = serde_json::Map::new();
+        for i in 0..2_000 {
+            defs.insert(
+                format!("d{i}"),
+                json!({"$ref": format!("#/$defs/d{}", i + 1)}),
+            );
+        }
+        defs.insert("d2000".into(), json!({"type": "string"}));
+        let schema = json!({"$defs": defs, "$ref": "#/$defs/d0"});
+        let err = check(&schema).unwrap_err();
+        assert!(err.contains("chain of more than 32"), "{err}");
+        // A short chain is fine.
+        let schema = json!({
+            "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"type": "string"}},
+            "$ref": "#/$defs/a"
+        });
+        assert_eq!(check(&schema), Ok(()));
     }
 }

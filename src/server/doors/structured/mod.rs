@@ -216,27 +216,52 @@ impl AnswerCheck for JsonCheck {
                 return verdict(None, answer).map_err(Rejection::Mismatch);
             };
             let (validator, answer) = (Arc::clone(validator), answer.to_string());
-            let run = async move {
-                let slot = CHECKS.acquire().await.ok()?;
-                tokio::task::spawn_blocking(move || {
-                    let _slot = slot;
-                    verdict(Some(&validator), &answer)
-                })
-                .await
-                .ok()
+            // The wait for a slot has its own budget: other requests' costly checks must
+            // not make this one read as "too costly" (a check past its budget keeps its
+            // slot until it ends).
+            let slot = match tokio::time::timeout(self.budget, CHECKS.acquire()).await {
+                Ok(Ok(slot)) => slot,
+                Ok(Err(_)) => {
+                    return Err(Rejection::Unchecked(
+                        "the check of the JSON Schema failed".to_string(),
+                    ));
+                }
+                Err(_) => {
+                    tracing::warn!(
+                        checks_at_once = CHECK_THREADS,
+                        "a structured-output check could not start: every check slot is busy"
+                    );
+                    return Err(Rejection::Unchecked(format!(
+                        "the server is busy checking other answers against their JSON Schemas \
+                         (at most {CHECK_THREADS} at once) and this check could not start \
+                         within {:?}; retry",
+                        self.budget
+                    )));
+                }
             };
+            let run = tokio::task::spawn_blocking(move || {
+                let _slot = slot;
+                verdict(Some(&validator), &answer)
+            });
             match tokio::time::timeout(self.budget, run).await {
-                Ok(Some(verdict)) => verdict.map_err(Rejection::Mismatch),
-                Ok(None) => {
+                Ok(Ok(verdict)) => verdict.map_err(Rejection::Mismatch),
+                Ok(Err(_)) => {
                     tracing::error!("a structured-output check ended without a verdict (panicked)");
                     Err(Rejection::Unchecked(
                         "the check of the JSON Schema failed".to_string(),
                     ))
                 }
-                Err(_) => Err(Rejection::Unchecked(format!(
-                    "the JSON Schema is too costly to check: the check did not end within {:?}",
-                    self.budget
-                ))),
+                Err(_) => {
+                    // It goes on in the background, holding its slot, until it ends.
+                    tracing::warn!(
+                        budget = ?self.budget,
+                        "a structured-output check ran past its budget"
+                    );
+                    Err(Rejection::Unchecked(format!(
+                        "the JSON Schema is too costly to check: the check did not end within {:?}",
+                        self.budget
+                    )))
+                }
             }
         })
     }
