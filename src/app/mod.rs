@@ -5,14 +5,23 @@
 //! reaches up.
 
 mod caller;
+pub mod forward;
+mod observer;
+mod open;
+pub mod panels;
+pub mod permits;
 mod providers;
+pub mod quota;
 pub mod records;
+mod refusal;
 mod sessions;
 pub mod spend;
 mod tools;
 
 pub use caller::{Caller, KeyId, Owner};
+pub use open::{Ask, Deliberation, Opened, UseCase};
 pub use providers::{HttpProviders, ProviderFactory};
+pub use refusal::Refusal;
 pub use sessions::{
     Overrides, SHUTDOWN_CANCELLED, SessionRequest, Sessions, SessionsConfig, StartError, Started,
 };

@@ -15,13 +15,13 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::records::{self, RecordStore, SessionInfo};
+use super::records::{RecordStore, SessionInfo};
 use super::spend::SpendLedger;
 use super::{Caller, ProviderFactory};
 use crate::config::PanelConfig;
 use crate::telemetry::{self, SessionTracker};
 
-/// Events buffered between the engine and a slow client before the engine waits.
+/// Events buffered between the engine and the forwarder before the engine waits.
 const EVENT_BUFFER: usize = 256;
 
 /// Why a session failed when the shutdown's grace period ended it (the engine only knows
@@ -54,7 +54,7 @@ pub struct Sessions {
     max_session_cost_usd: Option<f64>,
     log_prompts: bool,
     spend: Arc<SpendLedger>,
-    /// Every running session (engine and records tee), so shutdown can wait for them.
+    /// Every running session (engine and forwarder), so shutdown can wait for them.
     tasks: TaskTracker,
     /// Cancels every session (shutdown past the grace period).
     cancel_all: CancellationToken,
@@ -109,8 +109,11 @@ fn smaller(a: Option<f64>, b: Option<f64>) -> Option<f64> {
 /// A running session as its door sees it.
 pub struct Started {
     pub id: Arc<str>,
-    /// Every event, the last one `session_completed` or `session_failed`.
+    /// Every event, the last one `session_completed` or `session_failed`, straight from
+    /// the engine: the door's forwarder ([`super::forward`]) hands each to `observer`.
     pub events: mpsc::Receiver<Box<SessionEvent>>,
+    /// The session's record, metrics and spend.
+    pub observer: super::observer::SessionObserver,
     /// Dropping it (client gone, handler dropped) cancels every upstream call at once.
     pub cancel: DropGuard,
 }
@@ -231,17 +234,17 @@ impl Sessions {
             panel: panel.name.clone(),
             ..request.info
         };
-        let start = records::SessionStart {
+        let start = super::observer::SessionStart {
             record: self.records.insert_with(id.clone(), request.caller, info),
             tracker,
             files_dir: self.records.dir.clone(),
             shutdown: self.cancel_all.clone(),
             spend: self.spend.clone(),
         };
-        let events = records::tee(&self.tasks, start, engine_rx, EVENT_BUFFER);
         Ok(Started {
             id,
-            events,
+            events: engine_rx,
+            observer: super::observer::SessionObserver::new(start),
             cancel: cancel.drop_guard(),
         })
     }

@@ -16,6 +16,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+pub use super::quota::{DailyQuota, QuotaSpent, Spent};
+use super::quota::{Want, utc_day};
 use super::records::db::{Engine, RecordDb};
 
 /// How long the quota check waits for the database before it counts on this process's
@@ -33,16 +35,6 @@ const DB_SETTLE: Duration = Duration::from_secs(2);
 /// Tries to give a database reservation back (a replica that stops meanwhile leaves it to
 /// expire with its heartbeat).
 const DB_RELEASE_TRIES: u32 = 5;
-
-const DAY_MS: u64 = 86_400_000;
-
-/// An owner's spend over one UTC day.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Spent {
-    pub usd: f64,
-    /// For information: the limit is in USD.
-    pub tokens: u64,
-}
 
 #[derive(Debug, Default)]
 pub struct SpendLedger {
@@ -352,18 +344,6 @@ pub async fn reserve(
     }
 }
 
-/// What [`RecordDb::reserve`] is asked for.
-#[derive(Debug, Clone, Copy)]
-pub struct Want {
-    /// USD to reserve at most.
-    pub usd: f64,
-    /// The owner's day's limit.
-    pub limit: f64,
-    /// What this process's other sessions of the owner hold reserved (counted instead of
-    /// this replica's rows in the database).
-    pub own: f64,
-}
-
 fn failure(failed: Result<Result<(), sqlx::Error>, tokio::time::error::Elapsed>) -> String {
     match failed {
         Ok(Err(e)) => super::records::db::safe_error(&e),
@@ -371,97 +351,12 @@ fn failure(failed: Result<Result<(), sqlx::Error>, tokio::time::error::Elapsed>)
     }
 }
 
-/// Days since the Unix epoch of a Unix time in milliseconds, UTC.
-pub fn utc_day(at_ms: u64) -> u64 {
-    at_ms / DAY_MS
-}
-
-/// `YYYY-MM-DD` of a day since the Unix epoch (how the database keys spend).
-pub fn day_text(day: u64) -> String {
-    let (y, m, d) = civil_date(day);
-    format!("{y:04}-{m:02}-{d:02}")
-}
-
-/// Year, month and day of a day since the Unix epoch (the proleptic Gregorian calendar:
-/// H. Hinnant's civil-from-days, no date crate needed).
-pub fn civil_date(days: u64) -> (i64, i64, i64) {
-    let z = i64::try_from(days).unwrap_or_default() + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
-}
-
-/// `--max-key-cost-usd-per-day`: USD an owner may spend per UTC day.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct DailyQuota {
-    pub limit_usd: f64,
-}
-
-/// An owner whose spend today, with what its running sessions reserved, reached the limit.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub struct QuotaSpent {
-    pub limit_usd: f64,
-    pub spent: Spent,
-    /// What running sessions hold reserved (given back as they end).
-    pub reserved_usd: f64,
-}
-
-impl QuotaSpent {
-    /// Whether a running session's end can make room: something is reserved and the day's
-    /// spend alone has not reached the limit (then only 00:00 UTC helps).
-    pub fn may_free_up(&self) -> bool {
-        self.reserved_usd > 0.0 && self.spent.usd < self.limit_usd
-    }
-}
-
-impl DailyQuota {
-    /// What a new session of an owner who spent `spent` today, while its running sessions
-    /// reserved `reserved`, may spend: all that is left, or `cap` when less.
-    pub fn allowance(
-        &self,
-        spent: Spent,
-        reserved: f64,
-        cap: Option<f64>,
-    ) -> Result<f64, QuotaSpent> {
-        let left = self.limit_usd - spent.usd - reserved;
-        if left > 0.0 {
-            Ok(cap.map_or(left, |cap| cap.min(left)))
-        } else {
-            Err(QuotaSpent {
-                limit_usd: self.limit_usd,
-                spent,
-                reserved_usd: reserved,
-            })
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::quota::DAY_MS;
 
     const NOON: u64 = 20_000 * DAY_MS + DAY_MS / 2;
-
-    #[test]
-    fn only_a_day_not_yet_spent_may_free_up_when_sessions_end() {
-        let refused = |spent: f64, reserved: f64| QuotaSpent {
-            limit_usd: 5.0,
-            spent: Spent {
-                usd: spent,
-                tokens: 0,
-            },
-            reserved_usd: reserved,
-        };
-        assert!(refused(3.0, 2.0).may_free_up());
-        assert!(!refused(3.0, 0.0).may_free_up());
-        // Spent to the limit: a running session's end gives back no room.
-        assert!(!refused(5.0, 1.0).may_free_up());
-    }
 
     #[test]
     fn spend_adds_up_per_owner_for_today_only() {
@@ -497,39 +392,6 @@ mod tests {
         ledger.add("a", NOON, f64::NAN, 1);
         assert_eq!(ledger.today("a", NOON).usd, 0.5);
         assert_eq!(ledger.today("a", NOON).tokens, 3);
-    }
-
-    #[test]
-    fn the_day_turns_at_midnight_utc() {
-        assert_eq!(utc_day(DAY_MS - 1), 0);
-        assert_eq!(utc_day(DAY_MS), 1);
-        assert_eq!(day_text(0), "1970-01-01");
-        assert_eq!(day_text(utc_day(951_782_400_000)), "2000-02-29");
-        // date -u -d @1795392000 +%F
-        assert_eq!(day_text(utc_day(1_795_392_000_000)), "2026-11-23");
-        assert_eq!(day_text(utc_day(1_795_392_000_000 - 1)), "2026-11-22");
-    }
-
-    #[test]
-    fn the_allowance_is_what_is_left_and_none_at_the_limit() {
-        let quota = DailyQuota { limit_usd: 1.0 };
-        let spent = |usd| Spent { usd, tokens: 9 };
-        assert_eq!(quota.allowance(spent(0.0), 0.0, None), Ok(1.0));
-        assert_eq!(quota.allowance(spent(0.75), 0.0, None), Ok(0.25));
-        assert_eq!(quota.allowance(spent(0.25), 0.5, None), Ok(0.25));
-        assert_eq!(quota.allowance(spent(0.0), 0.0, Some(0.1)), Ok(0.1));
-        assert_eq!(
-            quota
-                .allowance(spent(0.0), 0.95, Some(0.1))
-                .map(|u| (u * 100.0).round()),
-            Ok(5.0)
-        );
-        let refused = quota.allowance(spent(1.0), 0.0, Some(0.1)).unwrap_err();
-        assert_eq!(refused.limit_usd, 1.0);
-        assert_eq!(refused.spent.tokens, 9);
-        assert!(quota.allowance(spent(2.0), 0.0, None).is_err());
-        let held = quota.allowance(spent(0.5), 0.5, None).unwrap_err();
-        assert_eq!(held.reserved_usd, 0.5);
     }
 
     #[test]

@@ -13,7 +13,8 @@ use super::{ConfigError, Env, PanelConfig, parse_panel};
 pub const AUTO_SOURCE: &str = "<automatic panel>";
 
 /// The providers of the automatic panel, in this order, with their default model: capable
-/// models, not each provider's most expensive one (README, "Quick start", dated table).
+/// models, not each provider's most expensive one (docs/configuration.md, "Where the default
+/// panel comes from", dated table).
 pub const AUTO_MODELS: &[(&str, &str)] = &[
     ("openai", "gpt-5-mini"),
     ("claude", "claude-sonnet-4-5"),

@@ -12,24 +12,14 @@ use serde_json::Value;
 use super::Env;
 
 /// Why a string could not be expanded (the caller adds file and key path).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ExpandError {
+    #[error("environment variable {0} is not set (use ${{{0}:-default}} for a default)")]
     Unset(String),
+    #[error("unterminated '${{' (missing '}}')")]
     Unterminated,
+    #[error("invalid variable name '{0}' in '${{…}}'")]
     BadName(String),
-}
-
-impl std::fmt::Display for ExpandError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Unset(var) => write!(
-                f,
-                "environment variable {var} is not set (use ${{{var}:-default}} for a default)"
-            ),
-            Self::Unterminated => f.write_str("unterminated '${' (missing '}')"),
-            Self::BadName(name) => write!(f, "invalid variable name '{name}' in '${{…}}'"),
-        }
-    }
 }
 
 /// Expands one string.
@@ -143,6 +133,19 @@ pub(crate) fn join(path: &str, key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn messages_say_what_to_write_instead() {
+        let unset = ExpandError::Unset("KEY".into()).to_string();
+        assert_eq!(
+            unset,
+            "environment variable KEY is not set (use ${KEY:-default} for a default)"
+        );
+        let open = ExpandError::Unterminated.to_string();
+        assert_eq!(open, "unterminated '${' (missing '}')");
+        let bad = ExpandError::BadName("1x".into()).to_string();
+        assert_eq!(bad, "invalid variable name '1x' in '${…}'");
+    }
 
     fn env(name: &str) -> Option<String> {
         match name {

@@ -2,7 +2,7 @@
 //! `tools.rs`, `orchestrator.rs`, `retry.rs`), log the warnings, and the catalog of a
 //! configs directory.
 //!
-//! Decisions (documented in the README's configuration section):
+//! Decisions (documented in docs/configuration.md):
 //! - `backend.type` is required (MassGen's guessing the type from the model name is not done).
 //! - `${VAR}` is expanded in the values the server uses only, so a `${VAR}` in `ui:` or in
 //!   an ignored MassGen-only key never fails a load; inside `mcp_servers` an unset one makes

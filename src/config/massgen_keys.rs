@@ -3,8 +3,8 @@
 //! Source: MassGen **0.1.97** (the wheel's `backend/_excluded_params.py` and the
 //! `api_params_handler/*` exclusion sets, `agent_config.py`'s orchestrator, coordination and
 //! timeout keys, `cli/backends.py`'s backend types and `chatcompletion` host rule). Read,
-//! not copied: the groups and their reasons are ours. README's "MassGen keys" lists every
-//! key below with its group (a test keeps the two in step).
+//! not copied: the groups and their reasons are ours. docs/configuration.md ("MassGen
+//! configs") lists every key below with its group (a test keeps the two in step).
 
 /// Keys that share a fate, and why.
 #[derive(Debug, Clone, Copy)]

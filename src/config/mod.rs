@@ -130,6 +130,9 @@ pub struct ServerSettings {
     /// Where Chat Completions puts the deliberation unless a request says
     /// (`--deliberation-format`).
     pub deliberation_format: DeliberationFormat,
+    /// The key that signs the deliberation handed to clients (thinking `signature`s,
+    /// reasoning `encrypted_content`), shared by replicas; `None`: a random one per process.
+    pub reasoning_secret: Option<massgen_core::Secret>,
     /// Auth, limits, records and timeouts (`production.rs`).
     pub production: ProductionSettings,
     /// How long identical requests are answered from the response cache; `None`: off.
@@ -183,6 +186,7 @@ impl Default for ServerSettings {
             default_model: None,
             messages_default_panel: None,
             deliberation_format: DeliberationFormat::Reasoning,
+            reasoning_secret: None,
             production: ProductionSettings::default(),
             cache_ttl: None,
         }

@@ -1,7 +1,7 @@
 //! Production settings of `massgen serve`: access control, limits, session records and
-//! connection timeouts. They come from flags and `MASSGEN_SERVER_*` variables (see the
-//! README's "Running in production"); the defaults keep the server open and unlimited
-//! except for bounded records and a header timeout.
+//! connection timeouts. They come from flags and `MASSGEN_SERVER_*` variables (see
+//! docs/production.md); the defaults keep the server open and unlimited except
+//! for bounded records and a header timeout.
 
 use std::path::PathBuf;
 use std::time::Duration;

@@ -1,6 +1,6 @@
 //! `massgen/path:<file>`: a panel file a request names (`--allow-config-paths`).
 //!
-//! Rules (README, "Access control"):
+//! Rules (docs/production.md, "Access control"):
 //! - only `.yaml`/`.yml` files under the root (`--config-paths-root`, else `--configs-dir`),
 //!   resolved with every symlink followed, so neither `..` nor a link leads out;
 //! - never a file under a folder the server writes (`--records-dir`, the SQLite database's

@@ -7,27 +7,28 @@
 //!   `Debug` form, keys redacted) and the request body parsed and written back (so
 //!   whitespace does not matter, the order of fields does). `stream` is part of the body:
 //!   a streamed request is answered from a streamed response, byte for byte.
-//! - Stored: only a 200 whose session completed; a stream only once it ended and only
-//!   without the door's error event. A client that goes away mid-stream stores nothing.
+//! - Stored: only a 200 whose session completed; a stream only once it ended and only if
+//!   the driver saw its session complete (told by the session's outcome, not by reading
+//!   the door's bytes). A client that goes away mid-stream stores nothing.
 //! - Replayed as stored: the same body (ids, usage, `massgen_metadata`, cost included: they
 //!   describe the session that produced it) with `x-massgen-cache: hit`; no session runs,
 //!   no record is made, nothing is spent.
 //! - Bounded: [`MAX_ENTRIES`] responses, [`MAX_BYTES`] in all, [`MAX_ENTRY_BYTES`] each
-//!   (a larger response is not stored); the oldest go first. Expired entries are dropped
-//!   when met and when room is needed.
+//!   (a larger response is not stored); the least recently used go first. Kept in `moka`,
+//!   which drops expired entries itself.
 //! - Concurrent identical requests are not coalesced: each runs its own session, and the
 //!   last to finish is kept.
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use axum::response::Response;
 use futures::StreamExt;
+use moka::policy::EvictionPolicy;
 use sha2::{Digest, Sha256};
-use tokio::time::Instant;
 
 use crate::app::Caller;
 use crate::config::PanelConfig;
@@ -42,28 +43,17 @@ pub const MAX_ENTRY_BYTES: usize = 4 * 1024 * 1024;
 
 type Key = [u8; 32];
 
-#[derive(Clone)]
 struct Entry {
-    stored: Instant,
-    seq: u64,
     headers: Vec<(HeaderName, HeaderValue)>,
     body: Bytes,
 }
 
-#[derive(Default)]
-struct Inner {
-    by_key: HashMap<Key, Entry>,
-    /// Insertion order: the oldest first.
-    order: BTreeMap<u64, Key>,
-    bytes: usize,
-    next_seq: u64,
-}
-
+/// The responses, in `moka`: expiry by TTL, and one weighted capacity for both bounds
+/// (each entry weighs its bytes, and at least `max_bytes / max_entries`, so neither the
+/// bytes nor the count can pass theirs); the least recently used go first.
 pub struct ResponseCache {
-    ttl: Duration,
-    max_entries: usize,
+    entries: moka::sync::Cache<Key, Arc<Entry>>,
     max_bytes: usize,
-    inner: Mutex<Inner>,
 }
 
 impl ResponseCache {
@@ -72,16 +62,16 @@ impl ResponseCache {
     }
 
     pub fn with_bounds(ttl: Duration, max_entries: usize, max_bytes: usize) -> Self {
-        Self {
-            ttl,
-            max_entries,
-            max_bytes,
-            inner: Mutex::default(),
-        }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+        let least = max_bytes / max_entries.max(1);
+        let entries = moka::sync::Cache::builder()
+            .max_capacity(max_bytes as u64)
+            .weigher(move |_: &Key, e: &Arc<Entry>| {
+                u32::try_from(entry_size(&e.headers, &e.body).max(least)).unwrap_or(u32::MAX)
+            })
+            .time_to_live(ttl)
+            .eviction_policy(EvictionPolicy::lru())
+            .build();
+        Self { entries, max_bytes }
     }
 
     /// The key of a request.
@@ -103,47 +93,21 @@ impl ResponseCache {
         hash.finalize().into()
     }
 
-    fn get(&self, key: &Key) -> Option<Entry> {
-        let mut inner = self.lock();
-        let entry = inner.by_key.get(key)?.clone();
-        if entry.stored.elapsed() >= self.ttl {
-            remove(&mut inner, key);
-            return None;
-        }
-        Some(entry)
+    fn get(&self, key: &Key) -> Option<Arc<Entry>> {
+        self.entries.get(key)
     }
 
     fn put(&self, key: Key, headers: Vec<(HeaderName, HeaderValue)>, body: Bytes) {
-        let size = entry_size(&headers, &body);
-        if size > MAX_ENTRY_BYTES.min(self.max_bytes) {
+        if entry_size(&headers, &body) > MAX_ENTRY_BYTES.min(self.max_bytes) {
             return;
         }
-        let mut inner = self.lock();
-        remove(&mut inner, &key);
-        while inner.by_key.len() >= self.max_entries || inner.bytes + size > self.max_bytes {
-            let Some((_, oldest)) = inner.order.pop_first() else {
-                break;
-            };
-            remove(&mut inner, &oldest);
-        }
-        let seq = inner.next_seq;
-        inner.next_seq += 1;
-        inner.order.insert(seq, key);
-        inner.bytes += size;
-        inner.by_key.insert(
-            key,
-            Entry {
-                stored: Instant::now(),
-                seq,
-                headers,
-                body,
-            },
-        );
+        self.entries.insert(key, Arc::new(Entry { headers, body }));
     }
 
     #[cfg(test)]
-    fn len(&self) -> usize {
-        self.lock().by_key.len()
+    fn len(&self) -> u64 {
+        self.entries.run_pending_tasks();
+        self.entries.entry_count()
     }
 }
 
@@ -155,29 +119,20 @@ fn entry_size(headers: &[(HeaderName, HeaderValue)], body: &Bytes) -> usize {
             .sum::<usize>()
 }
 
-fn remove(inner: &mut Inner, key: &Key) {
-    if let Some(old) = inner.by_key.remove(key) {
-        inner.order.remove(&old.seq);
-        inner.bytes -= entry_size(&old.headers, &old.body);
-    }
-}
-
 /// One request's use of the cache: a hit to answer with, or where to keep the answer.
 pub struct Lookup {
     found: Option<(Arc<ResponseCache>, Key)>,
-    door: &'static str,
 }
 
 impl Lookup {
     /// No cache (it is off).
-    pub fn off(door: &'static str) -> Self {
-        Self { found: None, door }
+    pub fn off() -> Self {
+        Self { found: None }
     }
 
-    pub fn new(cache: Option<&Arc<ResponseCache>>, door: &'static str, key: Key) -> Self {
+    pub fn new(cache: Option<&Arc<ResponseCache>>, key: Key) -> Self {
         Self {
             found: cache.map(|c| (Arc::clone(c), key)),
-            door,
         }
     }
 
@@ -189,17 +144,19 @@ impl Lookup {
             return None;
         };
         count("hit");
-        let mut response = Response::new(Body::from(entry.body));
+        let mut response = Response::new(Body::from(entry.body.clone()));
         let headers = response.headers_mut();
-        for (name, value) in entry.headers {
-            headers.insert(name, value);
+        for (name, value) in &entry.headers {
+            headers.insert(name.clone(), value.clone());
         }
         headers.insert(CACHE_HEADER, HeaderValue::from_static("hit"));
         Some(response)
     }
 
-    /// `response`, marked a miss and kept once it has gone out whole, if it succeeded.
-    pub fn keep(self, response: Response) -> Response {
+    /// `response`, marked a miss and kept once it has gone out whole, if by then
+    /// `completed` says its session completed (a stream that ended in the door's error
+    /// event, or that the client left, is not kept).
+    pub fn keep(self, response: Response, completed: Arc<AtomicBool>) -> Response {
         let Some((cache, key)) = self.found else {
             return response;
         };
@@ -211,11 +168,6 @@ impl Lookup {
             return Response::from_parts(parts, body);
         }
         let headers = kept_headers(&parts.headers);
-        let streamed = parts
-            .headers
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|v| v.as_bytes().starts_with(b"text/event-stream"));
-        let door = self.door;
         let mut inner = body.into_data_stream();
         let teed = async_stream::stream! {
             let mut copy: Option<Vec<u8>> = Some(Vec::new());
@@ -238,7 +190,7 @@ impl Lookup {
                 }
             }
             if let Some(body) = copy
-                && (!streamed || stream_succeeded(door, &body))
+                && completed.load(Ordering::Acquire)
             {
                 cache.put(key, headers, Bytes::from(body));
                 count("stored");
@@ -260,17 +212,6 @@ fn kept_headers(headers: &HeaderMap) -> Vec<(HeaderName, HeaderValue)> {
         .collect()
 }
 
-/// A stream that ended without the door's error event (an error after the 200).
-fn stream_succeeded(door: &str, body: &[u8]) -> bool {
-    let text = String::from_utf8_lossy(body);
-    match door {
-        "chat_completions" => text.contains("data: [DONE]") && !text.contains("data: {\"error\""),
-        "responses" => text.contains("event: response.completed"),
-        "messages" => text.contains("event: message_stop") && !text.contains("event: error"),
-        _ => false,
-    }
-}
-
 fn count(result: &'static str) {
     if let Some(m) = crate::telemetry::metrics::metrics() {
         m.response_cache.with_label_values(&[result]).inc();
@@ -285,58 +226,45 @@ mod tests {
         Bytes::from(vec![b'x'; n])
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn entries_expire_after_the_ttl() {
-        let cache = ResponseCache::new(Duration::from_secs(60));
+    #[test]
+    fn entries_expire_after_the_ttl() {
+        let cache = ResponseCache::new(Duration::from_millis(200));
         cache.put([1; 32], Vec::new(), body(3));
-        tokio::time::advance(Duration::from_secs(59)).await;
         assert!(cache.get(&[1; 32]).is_some());
-        tokio::time::advance(Duration::from_secs(1)).await;
+        std::thread::sleep(Duration::from_millis(400));
         assert!(cache.get(&[1; 32]).is_none());
-        assert_eq!(cache.len(), 0, "an expired entry is dropped when met");
+        assert_eq!(cache.len(), 0, "an expired entry is dropped");
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_oldest_go_first_when_a_bound_is_reached() {
+    #[test]
+    fn bounds_on_count_and_bytes_hold() {
         let cache = ResponseCache::with_bounds(Duration::from_secs(60), 2, 100);
         for k in 1..=3 {
             cache.put([k; 32], Vec::new(), body(10));
         }
-        assert!(cache.get(&[1; 32]).is_none(), "over the entry count");
-        assert!(cache.get(&[2; 32]).is_some() && cache.get(&[3; 32]).is_some());
+        assert_eq!(cache.len(), 2, "over the entry count");
+        assert!(cache.get(&[3; 32]).is_some(), "the newest is kept");
         cache.put([4; 32], Vec::new(), body(85));
-        assert!(
-            cache.get(&[2; 32]).is_none(),
-            "over the byte bound: the oldest went"
-        );
-        assert!(cache.get(&[3; 32]).is_some(), "10 + 85 bytes fit in 100");
         assert!(cache.get(&[4; 32]).is_some());
+        assert_eq!(cache.len(), 1, "10 + 85 bytes weigh 50 + 85: over 100");
         cache.put([5; 32], Vec::new(), body(101));
         assert!(cache.get(&[5; 32]).is_none(), "larger than the whole cache");
-        assert!(cache.get(&[4; 32]).is_some());
     }
 
-    #[test]
-    fn streams_count_only_without_the_doors_error_event() {
-        assert!(stream_succeeded(
-            "chat_completions",
-            b"data: {\"choices\":[]}\n\ndata: [DONE]\n\n"
-        ));
-        assert!(!stream_succeeded(
-            "chat_completions",
-            b"data: {\"error\":{}}\n\ndata: [DONE]\n\n"
-        ));
-        assert!(stream_succeeded(
-            "responses",
-            b"event: response.completed\ndata: {}\n\n"
-        ));
-        assert!(!stream_succeeded(
-            "responses",
-            b"event: response.failed\ndata: {}\n\n"
-        ));
-        assert!(!stream_succeeded(
-            "messages",
-            b"event: error\ndata: {}\n\nevent: message_stop\n\n"
-        ));
+    #[tokio::test]
+    async fn a_response_is_kept_only_when_its_session_completed() {
+        let cache = Arc::new(ResponseCache::new(Duration::from_secs(60)));
+        for (key, completed) in [([1; 32], false), ([2; 32], true)] {
+            let flag = Arc::new(AtomicBool::new(false));
+            let lookup = Lookup::new(Some(&cache), key);
+            let response = lookup.keep(Response::new(Body::from("event: x\n\n")), flag.clone());
+            // The outcome is known once the stream is read to its end, as in the driver.
+            flag.store(completed, Ordering::Release);
+            let bytes = axum::body::to_bytes(response.into_body(), 1024)
+                .await
+                .unwrap();
+            assert_eq!(&bytes[..], b"event: x\n\n");
+            assert_eq!(cache.get(&key).is_some(), completed);
+        }
     }
 }

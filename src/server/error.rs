@@ -3,6 +3,7 @@
 //! Completions and Responses doors and the other routes use; the Messages door renders the
 //! same errors in Anthropic's shape.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 use axum::http::{HeaderValue, StatusCode, header};
@@ -30,7 +31,8 @@ pub enum ApiError {
     /// 400: a request we cannot use.
     InvalidRequest {
         message: String,
-        param: Option<&'static str>,
+        /// The field at fault: a name, or a JSON path (`messages[2].content`).
+        param: Option<Cow<'static, str>>,
         code: &'static str,
     },
     /// 404: `massgen/<name>` that the server does not have.
@@ -88,7 +90,16 @@ impl ApiError {
     ) -> Self {
         Self::InvalidRequest {
             message: message.into(),
-            param,
+            param: param.map(Cow::Borrowed),
+            code,
+        }
+    }
+
+    /// A 400 about the field at `path` (a JSON path such as `input[1].content`).
+    pub fn invalid_at(message: impl Into<String>, path: String, code: &'static str) -> Self {
+        Self::InvalidRequest {
+            message: message.into(),
+            param: Some(Cow::Owned(path)),
             code,
         }
     }
@@ -192,9 +203,9 @@ impl ApiError {
         }
     }
 
-    pub fn param(&self) -> Option<&'static str> {
+    pub fn param(&self) -> Option<&str> {
         match self {
-            Self::InvalidRequest { param, .. } => *param,
+            Self::InvalidRequest { param, .. } => param.as_deref(),
             Self::ConfigNotFound { .. }
             | Self::ModelNotFound { .. }
             | Self::ConfigUnavailable { .. } => Some("model"),
@@ -237,7 +248,7 @@ impl ApiError {
             Self::Unauthorized { message } => message.clone(),
             Self::RateLimited { retry_after } => format!(
                 "Rate limit reached for this client; retry in {} s",
-                super::limits::retry_after_seconds(*retry_after).max(1)
+                super::retry_after::retry_after_seconds(*retry_after).max(1)
             ),
             Self::TooManySessions { max } => format!(
                 "The server is running its maximum of {max} concurrent sessions; retry shortly"
@@ -435,13 +446,37 @@ fn session_message(e: &SessionError) -> String {
     upstream::message(e)
 }
 
+impl From<crate::app::Refusal> for ApiError {
+    fn from(refusal: crate::app::Refusal) -> Self {
+        use crate::app::Refusal;
+        match refusal {
+            Refusal::Invalid {
+                message,
+                param,
+                code,
+            } => Self::invalid(message, param, code),
+            Refusal::ConfigNotFound { name, available } => Self::ConfigNotFound { name, available },
+            Refusal::ConfigUnavailable { name, reason } => Self::ConfigUnavailable { name, reason },
+            Refusal::NoDefaultConfig { available } => Self::NoDefaultConfig { available },
+            Refusal::TooManySessions { max } => Self::TooManySessions { max },
+            Refusal::TooManyKeySessions { max } => Self::TooManyKeySessions { max },
+            Refusal::QuotaSpent(spent) => Self::QuotaSpent(spent),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
         let body = json!({ "error": self.body() });
         let mut response = (status, axum::Json(body)).into_response();
         if let Some(v) = self.retry_after().and_then(|wait| {
-            HeaderValue::from_str(&super::limits::retry_after_seconds(wait).max(1).to_string()).ok()
+            HeaderValue::from_str(
+                &super::retry_after::retry_after_seconds(wait)
+                    .max(1)
+                    .to_string(),
+            )
+            .ok()
         }) {
             response.headers_mut().insert(header::RETRY_AFTER, v);
         }

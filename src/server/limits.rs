@@ -6,18 +6,16 @@ use std::collections::HashMap;
 use std::net::{IpAddr, Ipv4Addr};
 use std::num::NonZeroU32;
 use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
 
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::AppState;
-use super::auth::{Caller, KeyId};
 use super::error::{ApiError, SubscriberScope};
+use crate::app::{Caller, KeyId};
 use crate::config::ProductionSettings;
 use crate::telemetry::metrics;
 
@@ -39,9 +37,6 @@ impl ClientAddr {
 }
 
 pub struct Limits {
-    sessions: Option<(Arc<Semaphore>, usize)>,
-    /// `--max-sessions-per-key`: sessions each key (`None`: a server without keys) runs.
-    per_key: Option<KeySessions>,
     /// Keyed by API key; `None` is the bucket of a server without keys.
     rate: Option<DefaultKeyedRateLimiter<Option<KeyId>>>,
     /// With keys: requests without one (the web page, preflights), per client address at
@@ -67,13 +62,6 @@ impl Limits {
             });
         let keys = !settings.api_keys.is_empty();
         Self {
-            sessions: settings
-                .max_concurrent_sessions
-                .map(|n| (Arc::new(Semaphore::new(n)), n)),
-            per_key: settings.max_sessions_per_key.map(|max| KeySessions {
-                max,
-                held: Arc::default(),
-            }),
             rate: quota.map(RateLimiter::keyed),
             anonymous: quota.filter(|_| keys).map(RateLimiter::keyed),
             auth_failures: NonZeroU32::new(settings.auth_failures_per_minute)
@@ -116,39 +104,6 @@ impl Limits {
         })
     }
 
-    /// A slot for one more session, held until the session ends.
-    pub fn try_session(&self) -> Result<Option<OwnedSemaphorePermit>, ApiError> {
-        let Some((semaphore, max)) = &self.sessions else {
-            return Ok(None);
-        };
-        match semaphore.clone().try_acquire_owned() {
-            Ok(permit) => Ok(Some(permit)),
-            Err(_) => {
-                count("max_sessions");
-                Err(ApiError::TooManySessions { max: *max })
-            }
-        }
-    }
-
-    /// A place among `key`'s running sessions, held until the session's coordination
-    /// ends; 429 when the key runs its `--max-sessions-per-key` already.
-    pub fn try_key_session(&self, key: Option<KeyId>) -> Result<Option<KeySessionSlot>, ApiError> {
-        let Some(limit) = &self.per_key else {
-            return Ok(None);
-        };
-        let mut held = limit.held.lock().unwrap_or_else(PoisonError::into_inner);
-        let running = held.entry(key).or_default();
-        if *running >= limit.max {
-            count("max_sessions_per_key");
-            return Err(ApiError::TooManyKeySessions { max: limit.max });
-        }
-        *running += 1;
-        Ok(Some(KeySessionSlot {
-            held: Arc::clone(&limit.held),
-            key,
-        }))
-    }
-
     /// The request rate of `key`'s bucket; a caller without a key on a server with keys
     /// uses its address's bucket instead.
     pub fn check_rate(&self, key: Option<KeyId>, from: ClientAddr) -> Result<(), ApiError> {
@@ -180,25 +135,6 @@ impl Limits {
             limiter.retain_recent();
             limiter.shrink_to_fit();
         }
-    }
-}
-
-struct KeySessions {
-    max: usize,
-    /// Running sessions per key; a key leaves with its last session.
-    held: Arc<Mutex<HashMap<Option<KeyId>, usize>>>,
-}
-
-/// One running session's place under `--max-sessions-per-key`; dropping it frees it.
-pub struct KeySessionSlot {
-    held: Arc<Mutex<HashMap<Option<KeyId>, usize>>>,
-    key: Option<KeyId>,
-}
-
-impl Drop for KeySessionSlot {
-    fn drop(&mut self) {
-        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
-        release(&mut held, &self.key);
     }
 }
 
@@ -275,13 +211,10 @@ pub async fn rate_limit(State(state): State<AppState>, request: Request, next: N
     next.run(request).await
 }
 
-/// Retry-After in whole seconds, at least 1.
-pub fn retry_after_seconds(wait: Duration) -> u64 {
-    wait.as_secs() + u64::from(wait.subsec_nanos() > 0)
-}
-
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
 
     #[test]
@@ -299,56 +232,9 @@ mod tests {
         };
         assert!(retry_after > Duration::ZERO && retry_after <= Duration::from_secs(60));
         // Another key has its own bucket.
-        let key = ApiKeysForTest::key();
+        let key = first_key();
         assert!(limits.check_rate(Some(key), here).is_ok());
         limits.retain_recent();
-    }
-
-    #[test]
-    fn session_cap_gives_back_its_slot() {
-        let limits = Limits::new(&ProductionSettings {
-            max_concurrent_sessions: Some(1),
-            ..ProductionSettings::default()
-        });
-        let permit = limits.try_session().unwrap();
-        assert!(matches!(
-            limits.try_session(),
-            Err(ApiError::TooManySessions { max: 1 })
-        ));
-        drop(permit);
-        assert!(limits.try_session().is_ok());
-        assert!(
-            Limits::new(&ProductionSettings::default())
-                .try_session()
-                .unwrap()
-                .is_none()
-        );
-    }
-
-    #[test]
-    fn a_keys_session_places_are_its_own_and_given_back() {
-        let limits = Limits::new(&ProductionSettings {
-            max_sessions_per_key: Some(1),
-            ..ProductionSettings::default()
-        });
-        let first = limits.try_key_session(None).unwrap();
-        assert!(matches!(
-            limits.try_key_session(None),
-            Err(ApiError::TooManyKeySessions { max: 1 })
-        ));
-        let key = ApiKeysForTest::key();
-        let other = limits.try_key_session(Some(key)).unwrap();
-        drop((first, other));
-        assert!(limits.try_key_session(None).unwrap().is_some());
-        let held = limits.per_key.as_ref().unwrap().held.lock().unwrap();
-        assert_eq!(held.len(), 0, "a key without sessions is forgotten");
-        drop(held);
-        assert!(
-            Limits::new(&ProductionSettings::default())
-                .try_key_session(None)
-                .unwrap()
-                .is_none()
-        );
     }
 
     #[test]
@@ -375,7 +261,7 @@ mod tests {
             Some((SubscriberScope::Key, 3))
         );
         // Another key has its own places.
-        let key = ApiKeysForTest::key();
+        let key = first_key();
         let other = limits.try_subscriber(Some(key), &b).unwrap();
         drop((first, other));
         assert!(limits.try_subscriber(None, &a).is_ok());
@@ -383,19 +269,8 @@ mod tests {
         assert_eq!(held.keys.len(), 1, "a key without readers is forgotten");
     }
 
-    #[test]
-    fn retry_after_rounds_up() {
-        assert_eq!(retry_after_seconds(Duration::from_millis(1)), 1);
-        assert_eq!(retry_after_seconds(Duration::from_secs(2)), 2);
-        assert_eq!(retry_after_seconds(Duration::from_millis(2001)), 3);
-    }
-
-    struct ApiKeysForTest;
-    impl ApiKeysForTest {
-        fn key() -> KeyId {
-            super::super::auth::ApiKeys::new(&[massgen_core::Secret::new("k")])
-                .verify("k")
-                .unwrap()
-        }
+    /// The id the first configured key, `k`, gets.
+    fn first_key() -> KeyId {
+        KeyId::new(0, crate::app::Owner::of_key("k"))
     }
 }

@@ -11,9 +11,8 @@ pub mod error;
 pub mod limits;
 mod listen;
 mod observe;
-mod panel_choice;
 pub mod records;
-pub mod routing;
+mod retry_after;
 pub mod sse;
 mod stall;
 mod ui;
@@ -26,7 +25,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderName, HeaderValue, Method, header};
 use axum::middleware;
 use axum::response::IntoResponse;
-use axum::routing::{get, post};
+use axum::routing::get;
 use massgen_core::coordination::{Clock, SystemClock};
 use massgen_tools::ToolRegistry;
 use serde_json::json;
@@ -65,6 +64,8 @@ pub struct AppState {
     pub production: Arc<Production>,
     /// The response cache, when `--cache-ttl-seconds` is set.
     pub cache: Option<Arc<cache::ResponseCache>>,
+    /// Signs the deliberation clients get, to recognise it when it comes back.
+    pub signer: Arc<doors::reasoning::Signer>,
 }
 
 /// What `settings.production` turns into at start-up (the records go to [`Sessions`]).
@@ -72,6 +73,8 @@ pub struct Production {
     pub keys: auth::ApiKeys,
     pub protect_metrics: bool,
     pub limits: limits::Limits,
+    /// `--max-concurrent-sessions`, `--max-sessions-per-key`.
+    pub permits: crate::app::permits::Permits,
     /// `--max-buffered-body-bytes`.
     pub bodies: bodies::BodyBudget,
     /// `--max-key-cost-usd-per-day`.
@@ -84,6 +87,10 @@ impl Production {
             keys: auth::ApiKeys::new(&settings.api_keys),
             protect_metrics: settings.protect_metrics,
             limits: limits::Limits::new(settings),
+            permits: crate::app::permits::Permits::new(
+                settings.max_concurrent_sessions,
+                settings.max_sessions_per_key,
+            ),
             bodies: bodies::BodyBudget::new(settings.max_buffered_body_bytes),
             quota: settings
                 .max_key_cost_usd_per_day
@@ -137,6 +144,8 @@ impl AppState {
     ) -> Self {
         let production = Arc::new(Production::new(&settings.production));
         let records = &settings.production;
+        // Stored responses live in the records database too, when there is one.
+        let responses_db = records_store.db().cloned();
         let sessions = Sessions::new(SessionsConfig {
             providers,
             tools,
@@ -147,13 +156,17 @@ impl AppState {
             log_prompts: settings.debug,
             spend: Arc::default(),
         });
-        let responses = ResponseStore::new(
+        let responses = ResponseStore::with_db(
             records.records_max_sessions,
             records.records_max_age,
             doors::responses::store::MAX_BYTES,
+            responses_db,
         );
         Self {
             production,
+            signer: Arc::new(doors::reasoning::Signer::new(
+                settings.reasoning_secret.as_ref(),
+            )),
             cache: settings
                 .cache_ttl
                 .map(|ttl| Arc::new(cache::ResponseCache::new(ttl))),
@@ -165,8 +178,16 @@ impl AppState {
         }
     }
 
-    fn default_model(&self) -> Option<&str> {
-        self.settings.default_model.as_deref()
+    /// The use case, on this state's catalog, settings, sessions and limits.
+    pub fn use_case(&self) -> crate::app::UseCase<'_> {
+        crate::app::UseCase {
+            catalog: &self.catalog,
+            settings: &self.settings,
+            env: self.env.as_ref(),
+            sessions: &self.sessions,
+            permits: &self.production.permits,
+            quota: self.production.quota,
+        }
     }
 }
 
@@ -176,7 +197,7 @@ pub fn router(state: AppState) -> Router {
     // Layers run outside-in from the last one added: request id (a client's unsafe one
     // dropped, then one generated where missing), trace span, panic guard,
     // request metrics, CORS, authentication, rate limit, then the handler.
-    let router = Router::new()
+    let router = doors::registry::mount(Router::new())
         .route("/", get(ui::index))
         .route("/ui", get(ui::index))
         .route("/ui/", get(ui::index))
@@ -189,17 +210,6 @@ pub fn router(state: AppState) -> Router {
         // A catch-all: `massgen/<name>` arrives with its slash as is or as `%2F` (the
         // openai SDK encodes it); both decode to the same id.
         .route("/v1/models/{*id}", get(model))
-        .route(
-            "/v1/chat/completions",
-            post(doors::chat_completions::handle),
-        )
-        .route("/v1/responses", post(doors::responses::create))
-        .route("/v1/responses/{id}", get(doors::responses::get))
-        .route("/v1/messages", post(doors::messages::create))
-        .route(
-            "/v1/messages/count_tokens",
-            post(doors::messages::count_tokens),
-        )
         .route("/v1/sessions", get(records::list_sessions))
         .route("/v1/sessions/{id}", get(records::get_session))
         .route("/v1/sessions/{id}/events", get(records::session_events))
@@ -225,9 +235,9 @@ pub fn router(state: AppState) -> Router {
         .layer(CatchPanicLayer::custom(|_| {
             ApiError::Internal.into_response()
         }))
-        // Outside everything that can fail, so the Messages door's errors are all
-        // Anthropic-shaped, whichever layer produced them.
-        .layer(middleware::from_fn(doors::messages::error::reshape))
+        // Outside everything that can fail, so each door's errors all take its shape,
+        // whichever layer produced them.
+        .layer(middleware::from_fn(doors::registry::reshape_errors))
         .layer(TraceLayer::new_for_http().make_span_with(observe::request_span))
         .layer(SetSensitiveRequestHeadersLayer::new([
             header::AUTHORIZATION,
@@ -288,7 +298,7 @@ async fn health(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 async fn models(State(state): State<AppState>) -> impl IntoResponse {
-    let data: Vec<_> = routing::model_ids(&state.catalog)
+    let data: Vec<_> = crate::app::panels::model_ids(&state.catalog)
         .into_iter()
         .map(model_object)
         .collect();
@@ -301,7 +311,7 @@ async fn model(
     State(state): State<AppState>,
     axum::extract::Path(id): axum::extract::Path<String>,
 ) -> Result<axum::Json<serde_json::Value>, ApiError> {
-    let ids = routing::model_ids(&state.catalog);
+    let ids = crate::app::panels::model_ids(&state.catalog);
     if ids.contains(&id) {
         return Ok(axum::Json(model_object(id)));
     }
@@ -340,6 +350,7 @@ pub async fn serve(
     let stopping = CancellationToken::new();
     let stop_signal = stopping.clone();
     let housekeeping = tokio::spawn(housekeeping(state.clone()));
+    let responses = state.responses.clone();
     let app = router(state);
     let server = listen::serve_connections(listener, app, limits, async move {
         shutdown.await;
@@ -374,6 +385,7 @@ pub async fn serve(
         .records()
         .close(std::time::Duration::from_secs(5))
         .await;
+    responses.close(std::time::Duration::from_secs(5)).await;
     housekeeping.abort();
     Ok(())
 }

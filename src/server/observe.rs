@@ -78,16 +78,7 @@ fn route_template(path: &str) -> &'static str {
         "/health" => "/health",
         "/metrics" => "/metrics",
         "/v1/models" => "/v1/models",
-        "/v1/chat/completions" => "/v1/chat/completions",
-        "/v1/responses" => "/v1/responses",
-        "/v1/messages" => "/v1/messages",
-        "/v1/messages/count_tokens" => "/v1/messages/count_tokens",
-        _ if path
-            .strip_prefix("/v1/responses/")
-            .is_some_and(|id| !id.is_empty() && !id.contains('/')) =>
-        {
-            "/v1/responses/{id}"
-        }
+        _ if let Some((_, route)) = super::doors::registry::route_of(path) => route,
         _ => match path.strip_prefix("/v1/sessions/") {
             Some(rest) if !rest.is_empty() && !rest.contains('/') => "/v1/sessions/{id}",
             Some(rest) if rest.ends_with("/events") && rest.matches('/').count() == 1 => {

@@ -451,6 +451,28 @@ fn help_and_version() {
     assert!(text(&out.stdout).contains(env!("CARGO_PKG_VERSION")));
 }
 
+/// Item 8 of issue 24: a new user reading `--help` learns all three doors, by name and
+/// path, both at the top and for `serve`.
+#[test]
+fn help_names_all_three_doors() {
+    let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+    for argv in [&["--help"][..], &["serve", "--help"][..]] {
+        let out = run(massgen(dir.path()).args(argv));
+        assert!(out.status.success(), "{argv:?}");
+        let help = text(&out.stdout);
+        for door in [
+            "Chat Completions",
+            "/v1/chat/completions",
+            "Responses",
+            "/v1/responses",
+            "Anthropic Messages",
+            "/v1/messages",
+        ] {
+            assert!(help.contains(door), "{argv:?}: {door} missing in {help}");
+        }
+    }
+}
+
 #[test]
 fn bad_config_exits_2_naming_file_and_key() {
     let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));

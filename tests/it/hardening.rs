@@ -62,24 +62,20 @@ type SetArg = fn(&mut ProductionArgs);
 #[test]
 fn the_new_limits_refuse_zero_and_default_to_bounded_values() {
     let zero: [(&str, SetArg); 7] = [
-        ("--max-connections", |a| a.max_connections = Some(0)),
-        ("--body-timeout-seconds", |a| {
-            a.body_timeout_seconds = Some(0)
-        }),
-        ("--idle-timeout-seconds", |a| {
-            a.idle_timeout_seconds = Some(0)
-        }),
+        ("--max-connections", |a| a.max_connections = 0),
+        ("--body-timeout-seconds", |a| a.body_timeout_seconds = 0),
+        ("--idle-timeout-seconds", |a| a.idle_timeout_seconds = 0),
         ("--client-stall-timeout-seconds", |a| {
-            a.client_stall_timeout_seconds = Some(0)
+            a.client_stall_timeout_seconds = 0
         }),
         ("--auth-failures-per-minute", |a| {
-            a.auth_failures_per_minute = Some(0)
+            a.auth_failures_per_minute = 0
         }),
         ("--max-subscribers-per-session", |a| {
-            a.max_subscribers_per_session = Some(0)
+            a.max_subscribers_per_session = 0
         }),
         ("--max-subscribers-per-key", |a| {
-            a.max_subscribers_per_key = Some(0)
+            a.max_subscribers_per_key = 0
         }),
     ];
     for (flag, set) in zero {

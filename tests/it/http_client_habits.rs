@@ -163,13 +163,13 @@ fn streamed_text(raw: &str) -> (String, String) {
     (content, reasoning)
 }
 
-/// `<think>\n…</think>\n\n` then the answer: returns (deliberation, answer).
+/// `<think>\n…</think>` then the answer: returns (deliberation, answer).
 fn split_think(content: &str) -> (&str, &str) {
     let inner = content
         .strip_prefix("<think>\n")
         .unwrap_or_else(|| panic!("no opening tag: {content}"));
     inner
-        .split_once("</think>\n\n")
+        .split_once("</think>")
         .unwrap_or_else(|| panic!("no closing tag: {content}"))
 }
 

@@ -272,7 +272,7 @@ async fn responses_and_messages_refuse_bad_images_in_their_error_shapes() {
     assert_eq!(response.status(), 400);
     let body: Value = response.json().await.unwrap();
     assert_eq!(body["error"]["code"], "invalid_image_url", "{body}");
-    assert_eq!(body["error"]["param"], "input", "{body}");
+    assert_eq!(body["error"]["param"], "input[0].content[0]", "{body}");
     let response = post(
         &p.server.url,
         "/v1/messages",

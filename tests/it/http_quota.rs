@@ -250,7 +250,8 @@ async fn a_postgresql_database_of_the_previous_schema_keeps_its_sessions_and_gai
     assert!(server.terminate(Duration::from_secs(20)).is_some());
     // Back to the schema before 0002, as the previous version left it: its data stays.
     pg.query(
-        "DROP TABLE reservations; DROP TABLE spend; DELETE FROM _sqlx_migrations WHERE version >= 2",
+        "DROP TABLE response_items; DROP TABLE responses; DROP TABLE reservations; DROP TABLE spend; \
+         DELETE FROM _sqlx_migrations WHERE version >= 2",
     );
     assert_eq!(
         pg.query("SELECT MAX(version) FROM _sqlx_migrations").trim(),
@@ -260,7 +261,7 @@ async fn a_postgresql_database_of_the_previous_schema_keeps_its_sessions_and_gai
     let server = serve_on(&flags, &pg.url());
     assert_eq!(
         pg.query("SELECT MAX(version) FROM _sqlx_migrations").trim(),
-        "3"
+        "4"
     );
     assert_eq!(pg.query(&events), stored, "the events are kept");
     let record = get(&format!("{}/v1/sessions/{id}", server.url), Some(KEY_A)).await;

@@ -43,9 +43,20 @@ def test_stream_helper_accumulates_the_message(client):
         final = stream.get_final_message()
     assert text.startswith("[simulated final answer]")
     assert final.content[-1].text == text
-    assert final.content[0].type == "thinking" and final.content[0].signature == ""
+    # Signed by the server, so the block can be sent back natively.
+    assert final.content[0].type == "thinking" and final.content[0].signature.startswith("mg1.")
     assert final.stop_reason == "end_turn"
     assert final.usage.input_tokens > 0 and final.usage.output_tokens > 0
+
+
+def test_thinking_blocks_go_back_as_the_sdk_returns_them(client):
+    first = client.messages.create(model="massgen", max_tokens=1024, messages=MESSAGES)
+    turn = MESSAGES + [
+        {"role": "assistant", "content": first.content},
+        {"role": "user", "content": "And a fourth?"},
+    ]
+    second = client.messages.create(model="massgen", max_tokens=1024, messages=turn)
+    assert second.content[-1].text.startswith("[simulated final answer]")
 
 
 def test_stream_events_on_the_wire_match_openapi(client):

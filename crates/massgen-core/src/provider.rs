@@ -300,7 +300,8 @@ impl ProviderErrorKind {
 }
 
 /// An upstream failure, with what the upstream said preserved.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{provider}{http} {kind:?}: {message}", http = http_status(.status))]
 pub struct ProviderError {
     pub kind: ProviderErrorKind,
     /// Provider name (preset or wire type), e.g. `openai`, `groq`.
@@ -348,17 +349,10 @@ impl ProviderError {
     }
 }
 
-impl fmt::Display for ProviderError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.provider)?;
-        if let Some(status) = self.status {
-            write!(f, " HTTP {status}")?;
-        }
-        write!(f, " {:?}: {}", self.kind, self.message)
-    }
+/// ` HTTP 429` in [`ProviderError`]'s message, when the failure came with a status.
+fn http_status(status: &Option<u16>) -> String {
+    status.map(|s| format!(" HTTP {s}")).unwrap_or_default()
 }
-
-impl std::error::Error for ProviderError {}
 
 pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<ProviderChunk, ProviderError>> + Send>>;
 
@@ -377,6 +371,14 @@ pub trait Provider: Send + Sync + fmt::Debug {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_message_names_provider_status_and_kind() {
+        let mut e = ProviderError::new(ProviderErrorKind::RateLimited, "groq", "slow down");
+        assert_eq!(e.to_string(), "groq RateLimited: slow down");
+        e.status = Some(429);
+        assert_eq!(e.to_string(), "groq HTTP 429 RateLimited: slow down");
+    }
 
     #[test]
     fn cached_input_is_priced_at_its_rate_and_reasoning_as_output() {

@@ -77,7 +77,7 @@ impl Upstreams {
 
     /// The provider for `config` speaking `wire`. `api_version` is used by the formats that
     /// take one ([`Wire::AzureChatCompletions`], default
-    /// [`crate::presets::AZURE_DEFAULT_API_VERSION`]).
+    /// [`crate::chat_completions::AZURE_DEFAULT_API_VERSION`]).
     pub fn build(
         &self,
         wire: Wire,

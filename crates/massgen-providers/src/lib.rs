@@ -38,7 +38,7 @@ pub use massgen_core::provider::{
 
 pub use client::http_client;
 pub use connect::{Upstreams, Wire};
-pub use model_name::check_model;
+pub use presets::check_model;
 pub use retry::{CallPolicy, RetryObserver};
 pub use sse::{EventDecoder, Step};
 pub use upstream::{EndpointParts, HttpProvider, UpstreamConfig, WireFormat, decode_stream};

@@ -1,11 +1,9 @@
 //! A model (or deployment) name that becomes part of an upstream URL (Gemini's
 //! `models/{model}:…`, Azure's `deployments/{name}/…`) must stay exactly one path segment:
 //! a name is the caller's or the operator's choice of model, never of endpoint. The one
-//! rule, used by the config check (start-up), the request path (a 400) and the wire
-//! formats themselves (which encode what the rule lets through).
-
-use crate::connect::Wire;
-use crate::presets;
+//! rule, used by the config check (start-up) and the request path (a 400) through
+//! [`crate::presets::check_model`], and by the wire formats themselves (which encode what
+//! the rule lets through). It knows no wire format, so the formats can use it.
 
 /// Why `name` cannot be one path segment, if it cannot. Refused rather than encoded: what
 /// could only mean "another path" (`/`, `..`, a lone `.`), a query or fragment (`?`, `#`),
@@ -34,26 +32,6 @@ pub fn check_path_segment(name: &str) -> Result<(), String> {
              so it cannot hold '/', '?', '#', '%', '..', whitespace or control characters",
             quoted(name)
         )),
-    }
-}
-
-/// Whether the wire format puts the model name into the URL (the others send it in the
-/// body, where `openai/gpt-4o` and the like are ordinary names).
-pub fn model_in_url(wire: Wire) -> bool {
-    matches!(wire, Wire::Gemini | Wire::AzureChatCompletions)
-}
-
-/// The rule for one backend: `model` as a backend of `backend_type` would use it. Types
-/// that send the model in the body accept any name; an unknown type is not this rule's
-/// to refuse.
-pub fn check_model(backend_type: &str, model: &str) -> Result<(), String> {
-    let Some(preset) = presets::find(backend_type) else {
-        return Ok(());
-    };
-    match preset.wire {
-        Wire::Gemini => check_path_segment(gemini_model(model)),
-        wire if model_in_url(wire) => check_path_segment(model),
-        _ => Ok(()),
     }
 }
 
@@ -140,21 +118,5 @@ mod tests {
         for (name, segment) in cases {
             assert_eq!(path_segment(name).as_deref(), Ok(segment), "{name}");
         }
-    }
-
-    #[test]
-    fn only_wire_formats_with_the_model_in_the_url_are_restricted() {
-        let leaving = "../../../admin?x=1#";
-        assert!(check_model("gemini", leaving).is_err());
-        assert!(check_model("azure_openai", leaving).is_err());
-        assert!(check_model("gemini", "models/gemini-2.0-flash").is_ok());
-        assert!(check_model("gemini", "models/../x").is_err());
-        for body_only in ["openai", "chatcompletion", "claude", "openrouter"] {
-            assert!(
-                check_model(body_only, "openai/gpt-4o").is_ok(),
-                "{body_only}"
-            );
-        }
-        assert!(check_model("no-such-type", leaving).is_ok());
     }
 }

@@ -1,7 +1,9 @@
 //! Backend `type`s: their wire format, default base URL and the environment variable(s)
 //! that hold the key.
 
+pub use crate::chat_completions::AZURE_DEFAULT_API_VERSION;
 pub use crate::connect::Wire;
+use crate::model_name::{check_path_segment, gemini_model};
 
 /// One backend type of the config.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -48,10 +50,7 @@ const fn native(
     }
 }
 
-/// Azure's API version when neither `api_version` nor `AZURE_OPENAI_API_VERSION` is set.
-pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
-
-/// Every backend type, in README order.
+/// Every backend type, in the order of docs/configuration.md's provider table.
 pub const PRESETS: &[Preset] = &[
     Preset {
         base_url_vars: &[("OPENAI_BASE_URL", "")],
@@ -200,4 +199,45 @@ pub fn find(backend_type: &str) -> Option<&'static Preset> {
     PRESETS
         .iter()
         .find(|p| p.name.eq_ignore_ascii_case(backend_type))
+}
+
+/// Whether the wire format puts the model name into the URL (the others send it in the
+/// body, where `openai/gpt-4o` and the like are ordinary names).
+pub fn model_in_url(wire: Wire) -> bool {
+    matches!(wire, Wire::Gemini | Wire::AzureChatCompletions)
+}
+
+/// The path-segment rule ([`crate::model_name`]) for one backend: `model` as a backend of
+/// `backend_type` would use it. Types that send the model in the body accept any name; an
+/// unknown type is not this rule's to refuse.
+pub fn check_model(backend_type: &str, model: &str) -> Result<(), String> {
+    let Some(preset) = find(backend_type) else {
+        return Ok(());
+    };
+    match preset.wire {
+        Wire::Gemini => check_path_segment(gemini_model(model)),
+        wire if model_in_url(wire) => check_path_segment(model),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_wire_formats_with_the_model_in_the_url_are_restricted() {
+        let leaving = "../../../admin?x=1#";
+        assert!(check_model("gemini", leaving).is_err());
+        assert!(check_model("azure_openai", leaving).is_err());
+        assert!(check_model("gemini", "models/gemini-2.0-flash").is_ok());
+        assert!(check_model("gemini", "models/../x").is_err());
+        for body_only in ["openai", "chatcompletion", "claude", "openrouter"] {
+            assert!(
+                check_model(body_only, "openai/gpt-4o").is_ok(),
+                "{body_only}"
+            );
+        }
+        assert!(check_model("no-such-type", leaving).is_ok());
+    }
 }

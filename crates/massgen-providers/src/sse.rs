@@ -1,7 +1,6 @@
 //! The SSE half every wire format shares: bytes → events (with an idle limit) → a
 //! format-specific [`EventDecoder`] → provider-neutral chunks.
 
-use std::fmt;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -111,22 +110,13 @@ where
 }
 
 /// Why the byte stream under the SSE parser stopped.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 enum BodyError {
+    #[error("no data from upstream for {0:?}")]
     Idle(Duration),
+    #[error("{0}")]
     Upstream(String),
 }
-
-impl fmt::Display for BodyError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Idle(limit) => write!(f, "no data from upstream for {limit:?}"),
-            Self::Upstream(message) => f.write_str(message),
-        }
-    }
-}
-
-impl std::error::Error for BodyError {}
 
 fn with_idle_timeout<S, E>(
     body: S,

@@ -10,6 +10,8 @@
 //! words=N          answer length in words, >= 1 (30)
 //! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy|client_tool        (auto)
 //!                  client_tool: call the first non-workflow tool offered (see plan.rs)
+//!                  A forced tool_choice overrides the policy (see forced.rs), except for
+//!                  no_tool, bad_vote and double_vote, which ignore it like a faulty upstream
 //! vote=first|last|<label>   label not offered -> first                        (first)
 //! fault=none|429|quota|500|503|context|hang|hang_headers|drop|malformed|error_chunk (none)
 //!                  quota: a spent quota (OpenAI 429 insufficient_quota, Anthropic 400 credit

@@ -5,11 +5,14 @@
 //! Used by `massgen serve --demo`, black-box tests and benchmarks. The `model` string of a
 //! request is `<name>[:key=value[,key=value…]]` (grammar in [`behaviour`]); every text it
 //! writes is marked `[simulated]`, and every response carries `x-massgen-simulated: true`.
+//! A forced `tool_choice` is obeyed in every format ([`forced`]): the reply is a call of
+//! that tool with arguments valid for its schema ([`instance`]).
 //!
 //! Standalone: it depends on no other massgen crate, so it can stand in for any upstream
 //! without sharing a line of the code under test.
 
 pub mod behaviour;
+pub mod forced;
 pub mod instance;
 pub mod native;
 pub mod plan;

@@ -3,6 +3,7 @@
 use serde_json::{Value, json};
 
 use super::behaviour::{Behaviour, Policy, VoteChoice};
+use super::forced::Forced;
 use super::instance;
 use super::text;
 
@@ -21,6 +22,8 @@ pub struct Request {
     pub tool_results: Option<String>,
     /// The JSON the reply must be (structured output), when the request asks for it.
     pub json: Option<JsonWanted>,
+    /// The tool call the request's `tool_choice` demands, if any.
+    pub forced: Option<Forced>,
 }
 
 /// A structured-output request: JSON of `schema` (`None`: any object), broken on demand.
@@ -95,6 +98,27 @@ pub struct Offered {
     pub vote: Option<Vec<String>>,
     /// The first offered tool that is not a workflow tool: name and parameters schema.
     pub client: Option<(String, Value)>,
+    /// Every offered tool with a name, in order: name and parameters schema (`Null`: none).
+    pub tools: Vec<(String, Value)>,
+}
+
+impl Offered {
+    /// Records one offered tool, in any wire format (an empty name: a tool of another
+    /// kind, such as a hosted one, that only counts as "some tool").
+    pub fn add(&mut self, name: &str, parameters: Option<&Value>) {
+        self.any_tool = true;
+        if name.is_empty() {
+            return;
+        }
+        let schema = parameters.cloned().unwrap_or(Value::Null);
+        match name {
+            "new_answer" => self.new_answer = true,
+            "vote" => self.vote = Some(vote_labels(parameters)),
+            _ if self.client.is_none() => self.client = Some((name.to_string(), schema.clone())),
+            _ => {}
+        }
+        self.tools.push((name.to_string(), schema));
+    }
 }
 
 /// A request the simulator refuses with 400 before doing anything.
@@ -148,15 +172,21 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
         .map(|m| content_text(m.get("content")))
         .unwrap_or_default();
     let tool_results = prompt_tool_results(&last_user).or_else(|| direct_tool_results(messages));
+    let offered = offered(v.get("tools"));
+    let forced = Forced::from_body(&v);
+    if let Some(forced) = &forced {
+        forced.check(&offered)?;
+    }
     Ok(Request {
         tool_results,
+        forced,
         model: model.to_string(),
         stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
         include_usage: v
             .pointer("/stream_options/include_usage")
             .and_then(Value::as_bool)
             .unwrap_or(false),
-        offered: offered(v.get("tools")),
+        offered,
         prompt_tokens: chars.div_ceil(4) as u64,
         last_user,
         json: JsonWanted::from_body(&v),
@@ -224,21 +254,11 @@ fn message_chars(m: &Value) -> usize {
 fn offered(tools: Option<&Value>) -> Offered {
     let mut o = Offered::default();
     for tool in tools.and_then(Value::as_array).into_iter().flatten() {
-        o.any_tool = true;
-        match tool.pointer("/function/name").and_then(Value::as_str) {
-            Some("new_answer") => o.new_answer = true,
-            Some(name) if name != "new_answer" && name != "vote" && o.client.is_none() => {
-                let params = tool
-                    .pointer("/function/parameters")
-                    .cloned()
-                    .unwrap_or(Value::Null);
-                o.client = Some((name.to_string(), params));
-            }
-            Some("vote") => {
-                o.vote = Some(vote_labels(tool.pointer("/function/parameters")));
-            }
-            _ => {}
-        }
+        let name = tool.pointer("/function/name").and_then(Value::as_str);
+        o.add(
+            name.unwrap_or_default(),
+            tool.pointer("/function/parameters"),
+        );
     }
     o
 }
@@ -296,7 +316,7 @@ pub fn plan(b: &Behaviour, req: &Request) -> Plan {
         Policy::ClientTool if o.client.is_some() => {
             let (name, params) = o.client.clone().unwrap_or_default();
             tools(vec![ToolCall {
-                arguments: sample_arguments(&params).to_string(),
+                arguments: instance::arguments(&params, true).to_string(),
                 name,
             }])
         }
@@ -314,33 +334,20 @@ pub fn plan(b: &Behaviour, req: &Request) -> Plan {
         _ if o.new_answer => tools(vec![answer()]),
         _ => plain(),
     };
+    // The misbehaving policies keep misbehaving (like an upstream that ignores
+    // `tool_choice`); every other one obeys a forced call.
+    let obeys = !matches!(
+        b.policy,
+        Policy::NoTool | Policy::BadVote | Policy::DoubleVote
+    );
+    let reply = match &req.forced {
+        Some(forced) if obeys => forced.honour(reply, o, answer, vote),
+        _ => reply,
+    };
     Plan {
         reasoning: b.reasoning.then(|| text::reasoning(&seed, &question)),
         reply,
     }
-}
-
-/// Simple arguments that fit a JSON Schema: every property of the object gets a value of
-/// its type (`"simulated"`, 1, true, the first enum value, …).
-fn sample_arguments(schema: &Value) -> Value {
-    let mut args = serde_json::Map::new();
-    if let Some(props) = schema.get("properties").and_then(Value::as_object) {
-        for (key, prop) in props {
-            let value = if let Some(first) = prop.pointer("/enum/0") {
-                first.clone()
-            } else {
-                match prop.get("type").and_then(Value::as_str) {
-                    Some("integer" | "number") => json!(1),
-                    Some("boolean") => json!(true),
-                    Some("array") => json!([]),
-                    Some("object") => json!({}),
-                    _ => json!("simulated"),
-                }
-            };
-            args.insert(key.clone(), value);
-        }
-    }
-    Value::Object(args)
 }
 
 fn one_line(text: &str) -> String {
@@ -509,5 +516,47 @@ mod tests {
             {"role": "tool", "tool_call_id": "c1", "content": "rainy"}]});
         let req = parse_request(body.to_string().as_bytes()).unwrap();
         assert!(matches!(plan(&b, &req).reply, Reply::Text(t) if t.contains("rainy")));
+    }
+
+    #[test]
+    fn a_forced_call_is_obeyed_in_coordination_and_by_clients() {
+        let search = json!({"type": "function", "function": {"name": "search", "parameters":
+            {"type": "object", "properties": {"q": {"type": "string"}, "n": {"type": "integer",
+            "minimum": 5}}, "required": ["q", "n"]}}});
+        let forced = |tools: Value, choice: Value, model: &str| {
+            let body = json!({"model": model, "tools": tools, "tool_choice": choice,
+                "messages": [{"role": "user", "content": "<original_message>Q?</original_message>"}]});
+            let req = parse_request(body.to_string().as_bytes()).unwrap();
+            plan(&beh(model), &req)
+        };
+        // A client's one tool, forced by name or `required`: a valid call of it.
+        for choice in [
+            json!("required"),
+            json!({"type": "function", "function": {"name": "search"}}),
+        ] {
+            let c = calls(forced(json!([search.clone()]), choice, "a"));
+            assert_eq!(
+                c,
+                [("search".to_string(), json!({"q": "simulated", "n": 5}))]
+            );
+        }
+        // A coordination turn that must call (no `new_answer`): the client tool, or a vote
+        // once there are answers to vote for.
+        let mut tools = workflow(&["agent1"]);
+        tools.as_array_mut().unwrap().remove(0);
+        tools.as_array_mut().unwrap().push(search.clone());
+        assert_eq!(calls(forced(tools, json!("required"), "a"))[0].0, "vote");
+        // A faulty policy keeps ignoring it.
+        let p = forced(
+            json!([search.clone()]),
+            json!("required"),
+            "a:policy=no_tool",
+        );
+        assert!(matches!(p.reply, Reply::Text(_)));
+        // Naming a tool that is not offered is a 400.
+        let body = json!({"model": "a", "tools": [search], "messages": [],
+            "tool_choice": {"type": "function", "function": {"name": "other"}}});
+        let e = parse_request(body.to_string().as_bytes()).unwrap_err();
+        assert_eq!(e.param, Some("tool_choice"));
     }
 }

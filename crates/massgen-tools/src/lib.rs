@@ -36,21 +36,14 @@ pub struct RemoteTool {
 }
 
 /// Why a server could not be used.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum McpError {
     /// The connection is gone (process exited, HTTP session lost): reconnecting may help.
+    #[error("MCP server disconnected: {0}")]
     Disconnected(String),
     /// Anything else (protocol error, server-side failure of the request).
+    #[error("{0}")]
     Failed(String),
-}
-
-impl fmt::Display for McpError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Disconnected(m) => write!(f, "MCP server disconnected: {m}"),
-            Self::Failed(m) => write!(f, "{m}"),
-        }
-    }
 }
 
 /// A tool's result: its text, and whether the tool reported an error.

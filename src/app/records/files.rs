@@ -91,7 +91,7 @@ fn to_json(v: &Value) -> String {
 
 /// `YYYYMMDD_HHMMSS` in UTC from Unix seconds.
 fn utc_stamp(secs: u64) -> String {
-    let (y, m, d) = crate::app::spend::civil_date(secs / 86_400);
+    let (y, m, d) = crate::app::quota::civil_date(secs / 86_400);
     let rem = secs % 86_400;
     format!(
         "{y:04}{m:02}{d:02}_{:02}{:02}{:02}",

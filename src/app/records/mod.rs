@@ -9,13 +9,29 @@
 mod cursor;
 pub mod db;
 mod files;
+mod held;
 mod live;
 mod store;
-mod tee;
 mod view;
+
+use std::path::PathBuf;
+use std::sync::Arc;
 
 pub use cursor::Cursor;
 pub use live::{Page, QUESTION_KEPT_BYTES, SessionInfo, SessionRecord, Summary};
 pub use store::{Following, ReadError, RecordStore};
-pub(crate) use tee::{SessionStart, tee};
 pub use view::{list_entry_json, record_json};
+
+/// Writes the ended session's record files (`--records-dir`), off the async workers.
+pub(crate) async fn write_files(dir: PathBuf, record: Arc<SessionRecord>) {
+    let written = tokio::task::spawn_blocking(move || {
+        let json = record_json(&record);
+        files::write(&dir, &record.id, &record.events(), &json)
+    })
+    .await;
+    match written {
+        Ok(Ok(path)) => tracing::debug!(path = %path.display(), "session record written"),
+        Ok(Err(e)) => tracing::warn!("cannot write the session record files: {e}"),
+        Err(e) => tracing::warn!("writing the session record files failed: {e}"),
+    }
+}

@@ -3,9 +3,8 @@
 //! finished ones until the writer committed them); the rest are read back from the
 //! database when asked for.
 
-use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::task::AbortHandle;
@@ -14,7 +13,8 @@ use super::cursor::Cursor;
 use super::db::upkeep::Upkeep;
 use super::db::writer::Writer;
 use super::db::{RecordDb, StoredSession};
-use super::live::{Dirty, MAX_EVENTS, SessionInfo, SessionRecord, lock};
+use super::held::Live;
+use super::live::{Dirty, MAX_EVENTS, SessionInfo, SessionRecord};
 use crate::app::Caller;
 
 pub struct RecordStore {
@@ -28,21 +28,6 @@ struct DbSide {
     writer: Writer,
     /// The writer and upkeep tasks, stopped with the store.
     tasks: Vec<AbortHandle>,
-}
-
-/// The records held in memory.
-pub struct Live {
-    inner: Mutex<Inner>,
-    max_sessions: usize,
-    max_age: Duration,
-    /// With a database: records are queued here for the writer.
-    dirty: Option<Arc<Dirty>>,
-}
-
-#[derive(Default)]
-struct Inner {
-    by_id: HashMap<Arc<str>, Arc<SessionRecord>>,
-    order: VecDeque<Arc<str>>,
 }
 
 /// The database could not be read: the request fails (503), the sessions go on.
@@ -60,74 +45,11 @@ pub struct Following {
     pub interrupted: bool,
 }
 
-impl Live {
-    pub(super) fn get(&self, id: &str) -> Option<Arc<SessionRecord>> {
-        lock(&self.inner).by_id.get(id).cloned()
-    }
-
-    /// Forgets a record the database now holds whole.
-    pub(super) fn remove(&self, id: &str) {
-        let mut inner = lock(&self.inner);
-        if inner.by_id.remove(id).is_some() {
-            inner.order.retain(|o| &**o != id);
-        }
-    }
-
-    fn insert(&self, record: Arc<SessionRecord>) {
-        let mut inner = lock(&self.inner);
-        inner.by_id.insert(record.id.clone(), record.clone());
-        inner.order.push_back(record.id.clone());
-        if self.dirty.is_none() {
-            while inner.order.len() > self.max_sessions {
-                if let Some(old) = inner.order.pop_front() {
-                    inner.by_id.remove(&old);
-                }
-            }
-            return;
-        }
-        // With a database, a running record must stay (the writer reads it); finished
-        // ones the database could not take yet are dropped oldest first.
-        let mut dropped = 0u64;
-        while inner.order.len() > self.max_sessions {
-            let Inner { by_id, order } = &mut *inner;
-            let Some(at) = order
-                .iter()
-                .position(|id| by_id.get(id).is_some_and(|r| r.is_finished()))
-            else {
-                break;
-            };
-            if let Some(id) = order.remove(at) {
-                by_id.remove(&id);
-                dropped += 1;
-            }
-        }
-        drop(inner);
-        if dropped > 0 {
-            if let Some(m) = crate::telemetry::metrics() {
-                m.records_unsaved_dropped.inc_by(dropped);
-            }
-            tracing::warn!(
-                dropped,
-                "finished session records dropped unsaved: the records database has been failing and --records-max records wait in memory"
-            );
-        }
-    }
-
-    fn len(&self) -> usize {
-        lock(&self.inner).by_id.len()
-    }
-}
-
 impl RecordStore {
     /// Records in memory only (`--records-db memory`).
     pub fn new(max_sessions: usize, max_age: Duration, dir: Option<PathBuf>) -> Self {
         Self {
-            live: Arc::new(Live {
-                inner: Mutex::new(Inner::default()),
-                max_sessions: max_sessions.max(1),
-                max_age,
-                dirty: None,
-            }),
+            live: Arc::new(Live::new(max_sessions, max_age, None)),
             dir,
             db: None,
         }
@@ -142,12 +64,11 @@ impl RecordStore {
         dir: Option<PathBuf>,
     ) -> Self {
         let dirty = Arc::new(Dirty::default());
-        let live = Arc::new(Live {
-            inner: Mutex::new(Inner::default()),
-            max_sessions: max_unsaved.max(1),
-            max_age: Duration::MAX,
-            dirty: Some(Arc::clone(&dirty)),
-        });
+        let live = Arc::new(Live::new(
+            max_unsaved,
+            Duration::MAX,
+            Some(Arc::clone(&dirty)),
+        ));
         let busy = Arc::new(tokio::sync::Mutex::new(()));
         let writer = || Writer {
             db: Arc::clone(&db),
@@ -185,7 +106,12 @@ impl RecordStore {
         owner: Caller,
         info: SessionInfo,
     ) -> Arc<SessionRecord> {
-        let record = Arc::new(SessionRecord::new(id, owner, info, self.live.dirty.clone()));
+        let record = Arc::new(SessionRecord::new(
+            id,
+            owner,
+            info,
+            self.live.dirty().cloned(),
+        ));
         self.live.insert(Arc::clone(&record));
         self.expire();
         record
@@ -291,16 +217,7 @@ impl RecordStore {
 
     /// The newest `limit` live records `caller` may read, newest first.
     pub fn list(&self, caller: &Caller, limit: usize) -> Vec<Arc<SessionRecord>> {
-        let inner = lock(&self.live.inner);
-        inner
-            .order
-            .iter()
-            .rev()
-            .filter_map(|id| inner.by_id.get(id))
-            .filter(|r| r.owner == *caller)
-            .take(limit)
-            .cloned()
-            .collect()
+        self.live.newest(caller, limit)
     }
 
     /// Memory: drops finished records older than the maximum age. (With a database the
@@ -309,20 +226,7 @@ impl RecordStore {
         if self.db.is_some() {
             return;
         }
-        let now = Instant::now();
-        let max_age = self.live.max_age;
-        let mut inner = lock(&self.live.inner);
-        let Inner { by_id, order } = &mut *inner;
-        order.retain(|id| {
-            let keep = by_id.get(id).is_some_and(|r| {
-                r.finished_at()
-                    .is_none_or(|at| now.saturating_duration_since(at) < max_age)
-            });
-            if !keep {
-                by_id.remove(id);
-            }
-            keep
-        });
+        self.live.expire(Instant::now());
     }
 
     #[cfg(test)]
@@ -352,7 +256,7 @@ impl RecordStore {
     /// Records queued for the writer.
     #[cfg(test)]
     pub(super) fn queued(&self) -> usize {
-        self.live.dirty.as_ref().map_or(0, |d| d.len())
+        self.live.dirty().map_or(0, |d| d.len())
     }
 
     /// Records held in memory.

@@ -5,7 +5,7 @@
 use massgen_core::coordination::{ClientTools, SessionInput};
 use massgen_core::provider::{Message, Role};
 
-use super::images;
+use super::{images, reasoning};
 use crate::server::error::ApiError;
 
 /// `param` names the request field the messages came from (`messages`, `input`), for
@@ -16,6 +16,8 @@ pub fn session_input(
     tools: ClientTools,
     param: &'static str,
 ) -> Result<SessionInput, ApiError> {
+    // Agents never take the deliberation as input, in whatever form it came back.
+    reasoning::strip_from_history(&mut messages);
     images::check_count(&messages).map_err(|r| r.at(param, &format!("'{param}'")))?;
     let Some(last_user) = messages.iter().rposition(|m| m.role == Role::User) else {
         return Err(ApiError::invalid(

@@ -2,7 +2,7 @@
 //! base64 source) become an [`Image`] after the checks every door applies, so a wire
 //! format never sends an upstream something it would refuse.
 //!
-//! Limits (README, "Images"): at most [`MAX_IMAGES`] images in one request (the whole
+//! Limits (docs/images.md): at most [`MAX_IMAGES`] images in one request (the whole
 //! conversation), at most [`MAX_IMAGE_BYTES`] decoded bytes per inline image, URLs of at
 //! most [`MAX_URL_CHARS`] characters; only PNG, JPEG and WebP inline (what every supported
 //! provider takes). Inline bytes must parse as the type they claim, with a header giving

@@ -13,11 +13,15 @@ pub mod messages;
 pub mod responses;
 
 pub mod conversation;
+pub mod door;
 pub mod images;
+pub mod json;
 pub mod limit;
 pub mod metadata;
 pub mod narrate;
 pub mod parse;
+pub mod reasoning;
+pub mod registry;
 pub mod session;
 pub mod structured;
 pub mod tools;

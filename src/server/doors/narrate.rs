@@ -5,16 +5,7 @@
 use massgen_core::coordination::client_tools::describe_calls;
 use massgen_core::coordination::{AgentRef, AnswerContent, ConsensusReason, EventKind};
 
-/// How much of the deliberation the client sees (`massgen.deliberation`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Deliberation {
-    /// One line per answer, vote, failure and consensus.
-    #[default]
-    Summary,
-    /// Summary plus the agents' streamed text.
-    Full,
-    Off,
-}
+pub use crate::app::Deliberation;
 
 /// Turns events into reasoning text, remembering whose streamed text came last so that
 /// `full` deliberation gets one header per speaker change instead of one per token.

@@ -2,6 +2,8 @@
 //! optional fields, and the `massgen` extension (`{"massgen": {"deliberation": …,
 //! "deliberation_format": …}}`), which every door accepts in the same form.
 
+pub mod shape;
+
 use serde_json::{Map, Value};
 
 use massgen_core::coordination::Quorum;

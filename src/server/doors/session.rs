@@ -11,22 +11,17 @@ use axum::extract::{FromRequest, Request};
 use axum::http::HeaderValue;
 use axum::response::Response;
 use massgen_core::coordination::{
-    EventKind, SessionError, SessionErrorKind, SessionEvent, SessionInput, SessionSummary,
+    EventKind, SessionError, SessionErrorKind, SessionEvent, SessionSummary,
 };
-use massgen_core::provider::{Sampling, ToolCall};
+use massgen_core::provider::ToolCall;
 use tokio::sync::mpsc;
-use tokio_util::sync::DropGuard;
 
-use super::narrate::{Deliberation, Narrator};
-use crate::app::records::SessionInfo;
-use crate::app::spend;
-use crate::app::{Caller, Overrides, SHUTDOWN_CANCELLED, SessionRequest, Sessions, StartError};
-use crate::config::PanelConfig;
+use super::narrate::Narrator;
+pub use crate::app::Ask;
+use crate::app::{Caller, SHUTDOWN_CANCELLED, Sessions};
 use crate::server::cache::{Lookup, ResponseCache};
 use crate::server::error::ApiError;
-use crate::server::limits::KeySessionSlot;
-use crate::server::panel_choice::request_panel;
-use crate::server::{AppState, bodies, routing, stall};
+use crate::server::{AppState, bodies};
 use crate::telemetry;
 
 pub const SESSION_HEADER: &str = "x-massgen-session-id";
@@ -84,23 +79,15 @@ impl FromRequest<AppState> for Incoming {
     }
 }
 
-/// A parsed request, in door-neutral terms.
-pub struct Ask {
-    pub caller: Caller,
-    /// Which door (the record says so).
-    pub door: &'static str,
-    /// The `model` as the client sent it (the record).
-    pub model: String,
-    /// The model name to route by, when it is not `model` (the Messages door's mapping).
-    pub route_as: Option<String>,
-    /// Request metadata kept with the record.
-    pub metadata: serde_json::Map<String, serde_json::Value>,
-    pub input: SessionInput,
-    pub deliberation: Deliberation,
-    /// The `massgen` fields that change the panel's options.
-    pub overrides: Overrides,
-    /// The request body's share of the body budget ([`Incoming::share`]).
-    pub body_share: Option<bodies::ShareSlot>,
+/// The response cache's part in a request to `ask`'s panel with `body` (nothing when
+/// the cache is off).
+pub fn cache_lookup(state: &AppState, ask: &Ask, body: &[u8]) -> Result<Lookup, ApiError> {
+    let Some(cache) = state.cache.as_ref() else {
+        return Ok(Lookup::off());
+    };
+    let panel = state.use_case().resolve_panel(ask)?;
+    let key = ResponseCache::key(ask.door, &ask.caller, &panel, body);
+    Ok(Lookup::new(Some(cache), key))
 }
 
 /// A started session, ready to render.
@@ -111,248 +98,21 @@ pub struct Opened {
     pub steps: Steps,
 }
 
-/// The panel `ask` runs on: its model's, or the one its `massgen.models` make.
-fn resolve_panel(state: &AppState, ask: &Ask) -> Result<Arc<PanelConfig>, ApiError> {
-    let panel = routing::resolve(
-        ask.route_as.as_deref().unwrap_or(&ask.model),
-        &state.catalog,
-        &state.settings,
-        state.settings.allow_model_override,
-        state.default_model(),
-        state.env.as_ref(),
-    )?;
-    let models = &ask.overrides.models;
-    if models.is_empty() {
-        return Ok(panel);
-    }
-    let allowed = state.settings.allow_request_panels;
-    Ok(Arc::new(request_panel(
-        &panel,
-        models,
-        &state.catalog,
-        allowed,
-    )?))
-}
-
-/// The response cache's part in a request to `ask`'s panel with `body` (nothing when
-/// the cache is off).
-pub fn cache_lookup(state: &AppState, ask: &Ask, body: &[u8]) -> Result<Lookup, ApiError> {
-    let Some(cache) = state.cache.as_ref() else {
-        return Ok(Lookup::off(ask.door));
-    };
-    let panel = resolve_panel(state, ask)?;
-    let key = ResponseCache::key(ask.door, &ask.caller, &panel, body);
-    Ok(Lookup::new(Some(cache), ask.door, key))
-}
-
-/// Resolves the panel for `ask.model`, takes a session slot and starts the session.
-pub async fn open(state: &AppState, mut ask: Ask) -> Result<Opened, ApiError> {
-    if !state.settings.allow_request_sampling {
-        // Ignored, not refused: most clients send `temperature` by default (LangChain,
-        // LiteLLM, the Agents SDK), and the panel's settings are the operator's.
-        ask.input.sampling = Sampling::default();
-    }
-    let panel = resolve_panel(state, &ask)?;
-    let limits = &state.production.limits;
-    // Held by the session until its coordination ends; over a cap the request is refused
-    // at once.
-    let permit = limits.try_session()?;
-    let key_slot = limits.try_key_session(ask.caller.key)?;
-    let reservation = reserve_cost(state, &ask.caller, &panel, &ask.overrides).await?;
-    if let Some(reserved) = &reservation {
-        // The session may spend what it reserved, no more (never more than its own caps:
-        // the reservation is at most the smallest of them).
-        ask.overrides.max_cost_usd = Some(reserved.usd);
-    }
-    let models = &ask.overrides.models;
-    let model_chosen =
-        routing::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model)) || !models.is_empty();
-    let sessions = &state.sessions;
-    let started = sessions
-        .start(
-            &panel,
-            SessionRequest {
-                caller: ask.caller,
-                info: SessionInfo {
-                    model: ask.model,
-                    door: ask.door.into(),
-                    metadata: ask.metadata,
-                    question: ask.input.question.clone(),
-                    created_ms: sessions.now_ms(),
-                    ..SessionInfo::default()
-                },
-                input: ask.input,
-                stream_agent_text: ask.deliberation == Deliberation::Full,
-                overrides: ask.overrides,
-                model_chosen,
-            },
-        )
-        .map_err(start_error)?;
-    let (events, stalled) = relay(
-        started.events,
-        started.cancel,
-        state.settings.production.client_stall_timeout,
-        Held {
-            _permit: permit,
-            _key_slot: key_slot,
-            _body_share: ask.body_share.as_ref().map(bodies::ShareSlot::take),
-            reservation,
-        },
-    );
+/// Starts the session `ask` asks for ([`crate::app::open`]), its events as [`Steps`].
+pub async fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
+    let narrator = Narrator::new(ask.deliberation);
+    let started = state.use_case().open(ask).await?;
     Ok(Opened {
-        created: sessions.now_secs(),
+        created: started.created,
         steps: Steps {
-            events,
-            narrator: Narrator::new(ask.deliberation),
+            events: started.events,
+            narrator,
             session_id: started.id.clone(),
-            sessions: Arc::clone(sessions),
-            stalled,
+            sessions: Arc::clone(&state.sessions),
+            stalled: started.stalled,
         },
         id: started.id,
     })
-}
-
-/// Under `--max-key-cost-usd-per-day`, reserves the new session's maximum cost from what
-/// `caller` may still spend today: the smallest of `--max-session-cost-usd`, the panel's
-/// and the request's `max_cost_usd`, else all that is left (then the key's next session
-/// waits for this one to end). Refused, before any upstream call, when nothing is left.
-async fn reserve_cost(
-    state: &AppState,
-    caller: &Caller,
-    panel: &PanelConfig,
-    overrides: &Overrides,
-) -> Result<Option<spend::Reservation>, ApiError> {
-    let Some(quota) = state.production.quota else {
-        return Ok(None);
-    };
-    let production = &state.settings.production;
-    let cap = [
-        production.max_session_cost_usd,
-        panel.orchestrator.max_cost_usd,
-        overrides.max_cost_usd,
-    ]
-    .into_iter()
-    .flatten()
-    .reduce(f64::min);
-    let sessions = &state.sessions;
-    let reserved = spend::reserve(
-        sessions.spend(),
-        sessions.records().db(),
-        quota,
-        caller.owner(),
-        sessions.now_ms(),
-        cap,
-        production.records_interrupted_after,
-    )
-    .await;
-    match reserved {
-        Ok(reservation) => Ok(Some(reservation)),
-        Err(refused) => {
-            if let Some(m) = telemetry::metrics() {
-                m.rejected.with_label_values(&["key_quota"]).inc();
-            }
-            Err(ApiError::QuotaSpent(refused))
-        }
-    }
-}
-
-/// Events buffered between the session and the door's response body. Frames are small,
-/// so with hyper's write buffer this bounds what a stalled client holds.
-const CLIENT_BUFFER: usize = 64;
-/// Events a session may produce ahead of a client that reads slowly, so its coordination
-/// ends, and frees its slots, without waiting for the client: a whole ordinary session
-/// (a few hundred events; a streamed presentation is one per chunk). Past it the session
-/// waits for the client, up to the stall timeout. Events are a few hundred bytes (a chunk
-/// of text each), so a stalled client holds a megabyte or two here (the few events that carry whole
-/// answers are the larger part).
-const CLIENT_READ_AHEAD: usize = 4_096;
-
-/// What a session holds until its coordination ends.
-struct Held {
-    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
-    _key_slot: Option<KeySessionSlot>,
-    _body_share: Option<bodies::Share>,
-    reservation: Option<spend::Reservation>,
-}
-
-impl Held {
-    /// Counts what the session spends against its reservation; whether `event` is the
-    /// session's last.
-    fn watch(&mut self, event: &SessionEvent) -> bool {
-        match &event.kind {
-            EventKind::Usage {
-                cost_usd: Some(usd),
-                ..
-            } => {
-                if let Some(reservation) = self.reservation.as_mut() {
-                    reservation.spend(*usd);
-                }
-                false
-            }
-            EventKind::SessionCompleted { .. } | EventKind::SessionFailed { .. } => true,
-            _ => false,
-        }
-    }
-}
-
-/// Moves the session's events to the door through a small buffer, reading ahead of a
-/// slow client (up to [`CLIENT_READ_AHEAD`]) so the session never waits on it for long.
-/// `held` goes with the session's last event (`session_completed` or `session_failed`),
-/// before the client can see it: a client that sends its next request on seeing the end
-/// of this one finds the slots and the allowance given back. A client that leaves the
-/// buffer full for `stall` (it stopped reading, or its HTTP/2 window is 0) is dropped as a
-/// disconnect, as is one that goes away. Either way `cancel` is dropped, which cancels the
-/// session's upstream calls; the session then ends and frees what it held.
-fn relay(
-    from: mpsc::Receiver<Box<SessionEvent>>,
-    cancel: DropGuard,
-    stall: Duration,
-    held: Held,
-) -> (mpsc::Receiver<Box<SessionEvent>>, Arc<AtomicBool>) {
-    let bounds = stall::Bounds {
-        capacity: CLIENT_BUFFER,
-        ahead: CLIENT_READ_AHEAD,
-        stall,
-    };
-    stall::read_ahead(
-        from,
-        bounds,
-        cancel,
-        held,
-        |held, event| held.watch(event),
-        move |event| {
-            tracing::warn!(
-                session_id = %event.session_id,
-                stall_seconds = stall.as_secs_f64(),
-                buffered_events = CLIENT_BUFFER,
-                "the client stopped reading: dropping it as a disconnect"
-            );
-        },
-    )
-}
-
-fn start_error(error: StartError) -> ApiError {
-    match error {
-        StartError::Provider {
-            panel,
-            agent,
-            reason,
-        } => ApiError::ConfigUnavailable {
-            name: panel,
-            reason: format!("agent '{agent}': {reason}"),
-        },
-        StartError::Unpriced {
-            panel,
-            agent,
-            model,
-            limit,
-        } => ApiError::ConfigUnavailable {
-            name: panel,
-            reason: format!(
-                "the session may spend at most ${limit} (its max_cost_usd, --max-session-cost-usd or what is left of the key's --max-key-cost-usd-per-day) but agent '{agent}' has no price for model '{model}', so the limit could not be kept: set its backend.pricing"
-            ),
-        },
-    }
 }
 
 /// Puts the session id on a response.
@@ -365,8 +125,8 @@ pub fn with_session_header(mut response: Response, id: &str) -> Response {
 
 /// Puts the winner's agent id on a non-streamed response (left out if the id cannot be a
 /// header value).
-pub fn with_winner_header(mut response: Response, summary: &SessionSummary) -> Response {
-    if let Ok(v) = HeaderValue::from_str(&summary.winner.agent_id) {
+pub fn with_winner_header(mut response: Response, winner: &str) -> Response {
+    if let Ok(v) = HeaderValue::from_str(winner) {
         response.headers_mut().insert(WINNER_HEADER, v);
     }
     response
@@ -385,6 +145,13 @@ pub enum Step {
     Failed(SessionError),
     /// The engine stopped without an outcome (a bug; logged).
     Lost,
+}
+
+impl Step {
+    /// Whether this is the session's last step.
+    pub fn ends(&self) -> bool {
+        matches!(self, Self::Completed(_) | Self::Failed(_) | Self::Lost)
+    }
 }
 
 /// The session's events as [`Step`]s. Dropping it cancels the session's upstream calls.

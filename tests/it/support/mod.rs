@@ -15,6 +15,7 @@
 pub mod engine;
 pub mod native;
 pub mod postgres;
+pub mod recording;
 pub mod serving;
 
 use std::collections::HashMap;

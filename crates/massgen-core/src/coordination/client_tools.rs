@@ -1,6 +1,6 @@
 //! The client's own function tools (`tools`, `tool_choice`, `parallel_tool_calls` of the
 //! request). Calling them is an answer like any other: the panel votes on the proposed
-//! calls, and a winning set of calls goes back to the client (see the README, "Client
+//! calls, and a winning set of calls goes back to the client (see docs/doors.md, "Client
 //! tools").
 
 use serde_json::Value;

@@ -15,7 +15,6 @@ use http::HeaderMap;
 use serde_json::Value;
 
 use super::model_name::{path_segment, percent_encode};
-use super::presets::AZURE_DEFAULT_API_VERSION;
 use super::transport;
 use super::upstream::{EndpointParts, base, bearer};
 use super::{HttpProvider, ProviderError, ProviderRequest, WireFormat};
@@ -64,6 +63,9 @@ impl WireFormat for ChatCompletions {
         )
     }
 }
+
+/// Azure's API version when neither `api_version` nor `AZURE_OPENAI_API_VERSION` is set.
+pub const AZURE_DEFAULT_API_VERSION: &str = "2024-10-21";
 
 /// Azure OpenAI: the deployment URL
 /// `{endpoint}/openai/deployments/{model}/chat/completions?api-version=…` (default

@@ -6,6 +6,7 @@
 
 use serde_json::Value;
 
+use crate::forced::Forced;
 use crate::plan::{BadRequest, Offered, Request};
 
 fn bad(message: &str, param: Option<&'static str>) -> BadRequest {
@@ -16,15 +17,22 @@ fn bad(message: &str, param: Option<&'static str>) -> BadRequest {
 }
 
 /// What every native format fills the same way: usage is always reported (none of them has
-/// an opt-in like `stream_options`), and tool results come from the prompt's block.
+/// an opt-in like `stream_options`), tool results come from the prompt's block, and a
+/// forced tool call is read from the body `v`.
 fn native_request(
+    v: &Value,
     model: impl Into<String>,
     stream: bool,
     offered: Offered,
     chars: usize,
     last_user: String,
-) -> Request {
-    Request {
+) -> Result<Request, BadRequest> {
+    let forced = Forced::from_body(v);
+    if let Some(forced) = &forced {
+        forced.check(&offered)?;
+    }
+    Ok(Request {
+        forced,
         model: model.into(),
         stream,
         include_usage: true,
@@ -33,7 +41,7 @@ fn native_request(
         tool_results: crate::plan::prompt_tool_results(&last_user),
         last_user,
         json: None,
-    }
+    })
 }
 
 fn json(body: &[u8]) -> Result<Value, BadRequest> {
@@ -62,18 +70,11 @@ fn content_text(content: Option<&Value>) -> String {
     }
 }
 
-/// Which workflow tools are offered, from `(name, parameters)` pairs.
+/// The offered tools, from `(name, parameters)` pairs.
 fn offered<'a>(tools: impl Iterator<Item = (&'a str, Option<&'a Value>)>) -> Offered {
     let mut o = Offered::default();
     for (name, parameters) in tools {
-        o.any_tool = true;
-        match name {
-            "new_answer" => o.new_answer = true,
-            "vote" => {
-                o.vote = Some(crate::plan::vote_labels(parameters));
-            }
-            _ => {}
-        }
+        o.add(name, parameters);
     }
     o
 }
@@ -110,7 +111,8 @@ pub fn responses(body: &[u8]) -> Result<Request, BadRequest> {
         _ => return Err(bad("'input' is a required property", Some("input"))),
     }
     let tools = v.get("tools").and_then(Value::as_array);
-    Ok(native_request(
+    native_request(
+        &v,
         model,
         v.get("stream").and_then(Value::as_bool).unwrap_or(false),
         offered(
@@ -121,7 +123,7 @@ pub fn responses(body: &[u8]) -> Result<Request, BadRequest> {
         ),
         total,
         last_user,
-    ))
+    )
 }
 
 /// `POST /v1/messages`.
@@ -167,7 +169,8 @@ pub fn anthropic(body: &[u8]) -> Result<Request, BadRequest> {
         }
     }
     let tools = v.get("tools").and_then(Value::as_array);
-    Ok(native_request(
+    native_request(
+        &v,
         model,
         v.get("stream").and_then(Value::as_bool).unwrap_or(false),
         offered(
@@ -178,7 +181,7 @@ pub fn anthropic(body: &[u8]) -> Result<Request, BadRequest> {
         ),
         total,
         last_user,
-    ))
+    )
 }
 
 /// `POST /v1beta/models/{model}:streamGenerateContent` or `:generateContent`.
@@ -224,11 +227,18 @@ pub fn gemini(model: &str, stream: bool, body: &[u8]) -> Result<Request, BadRequ
         .flatten()
         .filter_map(|t| t.get("functionDeclarations").and_then(Value::as_array))
         .flatten();
-    Ok(native_request(
+    native_request(
+        &v,
         model,
         stream,
-        offered(declarations.map(|d| (str_of(d.get("name")), d.get("parameters")))),
+        offered(declarations.map(|d| {
+            // Newer clients send a full JSON Schema as `parametersJsonSchema`.
+            let schema = d
+                .get("parameters")
+                .or_else(|| d.get("parametersJsonSchema"));
+            (str_of(d.get("name")), schema)
+        })),
         total,
         last_user,
-    ))
+    )
 }

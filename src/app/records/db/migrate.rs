@@ -16,6 +16,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "reservations",
         include_str!("migrations/0003_reservations.sql"),
     ),
+    (
+        4,
+        "responses",
+        include_str!("migrations/0004_responses.sql"),
+    ),
 ];
 
 /// The migrator of the first `count` migrations (all of them with `usize::MAX`), so a test

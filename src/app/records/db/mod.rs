@@ -8,6 +8,7 @@ mod flush;
 pub mod listen;
 mod lock;
 pub mod migrate;
+pub mod responses;
 mod rows;
 mod spend;
 pub mod upkeep;

@@ -13,7 +13,7 @@ use sqlx::{Any, Row, Transaction};
 use super::RecordDb;
 use super::flush::Batch;
 use super::rows::{from_db, to_db};
-use crate::app::spend::{DailyQuota, QuotaSpent, Spent, Want, day_text, utc_day};
+use crate::app::quota::{DailyQuota, QuotaSpent, Spent, Want, day_text, utc_day};
 
 /// Adds the cost and tokens of `batch`'s `Usage` events to their owners' days. Events
 /// already stored are skipped: a batch is retried whole when its commit's answer was

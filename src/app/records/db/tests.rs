@@ -70,6 +70,8 @@ async fn migrates_an_empty_file_once_with_private_permissions() {
             "events",
             "replicas",
             "reservations",
+            "response_items",
+            "responses",
             "sessions",
             "spend"
         ]

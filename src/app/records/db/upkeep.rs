@@ -10,7 +10,7 @@ use sqlx::Row;
 
 use super::rows::to_db;
 use super::{Engine, RecordDb, now_ms};
-use crate::app::spend::{day_text, utc_day};
+use crate::app::quota::{day_text, utc_day};
 
 /// The PostgreSQL channel: one notification per changed session, its id as payload.
 pub const CHANNEL: &str = "massgen_records";
@@ -162,6 +162,12 @@ impl RecordDb {
             if result.is_ok() && last_retention.is_none_or(|at| at.elapsed() >= RETENTION_EVERY) {
                 last_retention = Some(tokio::time::Instant::now());
                 result = self.retain(upkeep.max_age, upkeep.max_sessions).await;
+                if result.is_ok() {
+                    // Stored responses age and count out as session records do.
+                    result = self
+                        .retain_responses(upkeep.max_age, upkeep.max_sessions)
+                        .await;
+                }
             }
             self.note_write(&result);
         }

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use super::RecordDb;
 use super::flush::{Batch, SessionWrite};
+use crate::app::records::held::Live;
 use crate::app::records::live::Dirty;
-use crate::app::records::store::Live;
 
 /// How long the writer gathers after the first new event: at most this much is lost in a
 /// crash, and a busy server writes a few batches a second, not one per event.

@@ -1,18 +1,24 @@
-//! Parsing a Chat Completions request: lenient where clients differ (unknown fields,
-//! string or content-part messages, sampling settings the panel config owns), strict where
-//! a mistake or an ignored field would change the answer (several choices, log
-//! probabilities, audio, hosted web search).
+//! Reading a Chat Completions request from its serde-derived wire types, through
+//! [`json::read`], so a misshapen field is a 400 naming its JSON path
+//! (`messages[2].content[0].image_url`). Lenient where clients differ (unknown fields,
+//! string or content-part messages, sampling settings the panel config owns, odd values
+//! in fields nothing depends on), strict where a mistake or an ignored field would change
+//! the answer (several choices, log probabilities, audio, hosted web search, the legacy
+//! function fields).
 
 use massgen_core::coordination::{AnswerBounds, ClientTools, SessionInput};
 use massgen_core::provider::{Image, Message, OutputFormat, ToolCall, ToolChoice, ToolSpec};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
 use crate::app::Overrides;
 use crate::config::DeliberationFormat;
 use crate::server::doors::narrate::Deliberation;
-use crate::server::doors::parse::{self, optional_bool, optional_count, type_error, unsupported};
+use crate::server::doors::parse::shape::{Loose, Obj, TextOrList, TextOrObject};
+use crate::server::doors::parse::{self, optional_count, type_error, unsupported};
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
-use crate::server::doors::{conversation, images, limit, structured};
+use crate::server::doors::{conversation, images, json, limit, structured};
 use crate::server::error::ApiError;
 
 /// The parts of a request the server uses.
@@ -37,101 +43,223 @@ pub struct ChatRequest {
 /// OpenAI's bound on `stop`.
 const MAX_STOPS: usize = 4;
 
+// ---------------------------------------------------------------------------------------
+// The wire types. Fields not named are accepted and ignored (penalties, `user`, `store`,
+// `metadata`, `reasoning_effort`, `service_tier`, …: each agent's model settings come from
+// its panel config).
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Body {
+    model: Option<String>,
+    messages: Option<Vec<Obj<WireMessage>>>,
+    stream: Option<bool>,
+    stream_options: Option<Obj<StreamOptions>>,
+    tools: Option<Vec<Obj<Tool>>>,
+    tool_choice: Option<TextOrObject<NamedChoice>>,
+    parallel_tool_calls: Option<bool>,
+    response_format: Option<Obj<ResponseFormat>>,
+    // Refused when they ask for what a panel cannot give ([`refuse_unsupported`]).
+    n: Loose<u64>,
+    logprobs: Option<bool>,
+    top_logprobs: Option<IgnoredAny>,
+    modalities: Loose<Vec<Loose<String>>>,
+    audio: Option<IgnoredAny>,
+    functions: Option<IgnoredAny>,
+    function_call: Option<IgnoredAny>,
+    web_search_options: Option<IgnoredAny>,
+    // Read by the helpers every door shares ([`parse`]), which take raw JSON values.
+    massgen: Option<Value>,
+    max_completion_tokens: Option<Value>,
+    max_tokens: Option<Value>,
+    stop: Option<Value>,
+    temperature: Option<Value>,
+    top_p: Option<Value>,
+    seed: Option<Value>,
+}
+
+impl Body {
+    /// The fields the shared readers of [`parse`] take, as the JSON object they read.
+    fn shared(&mut self) -> Map<String, Value> {
+        [
+            ("massgen", self.massgen.take()),
+            ("max_completion_tokens", self.max_completion_tokens.take()),
+            ("max_tokens", self.max_tokens.take()),
+            ("stop", self.stop.take()),
+            ("temperature", self.temperature.take()),
+            ("top_p", self.top_p.take()),
+            ("seed", self.seed.take()),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.to_string(), value?)))
+        .collect()
+    }
+}
+
+#[derive(Deserialize)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+}
+
+#[derive(Deserialize)]
+struct WireMessage {
+    /// Matched by the mapping rather than read as an enum: serde_json reads a derived enum
+    /// from a number or `null` as a syntax error, whose 400 would say the body is not JSON.
+    role: String,
+    content: Option<TextOrList<Obj<Part>>>,
+    tool_calls: Option<Vec<Obj<WireToolCall>>>,
+    #[serde(default)]
+    tool_call_id: Loose<String>,
+}
+
+/// One content part. Its type decides which other field is read, so each is optional here
+/// and required by the mapping.
+#[derive(Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    /// A URL string (older clients) or `{"url", "detail"}`.
+    image_url: Option<TextOrObject<ImageUrl>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ImageUrl {
+    url: Option<String>,
+    detail: Loose<String>,
+}
+
+/// An assistant's earlier call. Its fields have always been read leniently (an odd one is
+/// empty): clients echo calls back in many shapes.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct WireToolCall {
+    id: Loose<String>,
+    function: Option<Obj<CalledFunction>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct CalledFunction {
+    name: Loose<String>,
+    arguments: Loose<String>,
+}
+
+/// A client tool: an absent `type` is a function; a missing or odd name is refused by
+/// the name check.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct Tool {
+    #[serde(rename = "type")]
+    kind: Loose<String>,
+    function: Option<Obj<ToolFunction>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ToolFunction {
+    name: Loose<String>,
+    description: Loose<String>,
+    /// A JSON Schema: any JSON here, checked by [`tools::tool_spec`].
+    parameters: Option<Value>,
+}
+
+/// `tool_choice` as an object: `{"type": "function", "function": {"name": …}}`.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct NamedChoice {
+    function: Loose<Map<String, Value>>,
+}
+
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ResponseFormat {
+    #[serde(rename = "type")]
+    kind: Loose<String>,
+    /// OpenAI's keys (`name`, `description`, `schema`, `strict`), read by
+    /// [`structured::openai_spec`] as the Responses door reads its `text.format`.
+    json_schema: Loose<Map<String, Value>>,
+}
+
+// ---------------------------------------------------------------------------------------
+// The mapping into the neutral request.
+
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let obj = parse::object(body)?;
-    refuse_unsupported(&obj)?;
-    let model = parse::model(&obj)?;
-    let stream = optional_bool(&obj, "stream")?.unwrap_or(false);
-    let include_usage = match obj.get("stream_options") {
-        None | Some(Value::Null) => false,
-        Some(Value::Object(o)) => optional_bool(o, "include_usage")
-            .map_err(|_| type_error("stream_options.include_usage", "a boolean"))?
-            .unwrap_or(false),
-        Some(_) => return Err(type_error("stream_options", "an object")),
-    };
-    let deliberation = parse::deliberation(&obj)?;
-    let overrides = parse::overrides(&obj)?;
-    let tools = parse_client_tools(&obj)?;
-    let (system, messages) = parse_messages(obj.get("messages"))?;
+    let mut wire: Body = json::read_in(body, "messages")?;
+    refuse_unsupported(&wire)?;
+    let shared = wire.shared();
+    let include_usage = wire
+        .stream_options
+        .and_then(|Obj(o)| o.include_usage)
+        .unwrap_or(false);
+    let deliberation = parse::deliberation(&shared)?;
+    let overrides = parse::overrides(&shared)?;
+    let tools = client_tools(wire.tools, wire.tool_choice, wire.parallel_tool_calls)?;
+    let (system, messages) = messages(wire.messages)?;
     let mut input = conversation::session_input(system, messages, tools, "messages")?;
-    let max_tokens = match optional_count(&obj, "max_completion_tokens")? {
+    let max_tokens = match optional_count(&shared, "max_completion_tokens")? {
         Some(n) => Some(n),
-        None => optional_count(&obj, "max_tokens")?,
+        None => optional_count(&shared, "max_tokens")?,
     };
-    let stop = parse::stops(&obj, "stop", MAX_STOPS, true)?;
+    let stream = wire.stream.unwrap_or(false);
+    let stop = parse::stops(&shared, "stop", MAX_STOPS, true)?;
     input.answer_bounds = AnswerBounds {
         max_output_tokens: limit::upstream_cap(max_tokens),
         stop: stop.clone(),
     };
-    input.sampling = parse::sampling(&obj)?;
-    input.output = response_format(&obj)?
+    input.sampling = parse::sampling(&shared)?;
+    input.output = response_format(wire.response_format.map(|Obj(f)| f))?
         .map(|format| structured::output(format, stream))
         .transpose()?;
 
     Ok(ChatRequest {
-        model,
+        model: wire
+            .model
+            .as_deref()
+            .map_or("massgen", str::trim)
+            .to_string(),
         stream,
         include_usage,
         deliberation,
         overrides,
-        deliberation_format: parse::deliberation_format(&obj)?,
+        deliberation_format: parse::deliberation_format(&shared)?,
         input,
         max_tokens,
         stop,
     })
 }
 
-/// `response_format`: `text` (or none), `json_object`, or `json_schema` with
-/// `json_schema.{name, description, schema, strict}`.
-fn response_format(obj: &Map<String, Value>) -> Result<Option<OutputFormat>, ApiError> {
-    const PARAM: &str = "response_format";
-    let format = match obj.get(PARAM) {
-        None | Some(Value::Null) => return Ok(None),
-        Some(Value::Object(f)) => f,
-        Some(_) => return Err(type_error(PARAM, "an object")),
-    };
-    match format.get("type").and_then(Value::as_str) {
-        Some("text") => Ok(None),
-        Some("json_object") => Ok(Some(OutputFormat::JsonObject)),
-        Some("json_schema") => {
-            let Some(Value::Object(spec)) = format.get("json_schema") else {
-                return Err(type_error("response_format.json_schema", "an object"));
-            };
-            structured::openai_spec(spec, PARAM).map(Some)
-        }
-        _ => Err(ApiError::invalid(
-            "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"",
-            Some(PARAM),
-            "invalid_value",
-        )),
-    }
-}
-
 /// Fields whose meaning a panel cannot honour: ignoring them would hand the client
-/// something other than what it asked for.
-fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
-    let present = |key: &str| obj.get(key).is_some_and(|v| !v.is_null());
-    if obj.get("n").and_then(Value::as_u64).is_some_and(|n| n != 1) {
+/// something other than what it asked for. Their neutral values (`n: 1`,
+/// `logprobs: false`, `modalities: ["text"]`, nulls) are what OpenAI's clients send.
+fn refuse_unsupported(wire: &Body) -> Result<(), ApiError> {
+    if wire.n.0.is_some_and(|n| n != 1) {
         return Err(unsupported(
             "n",
             "'n' other than 1 is not supported: a panel gives one answer",
         ));
     }
-    if optional_bool(obj, "logprobs")? == Some(true) || present("top_logprobs") {
+    if wire.logprobs == Some(true) || wire.top_logprobs.is_some() {
         return Err(unsupported(
             "logprobs",
             "log probabilities are not supported: the answer comes from several models",
         ));
     }
-    let audio_out = obj
-        .get("modalities")
-        .and_then(Value::as_array)
-        .is_some_and(|m| m.iter().any(|m| m.as_str() == Some("audio")));
-    if audio_out || present("audio") {
+    let audio_out = wire
+        .modalities
+        .0
+        .iter()
+        .flatten()
+        .any(|m| m.0.as_deref() == Some("audio"));
+    if audio_out || wire.audio.is_some() {
         return Err(unsupported("audio", "audio output is not supported"));
     }
-    for legacy in ["functions", "function_call"] {
-        if present(legacy) {
+    for (legacy, sent) in [
+        ("functions", wire.functions.is_some()),
+        ("function_call", wire.function_call.is_some()),
+    ] {
+        if sent {
             return Err(unsupported(
                 legacy,
                 &format!(
@@ -140,7 +268,7 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
             ));
         }
     }
-    if present("web_search_options") {
+    if wire.web_search_options.is_some() {
         return Err(unsupported(
             "web_search_options",
             "hosted web search is not supported: agents use the tools of their own config",
@@ -149,12 +277,48 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
+/// `response_format`: `text` (or none), `json_object`, or `json_schema` with
+/// `json_schema.{name, description, schema, strict}`.
+fn response_format(format: Option<ResponseFormat>) -> Result<Option<OutputFormat>, ApiError> {
+    const PARAM: &str = "response_format";
+    let Some(format) = format else {
+        return Ok(None);
+    };
+    match format.kind.0.as_deref() {
+        Some("text") => Ok(None),
+        Some("json_object") => Ok(Some(OutputFormat::JsonObject)),
+        Some("json_schema") => match format.json_schema.0 {
+            Some(spec) => structured::openai_spec(&spec, PARAM).map(Some),
+            None => Err(type_error("response_format.json_schema", "an object")),
+        },
+        _ => Err(ApiError::invalid(
+            "'response_format.type' must be \"text\", \"json_object\" or \"json_schema\"",
+            Some(PARAM),
+            "invalid_value",
+        )),
+    }
+}
+
 /// `tools`, `tool_choice` and `parallel_tool_calls`. Only function tools exist here.
-fn parse_client_tools(obj: &Map<String, Value>) -> Result<ClientTools, ApiError> {
-    let tools = tools::parse_list(obj, |i, tool| client_tool(i, tool).map(Some))?;
-    let choice = match obj.get("tool_choice") {
-        None | Some(Value::Null) => None,
-        Some(Value::String(s)) => Some(match s.as_str() {
+fn client_tools(
+    list: Option<Vec<Obj<Tool>>>,
+    choice: Option<TextOrObject<NamedChoice>>,
+    parallel: Option<bool>,
+) -> Result<ClientTools, ApiError> {
+    let mut specs: Vec<ToolSpec> = Vec::new();
+    for (i, Obj(tool)) in list.unwrap_or_default().into_iter().enumerate() {
+        let spec = client_tool(i, tool)?;
+        if specs.iter().any(|t| t.name == spec.name) {
+            return Err(tools_error(
+                format!("tools[{i}]: the name '{}' is used twice", spec.name),
+                "invalid_value",
+            ));
+        }
+        specs.push(spec);
+    }
+    let choice = match choice {
+        None => None,
+        Some(TextOrObject::Text(mode)) => Some(match mode.as_str() {
             "none" => ToolChoice::None,
             "auto" => ToolChoice::Auto,
             "required" => ToolChoice::Required,
@@ -164,37 +328,34 @@ fn parse_client_tools(obj: &Map<String, Value>) -> Result<ClientTools, ApiError>
                 ));
             }
         }),
-        Some(Value::Object(o)) => {
-            let name = o
-                .get("function")
-                .and_then(|f| f.get("name"))
-                .and_then(Value::as_str)
+        Some(TextOrObject::Object(named)) => {
+            let name = named
+                .function
+                .0
+                .and_then(|f| f.get("name").and_then(Value::as_str).map(str::to_string))
                 .ok_or_else(|| choice_error("'tool_choice' needs function.name".into()))?;
-            Some(ToolChoice::Function(name.to_string()))
+            Some(ToolChoice::Function(name))
         }
-        Some(_) => return Err(type_error("tool_choice", "a string or an object")),
     };
-    let parallel = optional_bool(obj, "parallel_tool_calls")?;
-    tools::client_tools(tools, choice, parallel, "required")
+    tools::client_tools(specs, choice, parallel, "required")
 }
 
-fn client_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
-    let kind = tool
-        .get("type")
-        .and_then(Value::as_str)
-        .unwrap_or("function");
+fn client_tool(i: usize, tool: Tool) -> Result<ToolSpec, ApiError> {
+    let kind = tool.kind.0.as_deref().unwrap_or("function");
     if kind != "function" {
         return Err(tools_error(
             format!("tools[{i}]: only function tools are supported (got type '{kind}')"),
             "invalid_value",
         ));
     }
-    let function = tool.get("function").and_then(Value::as_object);
-    let field = |key: &str| function.and_then(|f| f.get(key));
+    let (name, description, parameters) = match tool.function {
+        Some(Obj(f)) => (f.name.0, f.description.0, f.parameters),
+        None => (None, None, None),
+    };
     tools::tool_spec(
-        field("name").and_then(Value::as_str).unwrap_or_default(),
-        field("description").and_then(Value::as_str),
-        field("parameters"),
+        name.as_deref().unwrap_or_default(),
+        description.as_deref(),
+        parameters.as_ref(),
         &ToolAt {
             at: &format!("tools[{i}].function"),
             schema_field: "parameters",
@@ -203,21 +364,29 @@ fn client_tool(i: usize, tool: &Value) -> Result<ToolSpec, ApiError> {
 }
 
 /// The system texts and the other messages, in order.
-fn parse_messages(value: Option<&Value>) -> Result<(Vec<String>, Vec<Message>), ApiError> {
-    let messages = parse::required_list(value, "messages")?;
-
+fn messages(list: Option<Vec<Obj<WireMessage>>>) -> Result<(Vec<String>, Vec<Message>), ApiError> {
+    let list = match list {
+        None => {
+            return Err(ApiError::invalid(
+                "'messages' is required",
+                Some("messages"),
+                "missing_required_parameter",
+            ));
+        }
+        Some(list) if list.is_empty() => {
+            return Err(ApiError::invalid(
+                "'messages' must contain at least one message",
+                Some("messages"),
+                "empty_array",
+            ));
+        }
+        Some(list) => list,
+    };
     let mut system = Vec::new();
-    let mut rest = Vec::new();
-    for (i, m) in messages.iter().enumerate() {
-        let Value::Object(m) = m else {
-            return Err(message_error(i, "must be an object"));
-        };
-        let role = m
-            .get("role")
-            .and_then(Value::as_str)
-            .ok_or_else(|| message_error(i, "needs a 'role' string"))?;
-        let (content, images) = content_parts(i, m.get("content"), role == "user")?;
-        match role {
+    let mut rest = Vec::with_capacity(list.len());
+    for (i, Obj(m)) in list.into_iter().enumerate() {
+        let (content, images) = content(i, m.content, m.role == "user")?;
+        match m.role.as_str() {
             "system" | "developer" => system.push(content),
             "user" => {
                 let mut message = Message::user(content);
@@ -225,325 +394,107 @@ fn parse_messages(value: Option<&Value>) -> Result<(Vec<String>, Vec<Message>), 
                 rest.push(message);
             }
             "assistant" => {
-                let mut msg = Message::assistant(content);
-                msg.tool_calls = tool_calls(i, m.get("tool_calls"))?;
-                rest.push(msg);
+                let mut message = Message::assistant(content);
+                let calls = m.tool_calls.unwrap_or_default();
+                message.tool_calls = calls.into_iter().map(|Obj(c)| tool_call(c)).collect();
+                rest.push(message);
             }
             "tool" => {
-                let id = m
-                    .get("tool_call_id")
-                    .and_then(Value::as_str)
-                    .unwrap_or_default();
+                let id = m.tool_call_id.0.unwrap_or_default();
                 rest.push(Message::tool_result(id, content));
             }
             other => {
                 return Err(message_error(
-                    i,
+                    format!("messages[{i}].role"),
                     &format!(
-                        "has unknown role '{other}' (expected system, developer, user, assistant or tool)"
+                        "unknown role '{other}' (expected system, developer, user, assistant or tool)"
                     ),
                 ));
             }
         }
     }
-
     Ok((system, rest))
 }
 
-fn message_error(index: usize, problem: &str) -> ApiError {
-    parse::entry_error("messages", index, problem)
+fn tool_call(call: WireToolCall) -> ToolCall {
+    let (name, arguments) = match call.function {
+        Some(Obj(f)) => (f.name.0, f.arguments.0),
+        None => (None, None),
+    };
+    ToolCall {
+        id: call.id.0.unwrap_or_default(),
+        name: name.unwrap_or_default(),
+        arguments: arguments.unwrap_or_default(),
+        opaque: None,
+    }
 }
 
-/// A string, null, or an array of content parts whose text parts are joined; `image_url`
-/// parts are images, accepted in user messages only.
-fn content_parts(
+/// A message's text (its text parts joined by line breaks) and, in user messages, its
+/// images.
+fn content(
     index: usize,
-    content: Option<&Value>,
+    content: Option<TextOrList<Obj<Part>>>,
     user: bool,
 ) -> Result<(String, Vec<Image>), ApiError> {
-    parse::text_and_images(
-        content,
-        |kind| matches!(kind, "text" | "input_text").then_some("text"),
-        |kind, part| (kind == "image_url").then(|| image_part(index, part, user)),
-        |problem| message_error(index, problem),
-    )
+    let parts = match content {
+        None => return Ok((String::new(), Vec::new())),
+        Some(TextOrList::Text(text)) => return Ok((text, Vec::new())),
+        Some(TextOrList::List(parts)) => parts,
+    };
+    let mut texts = Vec::with_capacity(parts.len());
+    let mut images = Vec::new();
+    for (j, Obj(part)) in parts.into_iter().enumerate() {
+        let at = || format!("messages[{index}].content[{j}]");
+        match part.kind.as_str() {
+            "text" | "input_text" => match part.text {
+                Some(text) => texts.push(text),
+                // A missing text is the client's mistake, not an empty text.
+                None => {
+                    return Err(message_error(
+                        at(),
+                        &format!("a '{}' part needs a 'text' string", part.kind),
+                    ));
+                }
+            },
+            "image_url" if !user => {
+                return Err(message_error(
+                    at(),
+                    "an image part; images are accepted in user messages only",
+                ));
+            }
+            "image_url" => images.push(image(part.image_url, &at())?),
+            other => {
+                return Err(message_error(
+                    at(),
+                    &format!("a '{other}' part; only text and image parts are supported"),
+                ));
+            }
+        }
+    }
+    Ok((texts.join("\n"), images))
 }
 
 /// `{"type": "image_url", "image_url": {"url": …, "detail": …}}` (or the older bare
 /// string `image_url`).
-fn image_part(index: usize, part: &Value, user: bool) -> Result<Image, ApiError> {
-    let place = format!("messages[{index}]");
-    if !user {
-        return Err(message_error(
-            index,
-            "has an image part; images are accepted in user messages only",
-        ));
-    }
-    let (url, detail) = match part.get("image_url") {
-        Some(Value::String(url)) => (Some(url.as_str()), None),
-        Some(Value::Object(o)) => (
-            o.get("url").and_then(Value::as_str),
-            o.get("detail").and_then(Value::as_str),
-        ),
-        _ => (None, None),
+fn image(image_url: Option<TextOrObject<ImageUrl>>, at: &str) -> Result<Image, ApiError> {
+    let (url, detail) = match image_url {
+        Some(TextOrObject::Text(url)) => (Some(url), None),
+        Some(TextOrObject::Object(o)) => (o.url, o.detail.0),
+        None => (None, None),
     };
     let Some(url) = url else {
         return Err(message_error(
-            index,
-            "has an 'image_url' part without 'image_url.url'",
+            format!("{at}.image_url.url"),
+            "required: an https or data: URL",
         ));
     };
-    images::from_url(url, detail).map_err(|r| r.at("messages", &place))
+    // The param stays `messages`, as for every image refused.
+    images::from_url(&url, detail.as_deref()).map_err(|r| r.at("messages", at))
 }
 
-fn tool_calls(index: usize, value: Option<&Value>) -> Result<Vec<ToolCall>, ApiError> {
-    let calls = match value {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(c)) => c,
-        Some(_) => return Err(message_error(index, "'tool_calls' must be an array")),
-    };
-    Ok(calls
-        .iter()
-        .map(|c| {
-            let function = c.get("function");
-            let text =
-                |v: Option<&Value>| v.and_then(Value::as_str).unwrap_or_default().to_string();
-            ToolCall {
-                id: text(c.get("id")),
-                name: text(function.and_then(|f| f.get("name"))),
-                arguments: text(function.and_then(|f| f.get("arguments"))),
-                opaque: None,
-            }
-        })
-        .collect())
+fn message_error(path: String, problem: &str) -> ApiError {
+    ApiError::invalid_at(format!("'{path}': {problem}"), path, "invalid_message")
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn parse_json(v: Value) -> Result<ChatRequest, ApiError> {
-        parse(v.to_string().as_bytes())
-    }
-
-    #[test]
-    fn splits_system_history_and_question() {
-        let req = parse_json(serde_json::json!({
-            "model": "massgen",
-            "messages": [
-                {"role": "system", "content": "Be brief."},
-                {"role": "user", "content": "Hi"},
-                {"role": "assistant", "content": "Hello"},
-                {"role": "user", "content": [{"type": "text", "text": "What is 2+2?"}]}
-            ],
-            "unknown_field": 1
-        }))
-        .unwrap();
-        assert_eq!(req.input.question, "What is 2+2?");
-        assert_eq!(req.input.extra_system.as_deref(), Some("Be brief."));
-        assert_eq!(req.input.history.len(), 2);
-        assert!(!req.stream);
-    }
-
-    #[test]
-    fn rejects_bad_inputs_with_codes() {
-        let code = |v: Value| match parse_json(v) {
-            Err(e) => e.code(),
-            Ok(_) => "ok",
-        };
-        assert_eq!(
-            code(serde_json::json!({"model": "massgen"})),
-            "missing_required_parameter"
-        );
-        assert_eq!(code(serde_json::json!({"messages": []})), "empty_array");
-        assert_eq!(
-            code(serde_json::json!({"messages": [{"role": "assistant", "content": "x"}]})),
-            "missing_user_message"
-        );
-        assert_eq!(
-            code(
-                serde_json::json!({"messages": [{"role": "user", "content": "x"}],
-                "tools": [{"type": "function", "function": {"name": "vote"}}]})
-            ),
-            "tool_name_collision"
-        );
-        assert_eq!(
-            code(
-                serde_json::json!({"messages": [{"role": "user", "content": "x"}], "massgen": {"deliberation": "loud"}})
-            ),
-            "invalid_value"
-        );
-        assert_eq!(
-            parse(b"{not json").err().map(|e| e.code()),
-            Some("invalid_json")
-        );
-    }
-
-    /// Each row of the README's Chat Completions request table that refuses or bounds.
-    #[test]
-    fn what_a_panel_cannot_honour_is_refused_and_bounds_are_read() {
-        let with = |extra: Value| {
-            let mut body = serde_json::json!({"messages": [{"role": "user", "content": "x"}]});
-            if let (Value::Object(b), Value::Object(e)) = (&mut body, extra) {
-                b.extend(e);
-            }
-            parse_json(body)
-        };
-        let code = |extra: Value| match with(extra) {
-            Err(e) => e.code(),
-            Ok(_) => "ok",
-        };
-        use serde_json::json;
-        for refused in [
-            json!({"n": 2}),
-            json!({"logprobs": true}),
-            json!({"top_logprobs": 2}),
-            json!({"modalities": ["text", "audio"]}),
-            json!({"audio": {"voice": "alloy", "format": "wav"}}),
-            json!({"web_search_options": {}}),
-            json!({"functions": [{"name": "f", "parameters": {}}]}),
-            json!({"function_call": "auto"}),
-        ] {
-            assert_eq!(code(refused.clone()), "unsupported_parameter", "{refused}");
-        }
-        // What the panel config owns, and the neutral values of the refused fields.
-        assert_eq!(
-            code(
-                json!({"response_format": {"type": "text"}, "n": 1, "logprobs": false,
-                "modalities": ["text"], "temperature": 0.2, "top_p": 0.9, "seed": 7,
-                "presence_penalty": 0.1, "frequency_penalty": 0.1, "reasoning_effort": "low",
-                "service_tier": "auto", "user": "u", "store": true, "metadata": {"a": "b"}})
-            ),
-            "ok"
-        );
-        let req = with(json!({"max_tokens": 7, "stop": "END"})).unwrap();
-        assert_eq!(
-            (req.max_tokens, req.stop),
-            (Some(7), vec!["END".to_string()])
-        );
-        let req =
-            with(json!({"max_completion_tokens": 5, "max_tokens": 7, "stop": ["a", "b"]})).unwrap();
-        assert_eq!((req.max_tokens, req.stop.len()), (Some(5), 2));
-        assert_eq!(code(json!({"max_completion_tokens": 0})), "invalid_value");
-        assert_eq!(
-            code(json!({"stop": ["a", "b", "c", "d", "e"]})),
-            "invalid_value"
-        );
-        assert_eq!(code(json!({"stop": [""]})), "invalid_value");
-        assert_eq!(code(json!({"stop": 3})), "invalid_type");
-    }
-
-    #[test]
-    fn image_parts_of_user_messages_become_images() {
-        use massgen_core::provider::ImageSource;
-        use serde_json::json;
-        let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==";
-        let image =
-            |url: &str| json!({"type": "image_url", "image_url": {"url": url, "detail": "high"}});
-        let req = parse_json(json!({"messages": [
-            {"role": "user", "content": [{"type": "text", "text": "What is this?"},
-                image(&format!("data:image/png;base64,{png}"))]},
-            {"role": "assistant", "content": "A dot."},
-            {"role": "user", "content": [image("https://example.com/b.jpg"),
-                {"type": "image_url", "image_url": "https://example.com/c.webp"}]}
-        ]}))
-        .unwrap();
-        assert_eq!(req.input.history[0].images.len(), 1);
-        assert_eq!(
-            req.input.history[0].images[0].detail.as_deref(),
-            Some("high")
-        );
-        assert_eq!(req.input.question, "", "an image alone is a question");
-        assert_eq!(
-            req.input.question_images[1].source,
-            ImageSource::Url {
-                url: "https://example.com/c.webp".into()
-            }
-        );
-        let refused = |messages: Value| match parse_json(json!({"messages": messages})) {
-            Err(e) => (e.code(), e.message()),
-            Ok(_) => ("ok", String::new()),
-        };
-        let (code, message) =
-            refused(json!([{"role": "user", "content": [image("http://example.com/a.png")]}]));
-        assert_eq!(code, "invalid_image_url");
-        assert!(
-            message.contains("messages[0]") && message.contains("https"),
-            "{message}"
-        );
-        let (code, _) = refused(
-            json!([{"role": "system", "content": [image("https://example.com/a.png")]},
-            {"role": "user", "content": "x"}]),
-        );
-        assert_eq!(code, "invalid_message");
-        let many: Vec<Value> = (0..=images::MAX_IMAGES)
-            .map(|_| image("https://example.com/a.png"))
-            .collect();
-        let (code, message) = refused(json!([{"role": "user", "content": many}]));
-        assert_eq!(code, "too_many_images");
-        assert!(
-            message.contains(&images::MAX_IMAGES.to_string()),
-            "{message}"
-        );
-        let (code, _) = refused(json!([{"role": "user", "content": [{"type": "image_url"}]}]));
-        assert_eq!(code, "invalid_message");
-    }
-
-    #[test]
-    fn client_tools_choice_and_followup() {
-        let tool = |n: &str| serde_json::json!({"type": "function", "function": {"name": n, "parameters": {"type": "object"}}});
-        let req = parse_json(serde_json::json!({
-            "messages": [
-                {"role": "user", "content": "Weather in Paris?"},
-                {"role": "assistant", "content": null, "tool_calls": [
-                    {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}]},
-                {"role": "tool", "tool_call_id": "c1", "content": "18C"}
-            ],
-            "tools": [tool("get_weather")],
-            "tool_choice": {"type": "function", "function": {"name": "get_weather"}},
-            "parallel_tool_calls": false
-        }))
-        .unwrap();
-        assert_eq!(req.input.question, "Weather in Paris?");
-        assert!(req.input.history.is_empty());
-        assert_eq!(req.input.followup.len(), 2);
-        assert_eq!(req.input.tools.tools[0].name, "get_weather");
-        assert_eq!(
-            req.input.tools.choice,
-            Some(ToolChoice::Function("get_weather".into()))
-        );
-        assert_eq!(req.input.tools.parallel, Some(false));
-        let code = |v: Value| match parse_json(v) {
-            Err(e) => e.code(),
-            Ok(_) => "ok",
-        };
-        let msgs = serde_json::json!([{"role": "user", "content": "x"}]);
-        assert_eq!(
-            code(serde_json::json!({"messages": msgs, "tools": [tool("mcp__a__b")]})),
-            "tool_name_collision"
-        );
-        assert_eq!(
-            code(serde_json::json!({"messages": msgs, "tools": [tool("a"), tool("a")]})),
-            "invalid_value"
-        );
-        assert_eq!(
-            code(serde_json::json!({"messages": msgs, "tools": [tool("a b")]})),
-            "invalid_value"
-        );
-        assert_eq!(
-            code(serde_json::json!({"messages": msgs, "tools": [tool("a")],
-                "tool_choice": {"type": "function", "function": {"name": "b"}}})),
-            "invalid_value"
-        );
-        assert_eq!(
-            code(serde_json::json!({"messages": msgs, "tool_choice": "required"})),
-            "invalid_value"
-        );
-        assert_eq!(
-            code(
-                serde_json::json!({"messages": msgs, "tools": [tool("a")], "tool_choice": "none"})
-            ),
-            "ok"
-        );
-    }
-}
+mod tests;

@@ -1,9 +1,10 @@
 //! The deliberation inside `<think>…</think>` at the start of `content`
 //! (`deliberation_format: think_tags`), the convention chat UIs render as reasoning; the
-//! answer follows the closing tag.
+//! answer follows the closing tag at once, so a client that cuts the block off (a chat UI,
+//! pydantic-ai) holds the answer as it was written, from its first character.
 
 const OPEN: &str = "<think>\n";
-const CLOSE: &str = "</think>\n\n";
+const CLOSE: &str = "</think>";
 
 /// Puts the tags around the deliberation lines of one response: opened with the first
 /// line, closed before whatever follows (the answer, tool calls, the end or an error).
@@ -29,7 +30,7 @@ impl ThinkTags {
         format!("{OPEN}{line}")
     }
 
-    /// The closing tag, once, if the block was opened.
+    /// The closing tag on a line of its own, once, if the block was opened.
     pub fn close(&mut self) -> Option<String> {
         if !self.open || self.closed {
             return None;
@@ -63,12 +64,16 @@ mod tests {
         assert_eq!(t.close(), None);
         assert_eq!(t.line("a answered\n"), "<think>\na answered\n");
         assert_eq!(t.line("[b] partial"), "[b] partial");
-        assert_eq!(t.close().as_deref(), Some("\n</think>\n\n"));
+        assert_eq!(t.close().as_deref(), Some("\n</think>"));
         assert_eq!(t.close(), None);
         assert_eq!(t.line("late\n"), "");
         assert_eq!(
             wrap("x voted\n", "Answer"),
-            "<think>\nx voted\n</think>\n\nAnswer"
+            "<think>\nx voted\n</think>Answer"
+        );
+        assert_eq!(
+            wrap("x voted", "Answer"),
+            "<think>\nx voted\n</think>Answer"
         );
         assert_eq!(wrap("", "Answer"), "Answer");
     }

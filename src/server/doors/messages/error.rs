@@ -1,20 +1,10 @@
 //! Anthropic's error shape, `{"type":"error","error":{"type","message"},"request_id"}`,
 //! for every error on this door's paths: the handlers' own, and those of the layers in
-//! front of them (authentication, rate limits, unknown paths, wrong methods, panics),
-//! which produce the server's OpenAI-shaped [`ApiError`] response first.
+//! front of them, re-rendered by the [registry](crate::server::doors::registry).
 
-use axum::extract::Request;
-use axum::http::header;
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
 use crate::server::error::ApiError;
-
-/// `/v1/messages` and everything under it.
-pub fn is_door_path(path: &str) -> bool {
-    path == "/v1/messages" || path.starts_with("/v1/messages/")
-}
 
 /// Anthropic's error type for the status the error has on every door.
 pub fn error_type(error: &ApiError) -> &'static str {
@@ -38,32 +28,9 @@ pub fn error_object(error: &ApiError) -> Value {
     object
 }
 
-/// Re-renders an [`ApiError`] response on this door's paths in Anthropic's shape, keeping
-/// the status and headers (`retry-after`, `x-should-retry`, CORS) it already has.
-pub async fn reshape(request: Request, next: Next) -> Response {
-    let door = is_door_path(request.uri().path());
-    let request_id = request
-        .headers()
-        .get("x-request-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let response = next.run(request).await;
-    let Some(error) = response
-        .extensions()
-        .get::<ApiError>()
-        .cloned()
-        .filter(|_| door)
-    else {
-        return response;
-    };
-    let (mut parts, _) = response.into_parts();
-    let body = json!({"type": "error", "error": error_object(&error), "request_id": request_id});
-    let fresh = axum::Json(body).into_response();
-    parts.headers.remove(header::CONTENT_LENGTH);
-    for (name, value) in fresh.headers() {
-        parts.headers.insert(name, value.clone());
-    }
-    Response::from_parts(parts, fresh.into_body())
+/// The whole error body, `{"type":"error","error":{…},"request_id":…}`.
+pub fn body(error: &ApiError, request_id: Option<&str>) -> Value {
+    json!({"type": "error", "error": error_object(error), "request_id": request_id})
 }
 
 #[cfg(test)]
@@ -89,7 +56,5 @@ mod tests {
             "request_too_large"
         );
         assert_eq!(ty(ApiError::Internal), "api_error");
-        assert!(is_door_path("/v1/messages") && is_door_path("/v1/messages/count_tokens"));
-        assert!(!is_door_path("/v1/messagesx"));
     }
 }

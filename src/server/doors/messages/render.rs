@@ -3,12 +3,21 @@
 //! `tool_use` blocks, and the streamed events that build it (`message_start`,
 //! `content_block_start/delta/stop`, `message_delta`, `message_stop`), each with its
 //! `event:` line, as the SDK's accumulator and Claude Code need.
+//!
+//! Each thinking block is signed (its `signature`, streamed as the block's last delta) so
+//! clients can send it back natively and the server can tell it is its own. Usage comes
+//! twice: `message_start` carries the request's own prompt as `count_tokens` counts it
+//! (all that is known then), `message_delta` and the non-streamed body the session's
+//! totals (every agent's calls).
+
+use std::sync::Arc;
 
 use massgen_core::coordination::SessionSummary;
 use massgen_core::provider::{FinishReason, ToolCall, Usage};
 use serde_json::{Value, json};
 
 use crate::server::doors::limit::{AnswerLimit, Cut, pieces};
+use crate::server::doors::reasoning::Signer;
 
 /// Tool input JSON goes out in pieces of at most this many bytes.
 const INPUT_PIECE_BYTES: usize = 64;
@@ -19,6 +28,10 @@ pub struct Header {
     /// `msg_<session hex>`.
     pub id: String,
     pub model: String,
+    /// Signs the thinking blocks.
+    pub signer: Arc<Signer>,
+    /// The request's prompt tokens (`count_tokens`' estimate), for `message_start`.
+    pub input_tokens: u64,
 }
 
 /// Anthropic's usage: `input_tokens` excludes cached input, which is counted apart.
@@ -42,9 +55,8 @@ fn stop(summary: &SessionSummary, cut: Option<&Cut>) -> (&'static str, Value) {
     }
 }
 
-fn thinking_block(text: &str) -> Value {
-    // No signature: nothing here is signed, and clients echo the empty string back.
-    json!({"type": "thinking", "thinking": text, "signature": ""})
+fn thinking_block(text: &str, signer: &Signer) -> Value {
+    json!({"type": "thinking", "thinking": text, "signature": signer.sign_thinking(text)})
 }
 
 fn tool_use_block(call: &ToolCall) -> Value {
@@ -62,7 +74,7 @@ pub fn message(
 ) -> Value {
     let mut content = Vec::new();
     if !reasoning.is_empty() {
-        content.push(thinking_block(reasoning));
+        content.push(thinking_block(reasoning, &header.signer));
     }
     let answer = limit.apply(&summary.final_answer);
     if !answer.is_empty() || summary.final_tool_calls.is_empty() {
@@ -113,6 +125,8 @@ pub struct Live {
     /// A text block was opened (an empty answer still gets one).
     text_block: bool,
     answer_began: bool,
+    /// The open thinking block's text so far: what its signature covers.
+    thinking: String,
     /// Deliberation lines after the answer began: a trailing thinking block.
     late: String,
     limit: AnswerLimit,
@@ -126,18 +140,24 @@ impl Live {
             open: None,
             text_block: false,
             answer_began: false,
+            thinking: String::new(),
             late: String::new(),
             limit,
         }
     }
 
-    /// `message_start` (usage is known only at the end: `message_delta` carries it) and
-    /// a first `ping`.
+    /// `message_start` and a first `ping`. Its usage is the request's own prompt (what
+    /// clients such as LangChain's read input tokens from); the session's totals are known
+    /// only at the end, in `message_delta`.
     pub fn start(&self) -> Vec<Event> {
+        let usage = json!({
+            "input_tokens": self.header.input_tokens, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0, "output_tokens": 0,
+        });
         let message = json!({
             "id": self.header.id, "type": "message", "role": "assistant",
             "model": self.header.model, "content": [], "stop_reason": null,
-            "stop_sequence": null, "usage": {"input_tokens": 0, "output_tokens": 0},
+            "stop_sequence": null, "usage": usage,
         });
         vec![event("message_start", json!({"message": message})), ping()]
     }
@@ -160,8 +180,9 @@ impl Live {
         out
     }
 
-    /// Ends the open block (a thinking block with its empty `signature_delta`, which the
-    /// SDK's accumulator and Claude Code expect before the stop).
+    /// Ends the open block (a thinking block with its `signature_delta`, over the text of
+    /// its `thinking_delta`s, which the SDK's accumulator and Claude Code expect before the
+    /// stop).
     fn close(&mut self) -> Vec<Event> {
         let Some(block) = self.open.take() else {
             return Vec::new();
@@ -170,9 +191,11 @@ impl Live {
         self.next += 1;
         let mut out = Vec::new();
         if block == Block::Thinking {
+            let signature = self.header.signer.sign_thinking(&self.thinking);
+            self.thinking.clear();
             out.push(event(
                 "content_block_delta",
-                json!({"index": index, "delta": {"type": "signature_delta", "signature": ""}}),
+                json!({"index": index, "delta": {"type": "signature_delta", "signature": signature}}),
             ));
         }
         out.push(event("content_block_stop", json!({"index": index})));
@@ -185,6 +208,7 @@ impl Live {
             return Vec::new();
         }
         let mut out = self.open(Block::Thinking);
+        self.thinking.push_str(line);
         out.push(event(
             "content_block_delta",
             json!({"index": self.next, "delta": {"type": "thinking_delta", "thinking": line}}),
@@ -259,5 +283,41 @@ impl Live {
         ));
         out.push(event("message_stop", json!({})));
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use massgen_core::Secret;
+
+    fn live(signer: &Arc<Signer>) -> Live {
+        let header = Header {
+            id: "msg_1".into(),
+            model: "massgen".into(),
+            signer: Arc::clone(signer),
+            input_tokens: 42,
+        };
+        Live::new(header, AnswerLimit::new(None, Vec::new()))
+    }
+
+    #[test]
+    fn a_streamed_thinking_block_is_signed_over_its_deltas() {
+        let signer = Arc::new(Signer::new(Some(&Secret::new("s"))));
+        let mut live = live(&signer);
+        let start = live.start();
+        assert_eq!(start[0].1["message"]["usage"]["input_tokens"], 42);
+        let mut events = live.reasoning("[agent1] answered\n");
+        events.extend(live.reasoning("[agent2] voted for agent1.1\n"));
+        events.extend(live.text("The answer."));
+        let signatures: Vec<&str> = events
+            .iter()
+            .filter_map(|(_, e)| e["delta"]["signature"].as_str())
+            .collect();
+        assert_eq!(signatures.len(), 1);
+        assert!(signer.verify_thinking(
+            "[agent1] answered\n[agent2] voted for agent1.1\n",
+            signatures[0]
+        ));
     }
 }

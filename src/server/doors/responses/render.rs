@@ -3,11 +3,14 @@
 //! `function_call`s), and the streamed events that build it, in the order OpenAI's SDK
 //! accumulator and Codex need (see the recorded streams in the shared fixtures).
 
+use std::sync::Arc;
+
 use massgen_core::coordination::SessionSummary;
 use massgen_core::provider::{ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
 use crate::server::doors::limit::{AnswerLimit, Cut, pieces};
+use crate::server::doors::reasoning::Signer;
 use crate::server::error::ApiError;
 
 /// Function-call arguments go out in pieces of at most this many bytes.
@@ -30,6 +33,9 @@ pub struct Envelope {
     pub tool_choice: Value,
     pub parallel_tool_calls: bool,
     pub metadata: Map<String, Value>,
+    /// With `include: ["reasoning.encrypted_content"]`: what seals each reasoning item's
+    /// `encrypted_content` (the item has none otherwise).
+    pub seal: Option<Arc<Signer>>,
 }
 
 impl Envelope {
@@ -98,11 +104,28 @@ impl Envelope {
         object
     }
 
+    /// The id of the `n`th item of its kind: unique across responses (the session's hex)
+    /// and within one, and the same whether streamed or not, so an `item_reference` to it
+    /// finds it.
     fn item_id(&self, prefix: &str, n: usize) -> String {
         match n {
             0 => format!("{prefix}_{}", self.hex()),
             n => format!("{prefix}_{}_{n}", self.hex()),
         }
+    }
+
+    /// A reasoning item: its summary, and its `encrypted_content` when asked for (a seal
+    /// of its id, which the server verifies when the item comes back).
+    fn reasoning_item(&self, id: &str, text: Option<&str>) -> Value {
+        let summary: Vec<Value> = text
+            .map(|t| json!({"type": "summary_text", "text": t}))
+            .into_iter()
+            .collect();
+        let mut item = json!({"id": id, "type": "reasoning", "summary": summary});
+        if let Some(signer) = &self.seal {
+            item["encrypted_content"] = signer.seal_reasoning(id).into();
+        }
+        item
     }
 }
 
@@ -114,14 +137,6 @@ pub fn usage_json(u: &Usage) -> Value {
         "output_tokens_details": {"reasoning_tokens": u.reasoning_tokens},
         "total_tokens": u.total_tokens,
     })
-}
-
-fn reasoning_item(id: &str, text: Option<&str>) -> Value {
-    let summary: Vec<Value> = text
-        .map(|t| json!({"type": "summary_text", "text": t}))
-        .into_iter()
-        .collect();
-    json!({"id": id, "type": "reasoning", "summary": summary})
 }
 
 fn output_text(text: &str) -> Value {
@@ -148,7 +163,7 @@ pub fn output(
 ) -> Vec<Value> {
     let mut out = Vec::new();
     if !reasoning.is_empty() {
-        out.push(reasoning_item(&env.item_id("rs", 0), Some(reasoning)));
+        out.push(env.reasoning_item(&env.item_id("rs", 0), Some(reasoning)));
     }
     let answer = limit.apply(&summary.final_answer);
     if !answer.is_empty() || summary.final_tool_calls.is_empty() {
@@ -199,6 +214,7 @@ pub struct Live {
     reasoning: Option<Open>,
     reasoning_items: usize,
     message: Option<Open>,
+    messages: usize,
     /// Deliberation lines that came after the answer began: a trailing reasoning item.
     late: String,
     answer_began: bool,
@@ -215,6 +231,7 @@ impl Live {
             reasoning: None,
             reasoning_items: 0,
             message: None,
+            messages: 0,
             late: String::new(),
             answer_began: false,
             calls: 0,
@@ -281,7 +298,7 @@ impl Live {
         let index = self.next_index();
         let mut out = vec![self.event(
             "response.output_item.added",
-            json!({"item": reasoning_item(&id, None), "output_index": index}),
+            json!({"item": self.env.reasoning_item(&id, None), "output_index": index}),
         )];
         out.push(self.event(
             "response.reasoning_summary_part.added",
@@ -301,6 +318,7 @@ impl Live {
             return Vec::new();
         };
         let part = json!({"type": "summary_text", "text": text});
+        let item = self.env.reasoning_item(&id, Some(&text));
         let out = vec![
             self.event(
                 "response.reasoning_summary_text.done",
@@ -312,10 +330,10 @@ impl Live {
             ),
             self.event(
                 "response.output_item.done",
-                json!({"item": reasoning_item(&id, Some(&text)), "output_index": index}),
+                json!({"item": item.clone(), "output_index": index}),
             ),
         ];
-        self.done.push(reasoning_item(&id, Some(&text)));
+        self.done.push(item);
         out
     }
 
@@ -353,7 +371,8 @@ impl Live {
     }
 
     fn open_message(&mut self) -> Vec<Event> {
-        let id = self.env.item_id("msg", 0);
+        let id = self.env.item_id("msg", self.messages);
+        self.messages += 1;
         let index = self.next_index();
         let out = vec![
             self.event(

@@ -2,18 +2,27 @@
 //! clients send more than a panel can use (Codex's hosted and grammar tools, echoed
 //! reasoning items, item ids, sampling settings), strict where ignoring a field would
 //! change the answer (background mode, stored prompts, log probabilities).
+//!
+//! The body is read into serde-derived wire types ([`Body`], the items in [`input`])
+//! through the one extractor every door uses, so a fault names its JSON path
+//! (`input[2].content[0].text`); what they mean is checked here. `item_reference`s and
+//! `encrypted_content` are kept as sent: resolving and verifying them needs the server
+//! (see `history`).
+
+mod input;
+
+pub use input::{Entry, InputItem, Item, conversation};
 
 use massgen_core::coordination::ClientTools;
-use massgen_core::provider::{Image, Message, OutputFormat, Role, Sampling, ToolCall, ToolChoice};
+use massgen_core::provider::{OutputFormat, Sampling, ToolChoice, ToolSpec};
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
 use crate::app::Overrides;
 use crate::server::doors::narrate::Deliberation;
-use crate::server::doors::parse::{
-    self, optional_bool, optional_count, optional_str, type_error, unsupported,
-};
+use crate::server::doors::parse::{self, type_error, unsupported};
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
-use crate::server::doors::{images, structured};
+use crate::server::doors::{json, structured};
 use crate::server::error::ApiError;
 
 /// Tool types Codex sends with every request that a panel cannot offer: OpenAI-hosted
@@ -28,22 +37,28 @@ const METADATA_MAX_KEYS: usize = 16;
 const METADATA_KEY_CHARS: usize = 64;
 const METADATA_VALUE_CHARS: usize = 512;
 
+/// The `include` value that asks for reasoning items' `encrypted_content`.
+const ENCRYPTED_REASONING: &str = "reasoning.encrypted_content";
+/// The `include` value that asks for log probabilities (refused).
+const LOGPROBS: &str = "message.output_text.logprobs";
+
 /// The parts of a request the server uses.
 #[derive(Debug, Clone)]
 pub struct ResponsesRequest {
     /// As sent (echoed); `massgen` when absent.
     pub model: String,
     pub stream: bool,
-    /// Keep the response for `GET /v1/responses/{id}` and `previous_response_id`.
+    /// Keep the response for `GET /v1/responses/{id}`, `previous_response_id` and
+    /// `item_reference`.
     pub store: bool,
     pub deliberation: Deliberation,
     pub overrides: Overrides,
     /// For this request only (not carried to the next one, as in OpenAI's API).
     pub instructions: Option<String>,
-    /// System and developer messages of `input`.
-    pub system: Vec<String>,
-    /// The other items of `input`, as neutral messages.
-    pub messages: Vec<Message>,
+    /// `input`, item by item (a string is one user message), references unresolved.
+    pub input: Vec<InputItem>,
+    /// `include` holds `reasoning.encrypted_content`: reasoning items carry one.
+    pub encrypted_reasoning: bool,
     pub tools: ClientTools,
     /// The function tools as sent, echoed in the response.
     pub tools_json: Vec<Value>,
@@ -58,66 +73,151 @@ pub struct ResponsesRequest {
     pub metadata: Map<String, Value>,
 }
 
+/// The request body. Fields not named here are accepted and ignored (see the module's
+/// comment); those the shared helpers read (`temperature`, `top_p`, `seed`, `massgen`)
+/// stay JSON for them.
+#[derive(Debug, Deserialize)]
+struct Body {
+    model: Option<String>,
+    input: Option<input::TextOr<input::WireItem>>,
+    instructions: Option<String>,
+    stream: Option<bool>,
+    store: Option<bool>,
+    background: Option<bool>,
+    conversation: Option<Value>,
+    prompt: Option<Value>,
+    include: Option<Vec<String>>,
+    top_logprobs: Option<Value>,
+    tools: Option<Vec<WireTool>>,
+    /// Echoed as sent, so read as JSON.
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    #[serde(default, deserialize_with = "count")]
+    max_output_tokens: Option<u64>,
+    text: Option<WireText>,
+    metadata: Option<Map<String, Value>>,
+    previous_response_id: Option<String>,
+    temperature: Option<Value>,
+    top_p: Option<Value>,
+    seed: Option<Value>,
+    massgen: Option<Value>,
+}
+
+/// A tool, whatever its type: function tools are offered to the panel (and echoed with
+/// whatever else they hold), the types Codex sends are left out, others refused.
+#[derive(Debug, Deserialize)]
+struct WireTool {
+    #[serde(rename = "type", default)]
+    kind: String,
+    #[serde(default)]
+    name: String,
+    description: Option<String>,
+    parameters: Option<Value>,
+    #[serde(flatten)]
+    rest: Map<String, Value>,
+}
+
+/// `text`: its `format` (a JSON Schema format is read by `structured`); `verbosity` and
+/// the like are ignored.
+#[derive(Debug, Deserialize)]
+struct WireText {
+    format: Option<Map<String, Value>>,
+}
+
+/// A whole number of at least 1 (`max_output_tokens`).
+fn count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
+    match Option::<Value>::deserialize(deserializer)? {
+        None => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .filter(|n| *n >= 1)
+            .map(Some)
+            .ok_or_else(|| serde::de::Error::custom("must be a whole number of at least 1")),
+    }
+}
+
 pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
-    let obj = parse::object(body)?;
-    refuse_unsupported(&obj)?;
-    let (tools, tools_json) = parse_tools(&obj)?;
-    let (system, messages) = parse_input(obj.get("input"))?;
-    let (output, text) = text_format(&obj)?;
+    let body: Body = json::read_in(body, "input")?;
+    refuse_unsupported(&body)?;
+    // What the helpers every door shares read, as they read it.
+    let mut shared = Map::new();
+    for (key, value) in [
+        ("temperature", &body.temperature),
+        ("top_p", &body.top_p),
+        ("seed", &body.seed),
+        ("massgen", &body.massgen),
+    ] {
+        if let Some(value) = value {
+            shared.insert(key.into(), value.clone());
+        }
+    }
+    let tool_choice_json = body.tool_choice.clone().unwrap_or("auto".into());
+    let (tools, tools_json) = parse_tools(body.tools, body.tool_choice, body.parallel_tool_calls)?;
+    let input = match body.input {
+        Some(input) => input::read(input)?,
+        None => {
+            return Err(ApiError::invalid(
+                "'input' is required",
+                Some("input"),
+                "missing_required_parameter",
+            ));
+        }
+    };
+    let (output, text) = text_format(body.text)?;
     Ok(ResponsesRequest {
         output,
         text,
-        sampling: parse::sampling(&obj)?,
-        model: parse::model(&obj)?,
-        stream: optional_bool(&obj, "stream")?.unwrap_or(false),
-        store: optional_bool(&obj, "store")?.unwrap_or(true),
-        deliberation: parse::native_deliberation(&obj, "reasoning items")?,
-        overrides: parse::overrides(&obj)?,
-        instructions: optional_str(&obj, "instructions")?.map(str::to_string),
-        system,
-        messages,
-        tool_choice_json: obj.get("tool_choice").cloned().unwrap_or("auto".into()),
+        sampling: parse::sampling(&shared)?,
+        model: body
+            .model
+            .as_deref()
+            .map_or("massgen", str::trim)
+            .to_string(),
+        stream: body.stream.unwrap_or(false),
+        store: body.store.unwrap_or(true),
+        deliberation: parse::native_deliberation(&shared, "reasoning items")?,
+        overrides: parse::overrides(&shared)?,
+        instructions: body.instructions,
+        input,
+        encrypted_reasoning: body
+            .include
+            .iter()
+            .flatten()
+            .any(|i| i == ENCRYPTED_REASONING),
+        tool_choice_json,
         tools,
         tools_json,
-        max_output_tokens: optional_count(&obj, "max_output_tokens")?,
-        previous_response_id: optional_str(&obj, "previous_response_id")?.map(str::to_string),
-        metadata: parse_metadata(obj.get("metadata"))?,
+        max_output_tokens: body.max_output_tokens,
+        previous_response_id: body.previous_response_id,
+        metadata: check_metadata(body.metadata)?,
     })
 }
 
 /// Fields whose meaning a panel cannot honour.
-fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
-    if optional_bool(obj, "background")? == Some(true) {
+fn refuse_unsupported(body: &Body) -> Result<(), ApiError> {
+    if body.background == Some(true) {
         return Err(unsupported(
             "background",
             "'background' mode is not supported; stream the response or wait for it",
         ));
     }
-    for (key, why) in [
-        (
+    if body.conversation.is_some() {
+        return Err(unsupported(
             "conversation",
             "'conversation' is not supported; continue with 'previous_response_id'",
-        ),
-        (
+        ));
+    }
+    if body.prompt.is_some() {
+        return Err(unsupported(
             "prompt",
             "stored prompt templates ('prompt') are not supported",
-        ),
-    ] {
-        if obj.get(key).is_some_and(|v| !v.is_null()) {
-            return Err(unsupported(key, why));
-        }
+        ));
     }
     // Log probabilities: the answer comes from several models (Chat Completions refuses
-    // `logprobs` alike). Other `include` values (Codex's `reasoning.encrypted_content`)
-    // only ask for what this server may leave out.
-    let logprobs_included = obj
-        .get("include")
-        .and_then(Value::as_array)
-        .is_some_and(|i| {
-            i.iter()
-                .any(|v| v.as_str() == Some("message.output_text.logprobs"))
-        });
-    if logprobs_included || obj.get("top_logprobs").is_some_and(|v| !v.is_null()) {
+    // `logprobs` alike). Other `include` values only ask for what this server may leave
+    // out (or gives: `reasoning.encrypted_content`).
+    let logprobs_included = body.include.iter().flatten().any(|i| i == LOGPROBS);
+    if logprobs_included || body.top_logprobs.is_some() {
         return Err(unsupported(
             "top_logprobs",
             "log probabilities are not supported: the answer comes from several models",
@@ -129,22 +229,15 @@ fn refuse_unsupported(obj: &Map<String, Value>) -> Result<(), ApiError> {
 /// `text.format`: `text` (or none), `json_object`, or `json_schema` with `name`,
 /// `description`, `schema` and `strict` beside `type`. Returns the format and the `text`
 /// object to echo.
-fn text_format(obj: &Map<String, Value>) -> Result<(Option<OutputFormat>, Value), ApiError> {
+fn text_format(text: Option<WireText>) -> Result<(Option<OutputFormat>, Value), ApiError> {
     const PARAM: &str = "text.format";
-    let plain = json!({"format": {"type": "text"}});
-    let format = match obj.get("text") {
-        None | Some(Value::Null) => return Ok((None, plain)),
-        Some(Value::Object(text)) => match text.get("format") {
-            None | Some(Value::Null) => return Ok((None, plain)),
-            Some(Value::Object(format)) => format,
-            Some(_) => return Err(type_error(PARAM, "an object")),
-        },
-        Some(_) => return Err(type_error("text", "an object")),
+    let Some(format) = text.and_then(|t| t.format) else {
+        return Ok((None, json!({"format": {"type": "text"}})));
     };
     let parsed = match format.get("type").and_then(Value::as_str) {
         Some("text") => None,
         Some("json_object") => Some(OutputFormat::JsonObject),
-        Some("json_schema") => Some(structured::openai_spec(format, PARAM)?),
+        Some("json_schema") => Some(structured::openai_spec(&format, PARAM)?),
         _ => {
             return Err(ApiError::invalid(
                 "'text.format.type' must be \"text\", \"json_object\" or \"json_schema\"",
@@ -157,36 +250,47 @@ fn text_format(obj: &Map<String, Value>) -> Result<(Option<OutputFormat>, Value)
 }
 
 /// `tools`, `tool_choice` and `parallel_tool_calls`: function tools in the Responses shape
-/// (`{"type":"function","name",…}`).
-fn parse_tools(obj: &Map<String, Value>) -> Result<(ClientTools, Vec<Value>), ApiError> {
+/// (`{"type":"function","name",…}`), no name twice.
+fn parse_tools(
+    list: Option<Vec<WireTool>>,
+    choice: Option<Value>,
+    parallel: Option<bool>,
+) -> Result<(ClientTools, Vec<Value>), ApiError> {
+    let mut specs: Vec<ToolSpec> = Vec::new();
     let mut echoed = Vec::new();
-    let specs = tools::parse_list(obj, |i, tool| {
-        let kind = tool.get("type").and_then(Value::as_str).unwrap_or_default();
-        if IGNORED_TOOL_TYPES.contains(&kind) {
-            return Ok(None);
+    for (i, tool) in list.unwrap_or_default().into_iter().enumerate() {
+        if IGNORED_TOOL_TYPES.contains(&tool.kind.as_str()) {
+            continue;
         }
-        if kind != "function" {
+        if tool.kind != "function" {
             return Err(tools_error(
                 format!(
-                    "tools[{i}]: tools of type '{kind}' are not supported (function tools only)"
+                    "tools[{i}]: tools of type '{}' are not supported (function tools only)",
+                    tool.kind
                 ),
                 "invalid_value",
             ));
         }
         let spec = tools::tool_spec(
-            tool.get("name").and_then(Value::as_str).unwrap_or_default(),
-            tool.get("description").and_then(Value::as_str),
-            tool.get("parameters"),
+            &tool.name,
+            tool.description.as_deref(),
+            tool.parameters.as_ref(),
             &ToolAt {
                 at: &format!("tools[{i}]"),
                 schema_field: "parameters",
             },
         )?;
-        echoed.push(tool.clone());
-        Ok(Some(spec))
-    })?;
-    let choice = match obj.get("tool_choice") {
-        None | Some(Value::Null) => None,
+        if specs.iter().any(|t| t.name == spec.name) {
+            return Err(tools_error(
+                format!("tools[{i}]: the name '{}' is used twice", spec.name),
+                "invalid_value",
+            ));
+        }
+        specs.push(spec);
+        echoed.push(echo(tool));
+    }
+    let choice = match choice {
+        None => None,
         Some(Value::String(s)) => Some(match s.as_str() {
             "none" => ToolChoice::None,
             "auto" => ToolChoice::Auto,
@@ -203,7 +307,6 @@ fn parse_tools(obj: &Map<String, Value>) -> Result<(ClientTools, Vec<Value>), Ap
         Some(Value::Object(_)) => return Err(choice_error(CHOICE_FORMS.into())),
         Some(_) => return Err(type_error("tool_choice", "a string or an object")),
     };
-    let parallel = optional_bool(obj, "parallel_tool_calls")?;
     Ok((
         tools::client_tools(specs, choice, parallel, "required")?,
         echoed,
@@ -212,164 +315,23 @@ fn parse_tools(obj: &Map<String, Value>) -> Result<(ClientTools, Vec<Value>), Ap
 
 const CHOICE_FORMS: &str = "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": …}";
 
-/// `input`: a string (one user message) or a list of items. System and developer
-/// messages come back apart; reasoning items (a reasoning summary this server sent, as
-/// clients echo it) carry nothing the panel needs.
-fn parse_input(value: Option<&Value>) -> Result<(Vec<String>, Vec<Message>), ApiError> {
-    let items = match value {
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                "'input' is required",
-                Some("input"),
-                "missing_required_parameter",
-            ));
-        }
-        Some(Value::String(s)) => return Ok((Vec::new(), vec![Message::user(s.clone())])),
-        Some(Value::Array(items)) => items,
-        Some(_) => return Err(type_error("input", "a string or an array of items")),
-    };
-    let mut system = Vec::new();
-    let mut messages: Vec<Message> = Vec::with_capacity(items.len());
-    for (i, item) in items.iter().enumerate() {
-        let Value::Object(item) = item else {
-            return Err(item_error(i, "must be an object"));
-        };
-        let kind = match item.get("type").and_then(Value::as_str) {
-            Some(kind) => kind,
-            // EasyInputMessage (the Agents SDK's form) has a role and no type.
-            None if item.contains_key("role") => "message",
-            None => return Err(item_error(i, "needs a 'type'")),
-        };
-        match kind {
-            "message" => {
-                let role = item
-                    .get("role")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| item_error(i, "needs a 'role' string"))?;
-                // `input_image` parts are images, accepted in user messages only.
-                let (text, images) = parse::text_and_images(
-                    item.get("content"),
-                    text_field,
-                    |kind, part| {
-                        (kind == "input_image").then(|| input_image(i, part, role == "user"))
-                    },
-                    |problem| item_error(i, problem),
-                )?;
-                match role {
-                    "system" | "developer" => system.push(text),
-                    "user" => {
-                        let mut message = Message::user(text);
-                        message.images = images;
-                        messages.push(message);
-                    }
-                    "assistant" => messages.push(Message::assistant(text)),
-                    other => {
-                        return Err(item_error(
-                            i,
-                            &format!(
-                                "has unknown role '{other}' (expected system, developer, user or assistant)"
-                            ),
-                        ));
-                    }
-                }
-            }
-            "function_call" => {
-                let text = |key: &str| {
-                    item.get(key)
-                        .and_then(Value::as_str)
-                        .map(str::to_string)
-                        .ok_or_else(|| item_error(i, &format!("needs a '{key}' string")))
-                };
-                let call = ToolCall {
-                    id: text("call_id")?,
-                    name: text("name")?,
-                    arguments: text("arguments")?,
-                    opaque: None,
-                };
-                // Calls of one turn follow each other (after the turn's text, if any).
-                match messages.last_mut() {
-                    Some(last) if last.role == Role::Assistant => last.tool_calls.push(call),
-                    _ => {
-                        let mut turn = Message::assistant(String::new());
-                        turn.tool_calls.push(call);
-                        messages.push(turn);
-                    }
-                }
-            }
-            "function_call_output" => {
-                let id = item
-                    .get("call_id")
-                    .and_then(Value::as_str)
-                    .ok_or_else(|| item_error(i, "needs a 'call_id' string"))?;
-                let output = content_text(i, item.get("output"))?;
-                messages.push(Message::tool_result(id, output));
-            }
-            "reasoning" => {}
-            "item_reference" => {
-                return Err(item_error(
-                    i,
-                    "is an item_reference; items are not stored one by one, continue with 'previous_response_id'",
-                ));
-            }
-            other => {
-                return Err(item_error(
-                    i,
-                    &format!(
-                        "has type '{other}'; only message, function_call, function_call_output and reasoning items are supported"
-                    ),
-                ));
-            }
-        }
+/// A function tool as the client sent it, for the response's `tools`.
+fn echo(tool: WireTool) -> Value {
+    let mut object = tool.rest;
+    object.insert("type".into(), tool.kind.into());
+    object.insert("name".into(), tool.name.into());
+    if let Some(description) = tool.description {
+        object.insert("description".into(), description.into());
     }
-    Ok((system, messages))
-}
-
-fn item_error(index: usize, problem: &str) -> ApiError {
-    parse::entry_error("input", index, problem)
-}
-
-/// A string, or a list of text parts (`input_text`, `output_text`, `text`, an assistant's
-/// `refusal`) joined by line breaks.
-fn content_text(index: usize, content: Option<&Value>) -> Result<String, ApiError> {
-    parse::joined_text(content, text_field, |problem| item_error(index, problem))
-}
-
-fn text_field(kind: &str) -> Option<&'static str> {
-    match kind {
-        "input_text" | "output_text" | "text" => Some("text"),
-        "refusal" => Some("refusal"),
-        _ => None,
+    if let Some(parameters) = tool.parameters {
+        object.insert("parameters".into(), parameters);
     }
-}
-
-/// `{"type": "input_image", "image_url": …, "detail": …}`; a `file_id` (OpenAI's file
-/// store, which this server does not have) is refused.
-fn input_image(index: usize, part: &Value, user: bool) -> Result<Image, ApiError> {
-    if !user {
-        return Err(item_error(
-            index,
-            "has an image part; images are accepted in user messages only",
-        ));
-    }
-    let Some(url) = part.get("image_url").and_then(Value::as_str) else {
-        let problem = if part.get("file_id").is_some_and(|f| !f.is_null()) {
-            "has an 'input_image' with a 'file_id'; uploaded files are not supported, send 'image_url' (https or data: URL)"
-        } else {
-            "has an 'input_image' part without an 'image_url' string"
-        };
-        return Err(item_error(index, problem));
-    };
-    let detail = part.get("detail").and_then(Value::as_str);
-    images::from_url(url, detail).map_err(|r| r.at("input", &format!("input[{index}]")))
+    Value::Object(object)
 }
 
 /// Up to 16 string values, keys of at most 64 characters, values of at most 512.
-fn parse_metadata(value: Option<&Value>) -> Result<Map<String, Value>, ApiError> {
-    let map = match value {
-        None | Some(Value::Null) => return Ok(Map::new()),
-        Some(Value::Object(m)) => m,
-        Some(_) => return Err(type_error("metadata", "an object")),
-    };
+fn check_metadata(map: Option<Map<String, Value>>) -> Result<Map<String, Value>, ApiError> {
+    let map = map.unwrap_or_default();
     let fits = map.len() <= METADATA_MAX_KEYS
         && map.iter().all(|(k, v)| {
             k.chars().count() <= METADATA_KEY_CHARS
@@ -385,12 +347,13 @@ fn parse_metadata(value: Option<&Value>) -> Result<Map<String, Value>, ApiError>
             "invalid_value",
         ));
     }
-    Ok(map.clone())
+    Ok(map)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use massgen_core::provider::{Message, Role};
     use serde_json::json;
 
     fn parse_json(v: Value) -> Result<ResponsesRequest, ApiError> {
@@ -402,6 +365,14 @@ mod tests {
             Err(e) => e.code(),
             Ok(_) => "ok",
         }
+    }
+
+    /// The input as a conversation, references left out.
+    fn flat(req: &ResponsesRequest) -> (Vec<String>, Vec<Message>) {
+        conversation(req.input.iter().filter_map(|i| match &i.entry {
+            Entry::Item(item) => Some(item.clone()),
+            _ => None,
+        }))
     }
 
     #[test]
@@ -430,13 +401,32 @@ mod tests {
             "prompt_cache_key": "k", "client_metadata": {"a": "b"}, "text": {"verbosity": "low"}
         }))
         .unwrap();
-        assert!(req.stream && !req.store);
-        assert_eq!(req.system, ["You are Codex."]);
+        assert!(req.stream && !req.store && req.encrypted_reasoning);
+        let (system, messages) = flat(&req);
+        assert_eq!(system, ["You are Codex."]);
         assert_eq!(req.tools.tools.len(), 1);
-        assert_eq!(req.tools_json.len(), 1);
-        assert_eq!(req.messages.len(), 3);
-        assert_eq!(req.messages[1].tool_calls[0].id, "call_1");
-        assert_eq!(req.messages[2].tool_call_id.as_deref(), Some("call_1"));
+        assert_eq!(
+            req.tools_json,
+            [
+                json!({"type": "function", "name": "exec_command", "strict": false,
+                "parameters": {"type": "object"}})
+            ]
+        );
+        assert_eq!(messages.len(), 3);
+        assert_eq!(messages[1].tool_calls[0].id, "call_1");
+        assert_eq!(messages[2].tool_call_id.as_deref(), Some("call_1"));
+        let ids: Vec<_> = req.input.iter().map(|i| i.id.as_deref()).collect();
+        assert_eq!(
+            ids,
+            [
+                Some("msg_1"),
+                None,
+                Some("rs_1"),
+                Some("fc_1"),
+                Some("fco_1")
+            ]
+        );
+        assert!(matches!(req.input[2].entry, Entry::Reasoning(None)));
     }
 
     #[test]
@@ -446,10 +436,11 @@ mod tests {
             "instructions": "Use the tool."}),
         )
         .unwrap();
-        assert_eq!(req.messages[0].content, "What is 6*7?");
+        assert_eq!(flat(&req).1[0].content, "What is 6*7?");
         assert_eq!(req.instructions.as_deref(), Some("Use the tool."));
+        assert!(!req.encrypted_reasoning);
         let req = parse_json(json!({"input": "hi"})).unwrap();
-        assert_eq!(req.messages[0].role, Role::User);
+        assert_eq!(flat(&req).1[0].role, Role::User);
     }
 
     #[test]
@@ -479,7 +470,10 @@ mod tests {
             "unsupported_parameter"
         );
         assert_eq!(
-            code(json!({"input": "x", "background": false, "text": {"format": {"type": "text"}}})),
+            code(
+                json!({"input": "x", "background": false, "conversation": null,
+                "text": {"format": {"type": "text"}}})
+            ),
             "ok"
         );
         assert_eq!(
@@ -498,6 +492,13 @@ mod tests {
         assert_eq!(
             code(json!({"input": "x", "tools": [{"type": "function", "name": "vote"}]})),
             "tool_name_collision"
+        );
+        assert_eq!(
+            code(
+                json!({"input": "x", "tools": [{"type": "function", "name": "f"},
+                {"type": "function", "name": "f"}]})
+            ),
+            "invalid_value"
         );
         assert_eq!(
             code(json!({"input": [{"type": "message", "role": "user",
@@ -519,12 +520,9 @@ mod tests {
             {"type": "input_text", "text": "What is it?"},
             {"type": "input_image", "image_url": "https://example.com/a.png", "detail": "low"}]}]}))
         .unwrap();
-        assert_eq!(req.messages[0].images.len(), 1);
-        assert_eq!(req.messages[0].images[0].detail.as_deref(), Some("low"));
-        assert_eq!(
-            code(json!({"input": [{"type": "item_reference", "id": "msg_1"}]})),
-            "invalid_message"
-        );
+        let (_, messages) = flat(&req);
+        assert_eq!(messages[0].images.len(), 1);
+        assert_eq!(messages[0].images[0].detail.as_deref(), Some("low"));
         assert_eq!(
             code(json!({"input": "x", "metadata": {"k": 1}})),
             "invalid_value"
@@ -541,5 +539,11 @@ mod tests {
             code(json!({"input": "x", "tool_choice": "required"})),
             "invalid_value"
         );
+        assert_eq!(
+            code(json!({"input": "x", "tool_choice": 3})),
+            "invalid_type"
+        );
+        assert_eq!(code(json!([1])), "invalid_json");
+        assert_eq!(code(json!("x")), "invalid_json");
     }
 }

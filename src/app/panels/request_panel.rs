@@ -4,7 +4,7 @@
 //! the operator allows it (`--allow-request-panels`). The orchestrator options, retry policy
 //! and timeouts stay those of the panel the request's `model` chose.
 
-use super::error::ApiError;
+use crate::app::Refusal;
 use crate::config::{AgentConfig, BackendConfig, PanelCatalog, PanelConfig};
 
 /// The same upstream under two names (MassGen's LiteLLM names and this server's types).
@@ -47,9 +47,9 @@ pub fn request_panel(
     models: &[String],
     catalog: &PanelCatalog,
     allowed: bool,
-) -> Result<PanelConfig, ApiError> {
+) -> Result<PanelConfig, Refusal> {
     if !allowed {
-        return Err(ApiError::invalid(
+        return Err(Refusal::invalid(
             "'massgen.models' is disabled on this server (the operator can allow it with --allow-request-panels)",
             Some("massgen.models"),
             "request_panels_disabled",
@@ -59,7 +59,7 @@ pub fn request_panel(
     let mut agents: Vec<AgentConfig> = Vec::with_capacity(models.len());
     for entry in models {
         let Some((provider, model)) = entry.split_once('/') else {
-            return Err(ApiError::invalid(
+            return Err(Refusal::invalid(
                 format!("'{entry}' is not \"provider/model\""),
                 Some("massgen.models"),
                 "invalid_value",
@@ -70,7 +70,7 @@ pub fn request_panel(
             .iter()
             .find(|b| canonical(&b.backend_type) == wanted)
         else {
-            return Err(ApiError::invalid(
+            return Err(Refusal::invalid(
                 format!(
                     "'massgen.models': this server has no backend for provider '{}' (available: {})",
                     provider.trim(),
@@ -117,9 +117,9 @@ pub fn request_panel(
 /// A model name the request chose (`massgen/model:`, `massgen.models`) for `backend`: a
 /// 400 on `model` when it would not stay one path segment of the upstream URL
 /// ([`massgen_providers::model_name`]).
-pub fn check_chosen_model(backend: &BackendConfig, model: &str) -> Result<(), ApiError> {
+pub fn check_chosen_model(backend: &BackendConfig, model: &str) -> Result<(), Refusal> {
     massgen_providers::check_model(&backend.backend_type, model).map_err(|why| {
-        ApiError::invalid(
+        Refusal::invalid(
             format!("backend type '{}': {why}", backend.backend_type),
             Some("model"),
             "invalid_value",

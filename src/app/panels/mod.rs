@@ -1,9 +1,11 @@
 //! Choosing the panel configuration from the request's `model` (docs/protocol.md,
-//! "Choosing the panel per request").
+//! "Choosing the panel per request"), or from its `massgen.models` ([`request_panel`]).
+
+pub mod request_panel;
 
 use std::sync::Arc;
 
-use super::error::ApiError;
+use crate::app::Refusal;
 use crate::config::{
     Env, PanelCatalog, PanelConfig, PathRefused, ServerSettings, valid_panel_name,
 };
@@ -37,12 +39,12 @@ pub fn resolve(
     allow_model_override: bool,
     default_model: Option<&str>,
     env: &Env,
-) -> Result<Arc<PanelConfig>, ApiError> {
+) -> Result<Arc<PanelConfig>, Refusal> {
     let default = || {
         catalog
             .default
             .clone()
-            .ok_or_else(|| ApiError::NoDefaultConfig {
+            .ok_or_else(|| Refusal::NoDefaultConfig {
                 available: available(catalog),
             })
     };
@@ -56,7 +58,7 @@ pub fn resolve(
 
     if let Some(m) = rest.strip_prefix("model:") {
         if !allow_model_override {
-            return Err(ApiError::invalid(
+            return Err(Refusal::invalid(
                 "'massgen/model:' is disabled on this server (the operator turned it off with --allow-model-override=false)",
                 Some("model"),
                 "model_override_disabled",
@@ -64,7 +66,7 @@ pub fn resolve(
         }
         let m = m.trim();
         if m.is_empty() {
-            return Err(ApiError::invalid(
+            return Err(Refusal::invalid(
                 "'massgen/model:' needs a model name after the colon",
                 Some("model"),
                 "invalid_model",
@@ -72,14 +74,14 @@ pub fn resolve(
         }
         let panel = default()?;
         for agent in &panel.agents {
-            super::panel_choice::check_chosen_model(&agent.backend, m)?;
+            request_panel::check_chosen_model(&agent.backend, m)?;
         }
         return Ok(Arc::new(with_model(panel.as_ref(), m)));
     }
 
     if let Some(path) = rest.strip_prefix("path:") {
         if !settings.allow_config_paths {
-            return Err(ApiError::invalid(
+            return Err(Refusal::invalid(
                 "'massgen/path:' is disabled on this server (the operator can enable it with --allow-config-paths)",
                 Some("model"),
                 "config_paths_disabled",
@@ -91,7 +93,7 @@ pub fn resolve(
     }
 
     if !valid_panel_name(rest) {
-        return Err(ApiError::invalid(
+        return Err(Refusal::invalid(
             format!(
                 "'{rest}' is not a valid configuration name (letters, digits, '-', '_' and '.' only, no path syntax)"
             ),
@@ -103,12 +105,12 @@ pub fn resolve(
         return Ok(panel.clone());
     }
     if let Some(reason) = catalog.unavailable.get(rest) {
-        return Err(ApiError::ConfigUnavailable {
+        return Err(Refusal::ConfigUnavailable {
             name: rest.to_string(),
             reason: reason.clone(),
         });
     }
-    Err(ApiError::ConfigNotFound {
+    Err(Refusal::ConfigNotFound {
         name: rest.to_string(),
         available: available(catalog),
     })
@@ -116,21 +118,21 @@ pub fn resolve(
 
 /// A `massgen/path:` refusal in the API's terms (the caller chose the path: a 400, except
 /// a missing file and one that fails to load, as for `massgen/<name>`).
-fn path_refused(path: &str, refused: PathRefused) -> ApiError {
+fn path_refused(path: &str, refused: PathRefused) -> Refusal {
     match refused {
-        PathRefused::NotAllowed(why) => ApiError::invalid(
+        PathRefused::NotAllowed(why) => Refusal::invalid(
             format!("'massgen/path:{path}' is not loaded: {why}"),
             Some("model"),
             "config_path_not_allowed",
         ),
-        PathRefused::NotFound => ApiError::ConfigNotFound {
+        PathRefused::NotFound => Refusal::ConfigNotFound {
             name: format!("path:{path}"),
             available: Vec::new(),
         },
         PathRefused::Variable(message) => {
-            ApiError::invalid(message, Some("model"), "config_variable_not_allowed")
+            Refusal::invalid(message, Some("model"), "config_variable_not_allowed")
         }
-        PathRefused::Load(e) => ApiError::ConfigUnavailable {
+        PathRefused::Load(e) => Refusal::ConfigUnavailable {
             name: path.to_string(),
             reason: format!(
                 "{e} (a massgen/path: config reads only the environment variables --config-paths-env lists)"

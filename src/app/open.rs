@@ -1,0 +1,340 @@
+//! The use case, once for every door: a door's [`Ask`] becomes a running session. [`open`]
+//! chooses the panel (named, `massgen/model:`, `massgen/path:`, request panels), takes the
+//! session's places ([`Permits`]), reserves its cost under the key's daily quota, starts it
+//! and puts the one [forwarder](super::forward) between the engine and the door. What the
+//! session holds goes with its last event.
+//!
+//! [`open`]: UseCase::open
+
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::Duration;
+
+use massgen_core::coordination::{EventKind, SessionEvent, SessionInput};
+use massgen_core::provider::Sampling;
+use tokio::sync::mpsc;
+use tokio_util::sync::DropGuard;
+
+use super::forward::{self, Observe};
+use super::observer::SessionObserver;
+use super::panels::{self, request_panel::request_panel};
+use super::permits::{KeySessionSlot, Permits};
+use super::records::SessionInfo;
+use super::spend::{self, DailyQuota};
+use super::{Caller, Overrides, Refusal, SessionRequest, Sessions, StartError};
+use crate::config::{Env, PanelCatalog, PanelConfig, ServerSettings};
+use crate::telemetry;
+
+/// How much of the deliberation the client sees (`massgen.deliberation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Deliberation {
+    /// One line per answer, vote, failure and consensus.
+    #[default]
+    Summary,
+    /// Summary plus the agents' streamed text.
+    Full,
+    Off,
+}
+
+/// A request, in door-neutral terms.
+pub struct Ask {
+    pub caller: Caller,
+    /// Which door (the record says so).
+    pub door: &'static str,
+    /// The `model` as the client sent it (the record).
+    pub model: String,
+    /// The model name to route by, when it is not `model` (the Messages door's mapping).
+    pub route_as: Option<String>,
+    /// Request metadata kept with the record.
+    pub metadata: serde_json::Map<String, serde_json::Value>,
+    pub input: SessionInput,
+    pub deliberation: Deliberation,
+    /// The `massgen` fields that change the panel's options.
+    pub overrides: Overrides,
+    /// Held by the session until its coordination ends (the edge's share of the body
+    /// budget for this request's body).
+    pub hold: Option<Box<dyn Any + Send>>,
+}
+
+/// A started session: its events, forwarded.
+pub struct Opened {
+    pub id: Arc<str>,
+    /// Unix seconds, from the clock seam.
+    pub created: u64,
+    pub events: mpsc::Receiver<Box<SessionEvent>>,
+    /// Set when the forwarder dropped a client that stopped reading.
+    pub stalled: Arc<AtomicBool>,
+}
+
+/// What the use case runs on (the edge lends it for one request).
+pub struct UseCase<'a> {
+    pub catalog: &'a PanelCatalog,
+    pub settings: &'a ServerSettings,
+    /// Environment lookup for `massgen/path:` configs.
+    pub env: &'a Env,
+    pub sessions: &'a Sessions,
+    pub permits: &'a Permits,
+    /// `--max-key-cost-usd-per-day`.
+    pub quota: Option<DailyQuota>,
+}
+
+impl UseCase<'_> {
+    /// The panel `ask` runs on: its model's, or the one its `massgen.models` make.
+    pub fn resolve_panel(&self, ask: &Ask) -> Result<Arc<PanelConfig>, Refusal> {
+        let settings = self.settings;
+        let panel = panels::resolve(
+            ask.route_as.as_deref().unwrap_or(&ask.model),
+            self.catalog,
+            settings,
+            settings.allow_model_override,
+            settings.default_model.as_deref(),
+            self.env,
+        )?;
+        let models = &ask.overrides.models;
+        if models.is_empty() {
+            return Ok(panel);
+        }
+        Ok(Arc::new(request_panel(
+            &panel,
+            models,
+            self.catalog,
+            settings.allow_request_panels,
+        )?))
+    }
+
+    /// Resolves the panel, takes the session's places, reserves its cost and starts it.
+    pub async fn open(&self, mut ask: Ask) -> Result<Opened, Refusal> {
+        if !self.settings.allow_request_sampling {
+            // Ignored, not refused: most clients send `temperature` by default (LangChain,
+            // LiteLLM, the Agents SDK), and the panel's settings are the operator's.
+            ask.input.sampling = Sampling::default();
+        }
+        let panel = self.resolve_panel(&ask)?;
+        // Held by the session until its coordination ends; over a cap the request is
+        // refused at once.
+        let permit = self.permits.try_session()?;
+        let key_slot = self.permits.try_key_session(ask.caller.key)?;
+        let reservation = self
+            .reserve_cost(&ask.caller, &panel, &ask.overrides)
+            .await?;
+        if let Some(reserved) = &reservation {
+            // The session may spend what it reserved, no more (never more than its own
+            // caps: the reservation is at most the smallest of them).
+            ask.overrides.max_cost_usd = Some(reserved.usd);
+        }
+        let model_chosen = panels::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model))
+            || !ask.overrides.models.is_empty();
+        let sessions = self.sessions;
+        let started = sessions
+            .start(
+                &panel,
+                SessionRequest {
+                    caller: ask.caller,
+                    info: SessionInfo {
+                        model: ask.model,
+                        door: ask.door.into(),
+                        metadata: ask.metadata,
+                        question: ask.input.question.clone(),
+                        created_ms: sessions.now_ms(),
+                        ..SessionInfo::default()
+                    },
+                    input: ask.input,
+                    stream_agent_text: ask.deliberation == Deliberation::Full,
+                    overrides: ask.overrides,
+                    model_chosen,
+                },
+            )
+            .map_err(start_error)?;
+        let (events, stalled) = relay(
+            sessions,
+            started.events,
+            started.cancel,
+            self.settings.production.client_stall_timeout,
+            Watch {
+                observer: started.observer,
+                held: Some(Held {
+                    _permit: permit,
+                    _key_slot: key_slot,
+                    _hold: ask.hold,
+                    reservation,
+                }),
+            },
+        );
+        Ok(Opened {
+            id: started.id,
+            created: sessions.now_secs(),
+            events,
+            stalled,
+        })
+    }
+
+    /// Under `--max-key-cost-usd-per-day`, reserves the new session's maximum cost from what
+    /// `caller` may still spend today: the smallest of `--max-session-cost-usd`, the panel's
+    /// and the request's `max_cost_usd`, else all that is left (then the key's next session
+    /// waits for this one to end). Refused, before any upstream call, when nothing is left.
+    async fn reserve_cost(
+        &self,
+        caller: &Caller,
+        panel: &PanelConfig,
+        overrides: &Overrides,
+    ) -> Result<Option<spend::Reservation>, Refusal> {
+        let Some(quota) = self.quota else {
+            return Ok(None);
+        };
+        let production = &self.settings.production;
+        let cap = [
+            production.max_session_cost_usd,
+            panel.orchestrator.max_cost_usd,
+            overrides.max_cost_usd,
+        ]
+        .into_iter()
+        .flatten()
+        .reduce(f64::min);
+        let sessions = self.sessions;
+        let reserved = spend::reserve(
+            sessions.spend(),
+            sessions.records().db(),
+            quota,
+            caller.owner(),
+            sessions.now_ms(),
+            cap,
+            production.records_interrupted_after,
+        )
+        .await;
+        match reserved {
+            Ok(reservation) => Ok(Some(reservation)),
+            Err(refused) => {
+                if let Some(m) = telemetry::metrics() {
+                    m.rejected.with_label_values(&["key_quota"]).inc();
+                }
+                Err(Refusal::QuotaSpent(refused))
+            }
+        }
+    }
+}
+
+/// Events buffered between the session and the door's response body. Frames are small,
+/// so with hyper's write buffer this bounds what a stalled client holds.
+const CLIENT_BUFFER: usize = 64;
+/// Events a session may produce ahead of a client that reads slowly, so its coordination
+/// ends, and frees its slots, without waiting for the client: a whole ordinary session
+/// (a few hundred events; a streamed presentation is one per chunk). Past it the session
+/// waits for the client, up to the stall timeout. Events are a few hundred bytes (a chunk
+/// of text each), so a stalled client holds a megabyte or two here (the few events that carry whole
+/// answers are the larger part).
+const CLIENT_READ_AHEAD: usize = 4_096;
+
+/// What a session holds until its coordination ends.
+struct Held {
+    _permit: Option<tokio::sync::OwnedSemaphorePermit>,
+    _key_slot: Option<KeySessionSlot>,
+    /// What the edge gave the session to hold (the request body's share of the body
+    /// budget).
+    _hold: Option<Box<dyn Any + Send>>,
+    reservation: Option<spend::Reservation>,
+}
+
+impl Held {
+    /// Counts what the session spends against its reservation; whether `event` is the
+    /// session's last.
+    fn watch(&mut self, event: &SessionEvent) -> bool {
+        match &event.kind {
+            EventKind::Usage {
+                cost_usd: Some(usd),
+                ..
+            } => {
+                if let Some(reservation) = self.reservation.as_mut() {
+                    reservation.spend(*usd);
+                }
+                false
+            }
+            EventKind::SessionCompleted { .. } | EventKind::SessionFailed { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+/// The session's observers, in turn: its record, metrics and spend, then what it holds,
+/// which goes with its last event (`session_completed` or `session_failed`), before the
+/// client can see it: a client that sends its next request on seeing the end of this one
+/// finds the slots and the allowance given back.
+struct Watch {
+    observer: SessionObserver,
+    held: Option<Held>,
+}
+
+impl Observe<Box<SessionEvent>> for Watch {
+    fn see(&mut self, event: &mut Box<SessionEvent>) {
+        self.observer.see(event);
+        if let Some(held) = self.held.as_mut()
+            && held.watch(event)
+        {
+            self.held = None;
+        }
+    }
+
+    async fn end(mut self) {
+        self.held = None;
+        self.observer.end().await;
+    }
+}
+
+/// Moves the session's events to the door ([`forward::spawn`]), reading ahead of a slow
+/// client (up to [`CLIENT_READ_AHEAD`]) so the session never waits on it for long. A
+/// client that leaves the buffer full for `stall` (it stopped reading, or its HTTP/2
+/// window is 0) is dropped as a disconnect, as is one that goes away. Either way `cancel`
+/// is dropped, which cancels the session's upstream calls; the session then ends and
+/// frees what it held.
+fn relay(
+    sessions: &Sessions,
+    from: mpsc::Receiver<Box<SessionEvent>>,
+    cancel: DropGuard,
+    stall: Duration,
+    watch: Watch,
+) -> (mpsc::Receiver<Box<SessionEvent>>, Arc<AtomicBool>) {
+    let bounds = forward::Bounds {
+        capacity: CLIENT_BUFFER,
+        ahead: CLIENT_READ_AHEAD,
+        stall,
+    };
+    forward::spawn(
+        sessions.tasks(),
+        from,
+        bounds,
+        cancel,
+        watch,
+        move |event| {
+            tracing::warn!(
+                session_id = %event.session_id,
+                stall_seconds = stall.as_secs_f64(),
+                buffered_events = CLIENT_BUFFER,
+                "the client stopped reading: dropping it as a disconnect"
+            );
+        },
+    )
+}
+
+fn start_error(error: StartError) -> Refusal {
+    match error {
+        StartError::Provider {
+            panel,
+            agent,
+            reason,
+        } => Refusal::ConfigUnavailable {
+            name: panel,
+            reason: format!("agent '{agent}': {reason}"),
+        },
+        StartError::Unpriced {
+            panel,
+            agent,
+            model,
+            limit,
+        } => Refusal::ConfigUnavailable {
+            name: panel,
+            reason: format!(
+                "the session may spend at most ${limit} (its max_cost_usd, --max-session-cost-usd or what is left of the key's --max-key-cost-usd-per-day) but agent '{agent}' has no price for model '{model}', so the limit could not be kept: set its backend.pricing"
+            ),
+        },
+    }
+}

@@ -1,0 +1,152 @@
+//! A door is what a wire format is upstream: one impl of [`Door`]. It reads its request
+//! (serde-derived wire types through [`json::read`](super::json::read)) into the neutral
+//! [`Ask`] and a plan of how to answer, and renders the session's [`Step`]s into its
+//! stream ([`Live`]) or its body. [`serve`] is the one driver every door runs under:
+//! cache, the use case ([`session::open`]), streaming and not, the cache's keep by the
+//! session's outcome. Routes, labels and error shapes are in the [registry](super::registry).
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::body::Bytes;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use massgen_core::coordination::SessionSummary;
+
+use super::session::{self, Ask, Beat, Incoming, Opened, Step};
+use crate::app::Caller;
+use crate::server::AppState;
+use crate::server::error::ApiError;
+use crate::server::sse;
+
+/// A request read by its door: the neutral ask, and what the door keeps to answer it.
+pub struct Prepared<P> {
+    pub ask: Ask,
+    pub plan: P,
+    /// Answer as a stream of events rather than one body.
+    pub stream: bool,
+}
+
+/// The session as a door renders it.
+#[derive(Debug, Clone)]
+pub struct SessionRef {
+    pub id: Arc<str>,
+    /// Unix seconds, from the clock seam.
+    pub created: u64,
+}
+
+/// One client API.
+pub trait Door: Send + Sync + 'static {
+    /// The door's name in session records, metrics labels and cache keys.
+    const NAME: &'static str;
+    /// What the door keeps from its request to render the answer.
+    type Plan: Send + 'static;
+    /// A streamed answer's rendering state.
+    type Live: Live;
+
+    /// Reads `body` (the caller's) into the neutral ask and the plan.
+    fn prepare(
+        state: &AppState,
+        caller: Caller,
+        body: &[u8],
+    ) -> impl Future<Output = Result<Prepared<Self::Plan>, ApiError>> + Send;
+
+    /// The stream's renderer.
+    fn live(state: &AppState, plan: Self::Plan, session: &SessionRef) -> Self::Live;
+
+    /// The non-streamed body of a completed session; `reasoning` is the deliberation
+    /// lines joined.
+    fn body(
+        state: &AppState,
+        plan: Self::Plan,
+        session: &SessionRef,
+        reasoning: String,
+        summary: Box<SessionSummary>,
+    ) -> serde_json::Value;
+}
+
+/// A door's streamed answer: frames in the door's SSE idiom.
+pub trait Live: Send + 'static {
+    /// Frames before the first step (the door's opening events).
+    fn start(&mut self) -> Vec<Bytes>;
+    /// Frames for a quiet spell as long as the keep-alive period.
+    fn quiet(&mut self) -> Vec<Bytes>;
+    /// Frames for `step`; after [`Step::ends`] steps nothing more is asked.
+    fn step(&mut self, step: Step) -> Vec<Bytes>;
+}
+
+/// Runs one request through door `D`: read, cache, open the session, answer.
+pub async fn serve<D: Door>(incoming: Incoming) -> Result<Response, ApiError> {
+    let Incoming {
+        state,
+        caller,
+        received,
+        body,
+        share,
+    } = incoming;
+    let Prepared {
+        mut ask,
+        plan,
+        stream,
+    } = D::prepare(&state, caller, &body).await?;
+    // The body's share of the body budget goes with the session, not the response.
+    ask.hold = share
+        .as_ref()
+        .map(|slot| Box::new(slot.take()) as Box<dyn std::any::Any + Send>);
+    let cached = session::cache_lookup(&state, &ask, &body)?;
+    // The session has all it needs from the body; a big one is not held for its length.
+    drop(body);
+    if let Some(hit) = cached.hit() {
+        return Ok(hit);
+    }
+    let Opened { id, created, steps } = session::open(&state, ask).await?;
+    let session = SessionRef {
+        id: id.clone(),
+        created,
+    };
+    let completed = Arc::new(AtomicBool::new(false));
+    let response = if stream {
+        let mut live = D::live(&state, plan, &session);
+        let keepalive = state.settings.keepalive;
+        let mut steps = steps;
+        let done = Arc::clone(&completed);
+        let frames = async_stream::stream! {
+            session::observe_first_byte(received);
+            for frame in live.start() {
+                yield Ok::<Bytes, Infallible>(frame);
+            }
+            loop {
+                let step = match steps.next_or_quiet(keepalive).await {
+                    Beat::Step(step) => step,
+                    Beat::Quiet => {
+                        for frame in live.quiet() {
+                            yield Ok(frame);
+                        }
+                        continue;
+                    }
+                };
+                let ends = step.ends();
+                if matches!(step, Step::Completed(_)) {
+                    done.store(true, Ordering::Release);
+                }
+                for frame in live.step(step) {
+                    yield Ok(frame);
+                }
+                if ends {
+                    break;
+                }
+            }
+        };
+        sse::response(frames)
+    } else {
+        let (reasoning, summary) = steps.collect().await?;
+        let winner = summary.winner.agent_id.clone();
+        let body = D::body(&state, plan, &session, reasoning, summary);
+        completed.store(true, Ordering::Release);
+        let response = (StatusCode::OK, axum::Json(body)).into_response();
+        session::with_winner_header(response, &winner)
+    };
+    Ok(cached.keep(session::with_session_header(response, &id), completed))
+}

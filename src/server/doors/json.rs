@@ -1,0 +1,186 @@
+//! The one way a door reads its body into its serde-derived request type: through
+//! `serde_path_to_error`, so a 400 names the JSON path of the field at fault
+//! (`input[2].content[0].type`), in the door's own error shape.
+
+use serde::de::DeserializeOwned;
+
+use crate::server::error::ApiError;
+
+/// [`read`], in the OpenAI doors' codes: a fault inside the conversation field `list`
+/// (`messages`, `input`) is `invalid_message`, a value of the wrong JSON type elsewhere
+/// `invalid_type`.
+pub fn read_in<T: DeserializeOwned>(body: &[u8], list: &str) -> Result<T, ApiError> {
+    read(body).map_err(|error| match error {
+        ApiError::InvalidRequest {
+            message,
+            param: Some(param),
+            code: "invalid_value",
+        } => {
+            let inside = param
+                .strip_prefix(list)
+                .is_some_and(|rest| rest.starts_with('['));
+            let code = if inside {
+                "invalid_message"
+            } else if message.contains(": invalid type: ") {
+                "invalid_type"
+            } else {
+                "invalid_value"
+            };
+            ApiError::InvalidRequest {
+                message,
+                param: Some(param),
+                code,
+            }
+        }
+        other => other,
+    })
+}
+
+/// `body` as a `T`: invalid JSON, a non-object body, or a field of the wrong shape is a
+/// 400 (`invalid_json` for the first two, `invalid_value` naming the path otherwise).
+pub fn read<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    // Checked first so "not JSON" and "not an object" keep their own messages.
+    match body.iter().find(|b| !b.is_ascii_whitespace()) {
+        Some(b'{') => {}
+        Some(_) if serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok() => {
+            return Err(not_an_object());
+        }
+        _ => {
+            return Err(not_json(
+                serde_json::from_slice::<serde::de::IgnoredAny>(body).err(),
+            ));
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        // serde_json reports some type mismatches (a number where a unit enum belongs) as
+        // syntax errors: the body is JSON, so they are about the field at the path.
+        let json = || serde_json::from_slice::<serde::de::IgnoredAny>(body).is_ok();
+        if inner.is_eof() || inner.is_io() || (inner.is_syntax() && !json()) {
+            return not_json(Some(inner));
+        }
+        let message = strip_position(&inner.to_string());
+        if path == "." || path.is_empty() {
+            ApiError::invalid(message, None, "invalid_value")
+        } else {
+            ApiError::invalid_at(format!("'{path}': {message}"), path, "invalid_value")
+        }
+    })?;
+    de.end().map_err(|e| not_json(Some(e)))?;
+    Ok(value)
+}
+
+fn not_json(error: Option<serde_json::Error>) -> ApiError {
+    let detail = error.map(|e| format!(": {e}")).unwrap_or_default();
+    ApiError::invalid(
+        format!("The request body is not valid JSON{detail}"),
+        None,
+        "invalid_json",
+    )
+}
+
+fn not_an_object() -> ApiError {
+    ApiError::invalid(
+        "The request body must be a JSON object",
+        None,
+        "invalid_json",
+    )
+}
+
+/// serde_json ends data errors with " at line 1 column 57": the path says where.
+fn strip_position(message: &str) -> String {
+    match message.rfind(" at line ") {
+        Some(at) if message[at..].contains(" column ") => message[..at].to_string(),
+        _ => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Body {
+        model: String,
+        #[serde(default)]
+        input: Vec<Item>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Item {
+        content: String,
+    }
+
+    fn param(body: &str) -> (Option<String>, String) {
+        let e = read::<Body>(body.as_bytes()).unwrap_err();
+        (e.param().map(str::to_string), e.message())
+    }
+
+    #[test]
+    fn names_the_path_of_the_field_at_fault() {
+        let (p, m) = param(r#"{"model":"m","input":[{"content":"a"},{"content":7}]}"#);
+        assert_eq!(p.as_deref(), Some("input[1].content"));
+        assert!(m.starts_with("'input[1].content': invalid type"), "{m}");
+        assert!(!m.contains("line 1"), "{m}");
+        let (p, m) = param(r#"{"input":[]}"#);
+        assert_eq!(p, None);
+        assert!(m.contains("missing field `model`"), "{m}");
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Roles {
+        messages: Vec<Role>,
+        kind: Option<Kind>,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Role {
+        role: Kind,
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[serde(rename_all = "lowercase")]
+    enum Kind {
+        User,
+    }
+
+    #[test]
+    fn a_number_for_an_enum_is_a_fault_of_its_field_with_the_doors_codes() {
+        let e = read_in::<Roles>(br#"{"messages":[{"role":5}]}"#, "messages").unwrap_err();
+        assert_eq!(e.param(), Some("messages[0].role"), "{}", e.message());
+        assert_eq!(e.code(), "invalid_message");
+        let e = read_in::<Roles>(br#"{"messages":[],"kind":7}"#, "messages").unwrap_err();
+        assert_eq!(e.param(), Some("kind"), "{}", e.message());
+        let e = read_in::<Roles>(br#"{"messages":3}"#, "messages").unwrap_err();
+        assert_eq!((e.param(), e.code()), (Some("messages"), "invalid_type"));
+    }
+
+    #[test]
+    fn not_json_and_not_an_object_keep_their_messages() {
+        let e = read::<Body>(b"[1]").unwrap_err();
+        assert_eq!(e.message(), "The request body must be a JSON object");
+        let e = read::<Body>(b"{\"model\":").unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("The request body is not valid JSON")
+        );
+        let e = read::<Body>(b"").unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("The request body is not valid JSON")
+        );
+        let e = read::<Body>(b"{\"model\":\"m\"} x").unwrap_err();
+        assert!(
+            e.message()
+                .starts_with("The request body is not valid JSON")
+        );
+        assert!(read::<Body>(b" {\"model\":\"m\"} ").is_ok());
+    }
+}

@@ -1,0 +1,203 @@
+//! The Messages request as sent: serde-derived wire types, read through
+//! [`json::read`](crate::server::doors::json::read) so a misshapen field is a 400 naming
+//! its path. Fields not named here are accepted and ignored (`thinking`,
+//! `context_management`, `top_k`, `cache_control` on any block…); [`Loose`] fields are
+//! those this door has always ignored when misshapen.
+
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde_json::{Map, Value};
+
+use crate::server::doors::parse::shape::{Loose, Obj, TextOrList};
+
+/// A request body.
+#[derive(Deserialize)]
+pub(super) struct Body {
+    pub(super) model: Option<String>,
+    pub(super) stream: Option<bool>,
+    pub(super) max_tokens: Option<u64>,
+    pub(super) system: Option<TextOrList<Obj<TextBlock>>>,
+    pub(super) messages: Option<Vec<Obj<Turn>>>,
+    pub(super) tools: Option<Vec<Obj<Tool>>>,
+    pub(super) tool_choice: Option<Obj<WireToolChoice>>,
+    pub(super) metadata: Option<Obj<Metadata>>,
+    /// Its other fields (Claude Code's `effort`) are model settings, owned by the panel
+    /// config.
+    pub(super) output_config: Option<Obj<OutputConfig>>,
+    /// The structured-outputs beta's spelling of `output_config.format`.
+    pub(super) output_format: Option<Obj<Format>>,
+    #[serde(default)]
+    pub(super) mcp_servers: Loose<Vec<IgnoredAny>>,
+    // Read by the helpers every door shares (`doors::parse`), which take raw JSON values.
+    pub(super) massgen: Option<Value>,
+    pub(super) stop_sequences: Option<Value>,
+    pub(super) temperature: Option<Value>,
+    pub(super) top_p: Option<Value>,
+    pub(super) seed: Option<Value>,
+}
+
+impl Body {
+    /// The fields the shared readers of `doors::parse` take, as the JSON object they read.
+    pub(super) fn shared(&mut self) -> Map<String, Value> {
+        [
+            ("massgen", self.massgen.take()),
+            ("stop_sequences", self.stop_sequences.take()),
+            ("temperature", self.temperature.take()),
+            ("top_p", self.top_p.take()),
+            ("seed", self.seed.take()),
+        ]
+        .into_iter()
+        .filter_map(|(key, value)| Some((key.to_string(), value?)))
+        .collect()
+    }
+}
+
+/// Where only text goes (`system`, a tool result's content).
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum TextBlock {
+    Text { text: String },
+}
+
+impl TextBlock {
+    pub(super) fn text(self) -> String {
+        let Self::Text { text } = self;
+        text
+    }
+}
+
+/// `system` text or blocks as a list of texts.
+pub(super) fn texts(content: TextOrList<Obj<TextBlock>>) -> Vec<String> {
+    match content {
+        TextOrList::Text(text) => vec![text],
+        TextOrList::List(blocks) => blocks.into_iter().map(|b| b.0.text()).collect(),
+    }
+}
+
+#[derive(Deserialize)]
+pub(super) struct Turn {
+    pub(super) role: Role,
+    pub(super) content: TextOrList<Obj<Block>>,
+}
+
+impl Turn {
+    /// The content as blocks (a string is one text block).
+    pub(super) fn blocks(self) -> Vec<Block> {
+        match self.content {
+            TextOrList::Text(text) => vec![Block::Text { text }],
+            TextOrList::List(blocks) => blocks.into_iter().map(|b| b.0).collect(),
+        }
+    }
+}
+
+/// `system` entries are Claude Code's mid-conversation system messages.
+#[derive(Clone, Copy, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum Role {
+    User,
+    Assistant,
+    System,
+}
+
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum Block {
+    Text {
+        text: String,
+    },
+    Image {
+        source: Obj<ImageSource>,
+    },
+    ToolUse {
+        id: String,
+        name: String,
+        input: Option<Value>,
+    },
+    ToolResult {
+        tool_use_id: String,
+        content: Option<TextOrList<Obj<TextBlock>>>,
+        #[serde(default)]
+        is_error: Loose<bool>,
+    },
+    /// Dropped, so read loosely: only a signature that is there is checked.
+    Thinking {
+        #[serde(default)]
+        thinking: Loose<String>,
+        #[serde(default)]
+        signature: Loose<String>,
+    },
+    RedactedThinking {},
+}
+
+impl Block {
+    pub(super) fn kind(&self) -> &'static str {
+        match self {
+            Self::Text { .. } => "text",
+            Self::Image { .. } => "image",
+            Self::ToolUse { .. } => "tool_use",
+            Self::ToolResult { .. } => "tool_result",
+            Self::Thinking { .. } => "thinking",
+            Self::RedactedThinking {} => "redacted_thinking",
+        }
+    }
+}
+
+/// Read field by field, so each missing part gets its own message.
+#[derive(Deserialize)]
+pub(super) struct ImageSource {
+    #[serde(rename = "type", default)]
+    pub(super) kind: Loose<String>,
+    #[serde(default)]
+    pub(super) media_type: Loose<String>,
+    #[serde(default)]
+    pub(super) data: Loose<String>,
+    #[serde(default)]
+    pub(super) url: Loose<String>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct Tool {
+    /// Absent or `custom`; Anthropic's own tool types are refused.
+    #[serde(rename = "type", default)]
+    pub(super) kind: Loose<String>,
+    /// A missing or misshapen name is refused by the name check, with its rule.
+    #[serde(default)]
+    pub(super) name: Loose<String>,
+    #[serde(default)]
+    pub(super) description: Loose<String>,
+    pub(super) input_schema: Option<Value>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct WireToolChoice {
+    #[serde(rename = "type")]
+    pub(super) kind: ChoiceKind,
+    pub(super) name: Option<String>,
+    pub(super) disable_parallel_tool_use: Option<bool>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub(super) enum ChoiceKind {
+    Auto,
+    Any,
+    Tool,
+    None,
+}
+
+#[derive(Deserialize)]
+pub(super) struct Metadata {
+    pub(super) user_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct OutputConfig {
+    pub(super) format: Option<Obj<Format>>,
+}
+
+#[derive(Deserialize)]
+pub(super) struct Format {
+    #[serde(rename = "type", default)]
+    pub(super) kind: Loose<String>,
+    pub(super) schema: Option<Value>,
+}
