@@ -382,3 +382,40 @@ async fn encrypted_content_only_when_included_and_only_ours_comes_back() {
         );
     }
 }
+
+#[tokio::test]
+async fn references_cannot_make_the_server_hold_more_than_a_bound() {
+    let p = Panel::start(&QUICK, &[], None).await;
+    let (status, first) = p.ask(None, json!({"input": "Why is the sky blue?"})).await;
+    assert_eq!(status, 200, "{first}");
+    let msg = item(&first, "message")["id"].clone();
+    // A few bytes of body each, a whole stored answer each: 32 MiB of text is reached
+    // long before the body limit (each reference counts its text and 64 bytes more).
+    let many = 32 * 1024 * 1024 / (answer(&first).len() + 64) + 2;
+    assert!(
+        many * 60 < 10 * 1024 * 1024,
+        "the body stays under the body limit"
+    );
+    let mut input = vec![json!({"role": "user", "content": "Why?"})];
+    input.extend(std::iter::repeat_n(reference(&msg), many));
+    input.push(json!({"role": "user", "content": "Go on."}));
+    let (status, body) = p.ask(None, json!({"input": input})).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(body["error"]["code"], "too_many_references", "{body}");
+    assert!(
+        body["error"]["param"]
+            .as_str()
+            .unwrap()
+            .starts_with("input["),
+        "{body}"
+    );
+    // A conversation's ordinary use of references is untouched.
+    let (status, _) = p
+        .ask(
+            None,
+            json!({"input": [{"role": "user", "content": "Why?"}, reference(&msg),
+                {"role": "user", "content": "Go on."}]}),
+        )
+        .await;
+    assert_eq!(status, 200);
+}

@@ -12,6 +12,11 @@ use crate::app::Caller;
 use crate::server::AppState;
 use crate::server::error::ApiError;
 
+/// Text the `item_reference`s of one request may bring in, all together: a reference is
+/// a few bytes of body that can stand for a whole stored answer, so the body limit alone
+/// does not bound what a request makes the server hold.
+const MAX_REFERENCED_BYTES: usize = 32 * 1024 * 1024;
+
 /// What a request continues, and what its response keeps.
 pub struct Conversation {
     /// System and developer messages of the conversation's inputs.
@@ -64,6 +69,7 @@ pub async fn conversation_so_far(
     };
     let mut input = Vec::with_capacity(request.input.len());
     let mut items = Vec::new();
+    let mut referenced = 0usize;
     for sent in &request.input {
         let item = match &sent.entry {
             Entry::Item(item) => item.clone(),
@@ -75,6 +81,18 @@ pub async fn conversation_so_far(
                     .await
                     .map_err(|_| ApiError::RecordsUnavailable)?
                     .ok_or_else(|| unknown_item(id, sent.index))?;
+                referenced += size(&item);
+                if referenced > MAX_REFERENCED_BYTES {
+                    let path = format!("input[{}]", sent.index);
+                    return Err(ApiError::invalid_at(
+                        format!(
+                            "{path}: the items this request references hold more than {} MiB of text together; continue with 'previous_response_id' or send fewer references",
+                            MAX_REFERENCED_BYTES >> 20
+                        ),
+                        path,
+                        "too_many_references",
+                    ));
+                }
                 items.push((id.clone(), item.clone()));
                 input.push(item);
                 continue;
@@ -93,6 +111,25 @@ pub async fn conversation_so_far(
         messages,
         items,
     })
+}
+
+/// About how much text an item holds.
+fn size(item: &Item) -> usize {
+    // Each one also costs its bookkeeping, so a flood of empty items counts too.
+    let text = match item {
+        Item::System { text } => text.len(),
+        Item::Message { message } => {
+            message.content.len()
+                + message
+                    .tool_calls
+                    .iter()
+                    .map(|c| c.name.len() + c.arguments.len())
+                    .sum::<usize>()
+        }
+        Item::Call { call } => call.name.len() + call.arguments.len(),
+        Item::Reasoning => 0,
+    };
+    text + 64
 }
 
 fn unknown_item(id: &str, index: usize) -> ApiError {
