@@ -32,6 +32,9 @@ use tokio_util::sync::CancellationToken;
 
 const STDIO_ENV: &str = "MASSGEN_TEST_MCP_STDIO";
 
+/// `delete` calls served by this process's HTTP test servers.
+static DELETES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 // ---- the test server ----
 
 #[derive(Debug, Clone)]
@@ -87,9 +90,18 @@ impl TestTools {
         "x".repeat(100_000)
     }
 
-    #[tool(description = "Deletes everything (never offered)")]
+    #[tool(description = "Deletes everything (not offered in most tests)")]
     fn delete(&self) -> String {
+        DELETES.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         "deleted".into()
+    }
+
+    #[tool(
+        description = "Looks a file up (read-only)",
+        annotations(read_only_hint = true)
+    )]
+    fn lookup(&self) -> String {
+        "report.txt is stale".into()
     }
 
     #[tool(description = "Ends the server process")]
@@ -165,6 +177,7 @@ fn tools_config(servers: Vec<McpServerConfig>, limits: ToolLimits) -> AgentTools
         servers,
         allowed: None,
         exclude: vec!["mcp__web__delete".into(), "mcp__local__delete".into()],
+        read_only: BTreeMap::new(),
         limits,
     }
 }
@@ -483,6 +496,162 @@ async fn the_server_runs_mcp_tools_for_its_agents() {
     drop(mock);
 }
 
+/// `readOnlyHint` marks a tool read-only; a server's `read_only_tools` list overrides the
+/// hints either way.
+async fn read_only_comes_from_the_hint_or_the_config_list() {
+    let (url, stop) = http_server().await;
+    let reg = registry();
+    let mut config = tools_config(vec![http_config(&url)], ToolLimits::default());
+    config.exclude.clear();
+    let read_only = |tools: &[OwnTool]| {
+        let mut n: Vec<String> = tools
+            .iter()
+            .filter(|t| t.read_only)
+            .map(|t| t.spec.name.clone())
+            .collect();
+        n.sort();
+        n
+    };
+    let tools = reg.toolbox(&config).tools().await;
+    assert!(tools.iter().any(|t| t.spec.name == "mcp__web__delete"));
+    assert_eq!(read_only(&tools), ["mcp__web__lookup"]);
+    config.read_only = BTreeMap::from([("web".to_string(), vec!["echo".to_string()])]);
+    assert_eq!(
+        read_only(&reg.toolbox(&config).tools().await),
+        ["mcp__web__echo"]
+    );
+    reg.shutdown().await;
+    stop.cancel();
+}
+
+/// Planning mode over a real MCP server: two agents look up in their turns, `delete` is
+/// offered only to the winner's presentation, which runs it once.
+async fn planning_mode_deletes_once_over_mcp() {
+    let (url, stop) = http_server().await;
+    let reg = registry();
+    let mut config = tools_config(vec![http_config(&url)], ToolLimits::default());
+    config.exclude.clear();
+    config.allowed = Some(vec!["mcp__web__lookup".into(), "mcp__web__delete".into()]);
+    let agent = |name: &str| {
+        Scripted::new(name, |req, _| {
+            let names = tool_names(req);
+            let seen = req.messages.iter().any(|m| m.role == Role::Tool);
+            let turn = names.iter().any(|n| n == "new_answer" || n == "vote");
+            if !turn {
+                if names.iter().any(|n| n == "mcp__web__delete") && !seen {
+                    return text_then(&[], vec![tool_call("mcp__web__delete", "{}")]);
+                }
+                return present(&["Done."]);
+            }
+            if names.iter().any(|n| n == "mcp__web__lookup") && !seen {
+                return text_then(&[], vec![tool_call("mcp__web__lookup", "{}")]);
+            }
+            let labels = vote_enum(req);
+            if labels.is_empty() {
+                return answer("Delete report.txt.");
+            }
+            vote(&labels[0], "agreed")
+        })
+    };
+    let (a, b) = (agent("a"), agent("b"));
+    let mut s = spec(
+        &[("a", &a), ("b", &b)],
+        OrchestratorOptions {
+            planning_mode: true,
+            ..OrchestratorOptions::default()
+        },
+    );
+    for agent in &mut s.agents {
+        agent.tools = Some(Arc::new(reg.toolbox(&config)));
+    }
+    let before = DELETES.load(std::sync::atomic::Ordering::SeqCst);
+    let run = run(s).await;
+    assert_eq!(run.summary().final_answer, "Done.");
+    assert_eq!(
+        DELETES.load(std::sync::atomic::Ordering::SeqCst) - before,
+        1
+    );
+    let used: Vec<(String, String)> = run
+        .kinds()
+        .into_iter()
+        .filter_map(|k| match k {
+            EventKind::ToolCalled { agent, tool, .. } => Some((agent.label.clone(), tool.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        used.contains(&("agent2".into(), "mcp__web__lookup".into())),
+        "{used:?}"
+    );
+    let winner = run.summary().winner.label.clone();
+    assert_eq!(used.last(), Some(&(winner, "mcp__web__delete".to_string())));
+    for p in [&a, &b] {
+        for r in p.requests() {
+            let names = tool_names(&r);
+            if names.iter().any(|n| n == "vote" || n == "new_answer") {
+                assert!(!names.iter().any(|n| n == "mcp__web__delete"), "{names:?}");
+            }
+        }
+    }
+    reg.shutdown().await;
+    stop.cancel();
+}
+
+/// The real binary under planning mode: two simulated agents whose only MCP tool is
+/// `delete` answer and vote without it; the winner's presentation calls it, once.
+async fn the_server_runs_held_tools_once_while_presenting() {
+    let mock = support::mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let exe = std::env::current_exe().unwrap().display().to_string();
+    let agent = |id: &str| {
+        format!(
+            "  - id: {id}\n    backend:\n      type: chatcompletion\n      base_url: {}/v1\n      model: \"{id}:policy=client_tool,ttft_ms=5,token_ms=1\"\n      mcp_servers:\n        local: {{type: stdio, command: \"{exe}\", env: {{{STDIO_ENV}: \"1\"}}}}\n      allowed_tools: [mcp__local__delete]\n",
+            mock.url
+        )
+    };
+    let yaml = format!(
+        "agents:\n{}{}orchestrator:\n  coordination: {{enable_planning_mode: true}}\n",
+        agent("a"),
+        agent("b")
+    );
+    let config = support::write(dir.path(), "team.yaml", &yaml);
+    let server = support::serve(&["--config", config.to_str().unwrap()]);
+    let body = json!({"model": "massgen", "messages": [{"role": "user", "content": "Clean up"}]});
+    let resp: Value = reqwest::Client::new()
+        .post(format!("{}/v1/chat/completions", server.url))
+        .json(&body)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let answer = resp["choices"][0]["message"]["content"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(answer.contains("Tool results used: deleted"), "{resp}");
+    // The answers were written without the tool: it was not offered in the turns.
+    for a in resp["massgen_metadata"]["answers"].as_array().unwrap() {
+        let text = a["content"]["text"].as_str().unwrap_or_default();
+        assert!(!text.contains("Tool results used"), "{resp}");
+    }
+    let metrics = reqwest::Client::new()
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(r#"massgen_tool_calls_total{outcome="ok",tool="mcp__local__delete"} 1"#),
+        "{metrics}"
+    );
+    drop(server);
+    drop(mock);
+}
+
 type Test = fn() -> Pin<Box<dyn Future<Output = ()>>>;
 
 fn main() {
@@ -510,6 +679,15 @@ fn main() {
         }),
         ("the_server_runs_mcp_tools_for_its_agents", || {
             Box::pin(the_server_runs_mcp_tools_for_its_agents())
+        }),
+        ("read_only_comes_from_the_hint_or_the_config_list", || {
+            Box::pin(read_only_comes_from_the_hint_or_the_config_list())
+        }),
+        ("planning_mode_deletes_once_over_mcp", || {
+            Box::pin(planning_mode_deletes_once_over_mcp())
+        }),
+        ("the_server_runs_held_tools_once_while_presenting", || {
+            Box::pin(the_server_runs_held_tools_once_while_presenting())
         }),
     ];
     // libtest-style: flags are ignored, the first other argument filters by name.

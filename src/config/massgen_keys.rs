@@ -311,6 +311,11 @@ pub const ORCHESTRATOR_NOT_IMPLEMENTED: &[KeyGroup] = &[
     ),
 ];
 
+/// The keys of MassGen's `orchestrator.coordination:` section this server implements
+/// (read in `orchestrator.rs`); each of its other keys is one warning.
+pub const COORDINATION_IMPLEMENTED: &[&str] =
+    &["max_orchestration_restarts", "enable_planning_mode"];
+
 /// `voting_sensitivity` values MassGen has beyond lenient/balanced/strict, and the one
 /// used instead (the closest rubric; checklist modes need MassGen's own MCP server).
 pub const VOTING_SENSITIVITY_FALLBACKS: &[(&str, &str)] = &[

@@ -12,8 +12,8 @@ use serde_json::{Map, Value};
 use super::ConfigError;
 use super::expand::join;
 use super::massgen_keys::{
-    ORCHESTRATOR_NOT_IMPLEMENTED, ROUND_TIMEOUT_GRACE_DEFAULT_SECS, ROUND_TIMEOUT_KEYS,
-    VOTING_SENSITIVITY_FALLBACKS, group_of,
+    COORDINATION_IMPLEMENTED, ORCHESTRATOR_NOT_IMPLEMENTED, ROUND_TIMEOUT_GRACE_DEFAULT_SECS,
+    ROUND_TIMEOUT_KEYS, VOTING_SENSITIVITY_FALLBACKS, group_of,
 };
 use super::read::Cx;
 
@@ -101,6 +101,7 @@ impl Cx<'_> {
         self.waste_rules(orch, &mut options)?;
         self.answer_rules(orch, &mut options)?;
         self.restarts(orch, &mut options)?;
+        self.planning_mode(orch, &mut options)?;
         let max_live = i64::try_from(agent_count).unwrap_or(i64::MAX);
         let min_live_key = key("min_live_agents");
         if let Some(n) = self.integer(orch.get("min_live_agents"), &min_live_key)? {
@@ -228,6 +229,33 @@ impl Cx<'_> {
         Ok(())
     }
 
+    /// `orchestrator.coordination.enable_planning_mode` (MassGen's key and default, off).
+    /// Without a presentation call the tools it holds back would never run: said at
+    /// start-up.
+    fn planning_mode(
+        &self,
+        orch: &Map<String, Value>,
+        options: &mut OrchestratorOptions,
+    ) -> Result<(), ConfigError> {
+        let Some(Value::Object(coordination)) = orch.get("coordination") else {
+            return Ok(());
+        };
+        let key = join("orchestrator.coordination", "enable_planning_mode");
+        let Some(on) = self.boolean(coordination.get("enable_planning_mode"), &key)? else {
+            return Ok(());
+        };
+        options.planning_mode = on;
+        if on && options.final_answer() == FinalAnswerStrategy::WinnerReuse {
+            self.warn(
+                &key,
+                "the final answer is the stored one (skip_final_presentation or \
+                 final_answer_strategy: winner_reuse): the MCP tools planning mode holds back \
+                 are never run",
+            );
+        }
+        Ok(())
+    }
+
     /// Implemented keys pass, MassGen's other keys are warnings, anything else an error.
     fn orchestrator_keys(&self, orch: &Map<String, Value>) -> Result<(), ConfigError> {
         for (key, value) in orch {
@@ -240,9 +268,10 @@ impl Cx<'_> {
                 // one warning per key it holds.
                 match value {
                     Value::Object(inner) if !inner.is_empty() => {
-                        // Read in `restarts`.
-                        for inner_key in inner.keys().filter(|k| *k != "max_orchestration_restarts")
-                        {
+                        // Read in `restarts` and `planning_mode`.
+                        let implemented =
+                            |k: &&String| COORDINATION_IMPLEMENTED.contains(&k.as_str());
+                        for inner_key in inner.keys().filter(|k| !implemented(k)) {
                             self.warn(
                                 &join(&path, inner_key),
                                 "MassGen coordination feature, not implemented by massgen serve",

@@ -2,6 +2,11 @@
 //! server, or a list of servers with `name`), `allowed_tools`, `exclude_tools` and the
 //! tool-loop limits.
 //!
+//! A server's `read_only_tools` lists its tools (as the server names them) that only read,
+//! overriding the server's `readOnlyHint` annotations: under
+//! `orchestrator.coordination.enable_planning_mode` only those are offered during
+//! coordination.
+//!
 //! `${VAR}` is expanded per server: an unset variable makes only that server unavailable
 //! (logged), as MassGen's MCP client does, so the panel still runs without it.
 
@@ -14,6 +19,9 @@ use serde_json::{Map, Value};
 use super::ConfigError;
 use super::expand::{ExpandError, expand_value, join};
 use super::read::Cx;
+
+/// Server name → its `read_only_tools`.
+type ReadOnlyLists = BTreeMap<String, Vec<String>>;
 
 /// Backend keys of the agent's own tools (parsed into `AgentConfig::tools`).
 pub(super) const TOOL_KEYS: &[&str] = &[
@@ -40,8 +48,8 @@ impl Cx<'_> {
             return Ok(None);
         }
         let key = |k: &str| join(path, k);
-        let servers = match map.get("mcp_servers") {
-            None | Some(Value::Null) => Vec::new(),
+        let (servers, read_only) = match map.get("mcp_servers") {
+            None | Some(Value::Null) => (Vec::new(), BTreeMap::new()),
             Some(v) => {
                 let k = key("mcp_servers");
                 self.mcp_servers(&k, v)?
@@ -73,11 +81,17 @@ impl Cx<'_> {
             exclude: self
                 .string_list(map.get("exclude_tools"), &key("exclude_tools"))?
                 .unwrap_or_default(),
+            read_only,
             limits,
         }))
     }
 
-    fn mcp_servers(&self, key: &str, value: &Value) -> Result<Vec<McpServerConfig>, ConfigError> {
+    /// The servers, and each one's `read_only_tools` where given.
+    fn mcp_servers(
+        &self,
+        key: &str,
+        value: &Value,
+    ) -> Result<(Vec<McpServerConfig>, ReadOnlyLists), ConfigError> {
         let entries: Vec<(String, String, &Map<String, Value>)> = match value {
             Value::Object(servers) => servers
                 .iter()
@@ -103,6 +117,7 @@ impl Cx<'_> {
             _ => return Err(self.err(key, "must be a mapping of server name to server")),
         };
         let mut servers: Vec<McpServerConfig> = Vec::new();
+        let mut read_only = ReadOnlyLists::new();
         let mut names: Vec<String> = Vec::new();
         for (at, name, spec) in entries {
             let valid = !name.is_empty()
@@ -139,12 +154,14 @@ impl Cx<'_> {
             let Value::Object(spec) = spec else {
                 continue;
             };
-            servers.push(McpServerConfig {
-                name,
-                transport: self.mcp_transport(&at, &spec)?,
-            });
+            let transport = self.mcp_transport(&at, &spec)?;
+            let listed = join(&at, "read_only_tools");
+            if let Some(tools) = self.string_list(spec.get("read_only_tools"), &listed)? {
+                read_only.insert(name.clone(), tools);
+            }
+            servers.push(McpServerConfig { name, transport });
         }
-        Ok(servers)
+        Ok((servers, read_only))
     }
 
     fn mcp_transport(

@@ -21,6 +21,7 @@ mod engine_efficiency;
 mod engine_images;
 mod engine_opaque;
 mod engine_options;
+mod engine_planning;
 mod engine_tools;
 mod hardening;
 mod hardening_records;

@@ -247,7 +247,7 @@ fn massgen_orchestrator_keys_warn_and_unknown_ones_fail() {
     }
     orchestrator.insert(
         "coordination".into(),
-        json!({"enable_planning_mode": true, "max_orchestration_restarts": 2}),
+        json!({"enable_planning_mode": true, "max_orchestration_restarts": 2, "use_skills": true}),
     );
     let yaml = format!(
         "agent: {{backend: {{type: openai, model: m}}}}\norchestrator: {}\n",
@@ -261,7 +261,9 @@ fn massgen_orchestrator_keys_warn_and_unknown_ones_fail() {
     }
     let restarts = "orchestrator.coordination.max_orchestration_restarts";
     assert_eq!(warned(&report, restarts), None, "implemented");
-    assert!(warned(&report, "orchestrator.coordination.enable_planning_mode").is_some());
+    let planning = "orchestrator.coordination.enable_planning_mode";
+    assert_eq!(warned(&report, planning), None, "implemented");
+    assert!(warned(&report, "orchestrator.coordination.use_skills").is_some());
 
     let typo =
         "agent: {backend: {type: openai, model: m}}\norchestrator: {max_new_answer_per_agent: 2}";

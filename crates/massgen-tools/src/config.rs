@@ -61,5 +61,9 @@ pub struct AgentToolsConfig {
     pub allowed: Option<Vec<String>>,
     /// `exclude_tools`: full names never offered.
     pub exclude: Vec<String>,
+    /// A server's `read_only_tools` (server name → its own tool names): exactly these of
+    /// its tools are read-only, whatever their `readOnlyHint` says. Kept apart from
+    /// [`McpServerConfig`] so agents that differ only in this list share one server.
+    pub read_only: BTreeMap<String, Vec<String>>,
     pub limits: ToolLimits,
 }

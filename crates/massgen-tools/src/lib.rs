@@ -10,7 +10,8 @@
 //!   it died, and stopped at shutdown. The application creates one and holds it in its
 //!   state.
 //! - [`Toolbox`] is one agent's view: its servers' tools named `mcp__{server}__{tool}`,
-//!   filtered by `allowed_tools` / `exclude_tools`, behind the engine's
+//!   filtered by `allowed_tools` / `exclude_tools`, each marked read-only or not (the
+//!   config's `read_only_tools`, else the server's `readOnlyHint`), behind the engine's
 //!   [`AgentTools`](massgen_core::coordination::AgentTools) trait.
 
 pub mod config;
@@ -33,6 +34,8 @@ pub struct RemoteTool {
     pub description: String,
     /// JSON Schema of the arguments.
     pub input_schema: Value,
+    /// The server's `readOnlyHint` annotation (`None`: not given).
+    pub read_only_hint: Option<bool>,
 }
 
 /// Why a server could not be used.

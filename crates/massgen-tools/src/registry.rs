@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures::future::{BoxFuture, join_all};
-use massgen_core::coordination::{AgentTools, ToolLimits};
+use massgen_core::coordination::{AgentTools, OwnTool, ToolLimits};
 use massgen_core::provider::ToolSpec;
 use massgen_core::tool_names::MCP_PREFIX;
 use serde_json::{Map, Value};
@@ -202,9 +202,23 @@ impl Toolbox {
         listed && !self.config.exclude.iter().any(|e| e == name)
     }
 
-    /// The filtered tools of every server that answers; a failing server is logged and
-    /// left out of this session.
+    /// Whether `tool` of `server` only reads: the config's `read_only_tools` for that
+    /// server when given (either way), else the server's `readOnlyHint`.
+    fn read_only(&self, server: &str, tool: &RemoteTool) -> bool {
+        match self.config.read_only.get(server) {
+            Some(listed) => listed.contains(&tool.name),
+            None => tool.read_only_hint == Some(true),
+        }
+    }
+
+    /// The filtered tools of every server that answers.
     pub async fn specs(&self) -> Vec<ToolSpec> {
+        self.tools().await.into_iter().map(|t| t.spec).collect()
+    }
+
+    /// The filtered tools of every server that answers, each marked read-only or not; a
+    /// failing server is logged and left out of this session.
+    pub async fn tools(&self) -> Vec<OwnTool> {
         let lists = join_all(self.servers.iter().map(|s| s.list_tools())).await;
         let mut specs = Vec::new();
         let mut routes = HashMap::new();
@@ -225,10 +239,14 @@ impl Toolbox {
                     continue;
                 }
                 routes.insert(name.clone(), (index, tool.name.clone()));
-                specs.push(ToolSpec {
-                    name,
-                    description: tool.description,
-                    parameters: tool.input_schema,
+                let read_only = self.read_only(&server.config.name, &tool);
+                specs.push(OwnTool {
+                    spec: ToolSpec {
+                        name,
+                        description: tool.description,
+                        parameters: tool.input_schema,
+                    },
+                    read_only,
                 });
             }
         }
@@ -260,9 +278,9 @@ impl Toolbox {
 }
 
 impl AgentTools for Toolbox {
-    fn discover(&self) -> BoxFuture<'static, Vec<ToolSpec>> {
+    fn discover(&self) -> BoxFuture<'static, Vec<OwnTool>> {
         let this = self.clone();
-        Box::pin(async move { this.specs().await })
+        Box::pin(async move { this.tools().await })
     }
 
     fn call(&self, name: String, arguments: String) -> BoxFuture<'static, Result<String, String>> {

@@ -153,6 +153,7 @@ impl McpClient for RmcpClient {
                     name: t.name.to_string(),
                     description: t.description.map(|d| d.to_string()).unwrap_or_default(),
                     input_schema: Value::Object((*t.input_schema).clone()),
+                    read_only_hint: t.annotations.as_ref().and_then(|a| a.read_only_hint),
                 })
                 .collect())
         })

@@ -29,11 +29,20 @@ impl Default for ToolLimits {
     }
 }
 
+/// One of an agent's own tools, as its source lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnTool {
+    pub spec: ToolSpec,
+    /// It only reads (MCP's `readOnlyHint`, or the config's list): under planning mode
+    /// the only kind offered during coordination.
+    pub read_only: bool,
+}
+
 /// One agent's own tools.
 pub trait AgentTools: Send + Sync + fmt::Debug {
     /// The tools to offer for this session (resolved once, when the session starts; a
     /// source that cannot be reached contributes nothing and says why in the logs).
-    fn discover(&self) -> BoxFuture<'static, Vec<ToolSpec>>;
+    fn discover(&self) -> BoxFuture<'static, Vec<OwnTool>>;
     /// Calls `name` with `arguments` (JSON text). `Err` holds a message for the model: a
     /// failing tool is a tool result, never a session failure.
     fn call(&self, name: String, arguments: String) -> BoxFuture<'static, Result<String, String>>;
@@ -49,6 +58,33 @@ pub struct ToolCallRecord {
     pub duration_ms: u64,
     /// `None` when the call succeeded.
     pub error: Option<String>,
+}
+
+/// An agent's tools split for one session: `turns` are offered during coordination;
+/// `held` (planning mode: every tool that is not read-only) only to the winner's
+/// presentation, which gets both.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SplitTools {
+    pub turns: Vec<ToolSpec>,
+    pub held: Vec<ToolSpec>,
+}
+
+impl SplitTools {
+    /// Without planning mode every tool is used in turns (and none in the presentation).
+    pub fn new(tools: Vec<OwnTool>, planning_mode: bool) -> Self {
+        let (turns, held): (Vec<OwnTool>, Vec<OwnTool>) = tools
+            .into_iter()
+            .partition(|t| !planning_mode || t.read_only);
+        let specs = |v: Vec<OwnTool>| v.into_iter().map(|t| t.spec).collect();
+        Self {
+            turns: specs(turns),
+            held: specs(held),
+        }
+    }
+
+    pub fn held_names(&self) -> Vec<String> {
+        self.held.iter().map(|t| t.name.clone()).collect()
+    }
 }
 
 /// Cuts `text` to at most `max` bytes (at a character boundary) with a note saying so.

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 
-use super::agent_tools::ToolCallRecord;
+use super::agent_tools::{SplitTools, ToolCallRecord};
 use super::call::{
     AttemptDone, AttemptTools, CallError, Gathered, Progress, Report, Side, attempt,
 };
@@ -96,8 +96,9 @@ struct Turn {
 struct Session {
     state: SessionState,
     agents: Vec<SessionAgent>,
-    /// Each agent's own tools, as discovered when the session started.
-    own_tools: Vec<Vec<ToolSpec>>,
+    /// Each agent's own tools, as discovered when the session started (split by
+    /// planning mode).
+    own_tools: Vec<SplitTools>,
     /// The running turn of each agent: `Some` exactly while its status is `Running`.
     turns: Vec<Option<Turn>>,
     options: OrchestratorOptions,
@@ -156,7 +157,7 @@ impl Session {
                     budget: spec.options.max_cost_usd,
                 },
             ),
-            own_tools: vec![Vec::new(); agents.len()],
+            own_tools: vec![SplitTools::default(); agents.len()],
             turns: agents.iter().map(|_| None).collect(),
             agents,
             options: spec.options,
@@ -210,10 +211,19 @@ impl Session {
         if reason == ConsensusReason::Budget {
             options.final_answer_strategy = Some(FinalAnswerStrategy::WinnerReuse);
         }
+        // Planning mode: the winner's presentation gets every tool, the held ones included.
+        let own = &self.own_tools[winner];
+        let presentation_tools = if self.options.planning_mode {
+            own.turns.iter().chain(&own.held).cloned().collect()
+        } else {
+            Vec::new()
+        };
         let presented = Presenter {
             state: &mut self.state,
             winner,
             agent: &self.agents[winner],
+            own_tools: presentation_tools,
+            held_tools: own.held_names(),
             options: &options,
             input: &self.input,
             clock: self.clock.as_ref(),
@@ -376,8 +386,8 @@ impl Session {
             _ = sleep_until(deadline) => return Ok(()),
             found = all => found,
         };
-        for (own, specs) in self.own_tools.iter_mut().zip(found) {
-            *own = specs;
+        for (own, tools) in self.own_tools.iter_mut().zip(found) {
+            *own = SplitTools::new(tools, self.options.planning_mode);
         }
         Ok(())
     }
@@ -417,6 +427,7 @@ impl Session {
         }
         let who = self.state.who(i).clone();
         prompt::order_for_voter(&mut shown, &who.label, i + 1);
+        let held_tools = self.own_tools[i].held_names();
         let how = Instructions {
             label: &who.label,
             single: self.state.is_single(),
@@ -428,6 +439,7 @@ impl Session {
                 .map(|t| t.name.clone())
                 .collect::<Vec<_>>(),
             call_required,
+            held_tools: &held_tools,
         };
         let system = prompt::coordination_system(
             self.agents[i].system_message.as_deref(),
@@ -444,7 +456,7 @@ impl Session {
         let mut tools = prompt::workflow_tools(offer_new_answer, &vote_labels);
         let client_tools = client_specs.iter().map(|t| t.name.clone()).collect();
         tools.extend(client_specs);
-        tools.extend(self.own_tools[i].iter().cloned());
+        tools.extend(self.own_tools[i].turns.iter().cloned());
         let mut turn = Turn {
             attempt: 1,
             deadline: Instant::now() + self.options.agent_turn_timeout,
@@ -491,7 +503,7 @@ impl Session {
         };
         let agent = &self.agents[i];
         let provider = agent.provider.clone();
-        let own = &self.own_tools[i];
+        let own = &self.own_tools[i].turns;
         let tools = agent.tools.clone().and_then(|tools| {
             let names: HashSet<String> = own.iter().map(|t| t.name.clone()).collect();
             let rounds_left = tools

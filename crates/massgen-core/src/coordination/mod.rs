@@ -38,7 +38,7 @@ mod state;
 pub mod structured;
 mod validate;
 
-pub use agent_tools::{AgentTools, ToolCallRecord, ToolLimits};
+pub use agent_tools::{AgentTools, OwnTool, SplitTools, ToolCallRecord, ToolLimits};
 pub use client_tools::ClientTools;
 pub use engine::run_session;
 pub use events::{

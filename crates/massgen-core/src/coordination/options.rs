@@ -129,6 +129,10 @@ pub struct OrchestratorOptions {
     /// USD the session may spend; once reached no new turn starts (every agent needs a
     /// price, which the caller checks).
     pub max_cost_usd: Option<f64>,
+    /// MassGen's `coordination.enable_planning_mode`: during coordination agents are
+    /// offered only their read-only tools, and the winner runs the others (once) while
+    /// presenting. `false`: every tool in every turn, none in the presentation.
+    pub planning_mode: bool,
 }
 
 impl Default for OrchestratorOptions {
@@ -154,6 +158,7 @@ impl Default for OrchestratorOptions {
             defer_voting_until_all_answered: true,
             voting_quorum: Quorum::All,
             max_cost_usd: None,
+            planning_mode: false,
         }
     }
 }

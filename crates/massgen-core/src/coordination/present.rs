@@ -1,11 +1,16 @@
 //! The final presentation (docs/protocol.md, "Winner and final presentation"): the winner
 //! writes the final answer in one more call, or its stored answer is returned as it stands.
 
+use std::collections::HashSet;
+use std::sync::Arc;
+
 use futures::StreamExt;
+use tokio::sync::mpsc;
 use tokio::time::{Instant, timeout_at};
 use tokio_util::sync::CancellationToken;
 
-use super::call::Gathered;
+use super::agent_tools::{AgentTools, ToolCallRecord};
+use super::call::{AttemptTools, CallError, Gathered, Progress, Report, Side, attempt};
 use super::emit::Emitter;
 use super::events::{AnswerContent, CallPhase, EventKind, PresentationMode, SessionError};
 use super::options::{FinalAnswerStrategy, OrchestratorOptions};
@@ -13,7 +18,7 @@ use super::prompt;
 use super::spec::{Clock, SessionAgent, SessionInput};
 use super::state::SessionState;
 use super::validate::{Action, Rules, validate};
-use crate::provider::{FinishReason, Message, ProviderRequest, ToolCall};
+use crate::provider::{FinishReason, Message, ProviderRequest, ToolCall, ToolChoice, ToolSpec};
 
 pub(super) struct Presented {
     pub text: String,
@@ -29,6 +34,11 @@ pub(super) struct Presenter<'a> {
     /// The winner's index and spec.
     pub winner: usize,
     pub agent: &'a SessionAgent,
+    /// The agent's own tools offered to the plain-text presentation (planning mode: all
+    /// of them; otherwise none), run by the same tool loop as in turns.
+    pub own_tools: Vec<ToolSpec>,
+    /// Of those, the ones held back during coordination (named in the instruction).
+    pub held_tools: Vec<String>,
     pub options: &'a OrchestratorOptions,
     pub input: &'a SessionInput,
     pub clock: &'a dyn Clock,
@@ -66,7 +76,7 @@ impl Presenter<'_> {
         }
         let who = self.state.who(self.winner).clone();
         let (gathered, failure) = self
-            .presentation_call(None, ProviderRequest::default(), true)
+            .presentation_call(None, ProviderRequest::default(), true, true)
             .await?;
         let failure = failure.or_else(|| {
             gathered
@@ -141,7 +151,7 @@ impl Presenter<'_> {
              calls now, correcting the arguments if needed; answer in text only if no call is \
              needed.";
         let (gathered, failure) = self
-            .presentation_call(Some(instruction), request, false)
+            .presentation_call(Some(instruction), request, false, false)
             .await?;
         let rules = Rules {
             vote_labels: &[],
@@ -185,14 +195,18 @@ impl Presenter<'_> {
     /// The presentation call both kinds of answer share: the started event, the prompt (the
     /// winner's own system message, the presentation instructions, then `instruction`), the
     /// call under `presentation_timeout`, and its usage. With `stream_text` the reply's text
-    /// reaches the client as it arrives. Returns what was gathered and, if the call failed,
-    /// why.
+    /// reaches the client as it arrives. With `own_tools` (only where the presentation is
+    /// made once: a retried call would repeat the tools' effects) the agent's tools in
+    /// [`Self::own_tools`] are offered and run. Returns what was gathered and, if the call
+    /// failed, why.
     pub(super) async fn presentation_call(
         &mut self,
         instruction: Option<&str>,
         mut request: ProviderRequest,
         stream_text: bool,
+        own_tools: bool,
     ) -> Result<(Gathered, Option<String>), SessionError> {
+        let tools = (self.agent.tools.clone()).filter(|_| own_tools && !self.own_tools.is_empty());
         let who = self.state.who(self.winner).clone();
         self.send(EventKind::PresentationStarted { agent: who.clone() })
             .await?;
@@ -218,6 +232,12 @@ impl Presenter<'_> {
         if let Some(instruction) = instruction {
             system = format!("{system}\n{instruction}");
         }
+        if tools.is_some() {
+            let note = prompt::planning_presentation_note(&self.held_tools);
+            system = format!("{system}\n{note}");
+            request.tools.extend(self.own_tools.iter().cloned());
+            request.tool_choice.get_or_insert(ToolChoice::Auto);
+        }
         let shown = self.state.shown_answers();
         let user = prompt::presentation_user(self.input, &shown, own_label, &votes);
         let user = prompt::user_turn(user, self.input, self.agent.vision);
@@ -225,9 +245,12 @@ impl Presenter<'_> {
         request.max_output_tokens = self.input.answer_bounds.max_output_tokens;
         request.stop.clone_from(&self.input.answer_bounds.stop);
         request.sampling = self.input.sampling;
+        let deadline = Instant::now() + self.options.presentation_timeout;
+        if let Some(tools) = tools {
+            return self.with_tools(request, tools, deadline, stream_text).await;
+        }
         self.state.add_calls(self.winner, 1);
         let mut stream = self.agent.provider.stream(request);
-        let deadline = Instant::now() + self.options.presentation_timeout;
         let mut gathered = Gathered::default();
         let failure = loop {
             let next = tokio::select! {
@@ -259,6 +282,114 @@ impl Presenter<'_> {
                 .await?;
         }
         Ok((gathered, failure))
+    }
+
+    /// The presentation call with the agent's own tools: the turns' tool loop (limits,
+    /// timeouts, `tool_called` events) under `presentation_timeout`. The text of every
+    /// round is the answer (it was streamed as it came), rounds apart by a blank line.
+    async fn with_tools(
+        &mut self,
+        request: ProviderRequest,
+        tools: Arc<dyn AgentTools>,
+        deadline: Instant,
+        stream_text: bool,
+    ) -> Result<(Gathered, Option<String>), SessionError> {
+        let (side_tx, mut side_rx) = mpsc::channel(64);
+        let progress = Arc::new(Progress::new(Vec::new()));
+        let report = Report {
+            agent: self.winner,
+            side: side_tx,
+            stream_text: true,
+            progress: progress.clone(),
+        };
+        let names: HashSet<String> = self.own_tools.iter().map(|t| t.name.clone()).collect();
+        let rounds_left = tools.limits().max_rounds;
+        let own = AttemptTools {
+            tools,
+            names,
+            rounds_left,
+        };
+        let run = attempt(
+            self.agent.provider.clone(),
+            request,
+            deadline,
+            report,
+            Some(own),
+        );
+        tokio::pin!(run);
+        let mut text = String::new();
+        let mut new_round = false;
+        let done = loop {
+            let side = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Err(self.state.cancelled()),
+                _ = self.em.closed() => return Err(self.state.cancelled()),
+                Some((_, side)) = side_rx.recv() => side,
+                done = &mut run => break done,
+            };
+            self.on_side(side, &mut text, &mut new_round, stream_text)
+                .await?;
+        };
+        // The attempt's last deltas may still sit in the channel.
+        while let Ok((_, side)) = side_rx.try_recv() {
+            self.on_side(side, &mut text, &mut new_round, stream_text)
+                .await?;
+        }
+        self.state.add_calls(self.winner, progress.calls());
+        let mut gathered = done.gathered;
+        gathered.text = text;
+        if let Some(usage) = gathered.usage {
+            self.em
+                .usage(self.state, self.winner, CallPhase::Presentation, usage)
+                .await?;
+        }
+        let failure = match done.result {
+            Ok(()) => None,
+            Err(CallError::Provider(e)) => Some(e.to_string()),
+            Err(CallError::TimedOut) => Some(format!(
+                "the presentation took longer than presentation_timeout ({}s)",
+                self.options.presentation_timeout.as_secs()
+            )),
+        };
+        Ok((gathered, failure))
+    }
+
+    async fn on_side(
+        &mut self,
+        side: Side,
+        text: &mut String,
+        new_round: &mut bool,
+        stream_text: bool,
+    ) -> Result<(), SessionError> {
+        match side {
+            Side::Delta(mut delta) => {
+                if std::mem::take(new_round) && !text.is_empty() {
+                    delta.insert_str(0, "\n\n");
+                }
+                text.push_str(&delta);
+                if stream_text {
+                    self.final_delta(delta).await?;
+                }
+                Ok(())
+            }
+            Side::Tool(ToolCallRecord {
+                tool,
+                round,
+                duration_ms,
+                error,
+            }) => {
+                *new_round = true;
+                let agent = self.state.who(self.winner).clone();
+                self.send(EventKind::ToolCalled {
+                    agent,
+                    tool,
+                    round,
+                    duration_ms,
+                    error,
+                })
+                .await
+            }
+        }
     }
 
     /// `winner_reuse`: the stored answer is the final answer, with no presentation call.

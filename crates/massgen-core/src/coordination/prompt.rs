@@ -107,6 +107,47 @@ pub struct Instructions<'a> {
     pub client_tools: &'a [String],
     /// The client demands a call (`tool_choice` `required` or a named function).
     pub call_required: bool,
+    /// Planning mode: the agent's own tools held back until the winner presents.
+    pub held_tools: &'a [String],
+}
+
+fn quoted(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| format!("`{n}`"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The paragraph about the agent's own tools held back by planning mode, if any.
+fn held_tools_note(how: &Instructions<'_>) -> String {
+    if how.held_tools.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nYou also have tools that change things: {}. They are not available while the agents \
+         deliberate: the agent whose answer is chosen runs them, once, while presenting the final \
+         answer. If the message needs them, say in your answer which of these calls to make and \
+         with which arguments; do not claim they were made.",
+        quoted(how.held_tools)
+    )
+}
+
+/// The presentation's extra instruction under planning mode: the winner now holds the
+/// tools that were held back, and carries out the plan.
+pub fn planning_presentation_note(held: &[String]) -> String {
+    let held = if held.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " The tools held back while the agents deliberated are available now: {}.",
+            quoted(held)
+        )
+    };
+    format!(
+        "You may use your tools now.{held} Make the calls the chosen answer needs, each action \
+         once, then write the final answer, saying what was done."
+    )
 }
 
 /// The paragraph about the client's tools, when some are offered.
@@ -114,12 +155,7 @@ fn client_tools_note(how: &Instructions<'_>) -> String {
     if how.client_tools.is_empty() {
         return String::new();
     }
-    let names = how
-        .client_tools
-        .iter()
-        .map(|n| format!("`{n}`"))
-        .collect::<Vec<_>>()
-        .join(", ");
+    let names = quoted(how.client_tools);
     let mut note = format!(
         "\nThe client that sent the original message offers its own tools: {names}. If the \
          message needs them (information or actions you do not have), your answer can be a set \
@@ -145,11 +181,11 @@ pub fn coordination_system(
         "Current date and time: {}.",
         httpdate::fmt_http_date(how.now)
     );
+    let notes = format!("{}{}", client_tools_note(how), held_tools_note(how));
     let instructions = if how.single {
         if how.call_required {
             format!(
-                "Answer the original message below by calling the client's tools.{}\n{date}",
-                client_tools_note(how)
+                "Answer the original message below by calling the client's tools.{notes}\n{date}"
             )
         } else {
             let or_calls = if how.client_tools.is_empty() {
@@ -159,8 +195,7 @@ pub fn coordination_system(
             };
             format!(
                 "Answer the original message below. Submit your complete answer by calling `{NEW_ANSWER}` \
-                 with the answer as `content`; end your turn with exactly that one tool call{or_calls}.{}\n{date}",
-                client_tools_note(how)
+                 with the answer as `content`; end your turn with exactly that one tool call{or_calls}.{notes}\n{date}"
             )
         }
     } else {
@@ -187,11 +222,10 @@ pub fn coordination_system(
              If the best current answer already addresses the original message {well}, call \
              `{VOTE}` with its label and a short reason. Otherwise call `{NEW_ANSWER}` with a \
              better, complete answer that combines the strengths of the current answers and \
-             fixes their weaknesses.{novelty}{client}\n\
+             fixes their weaknesses.{novelty}{notes}\n\
              You must end your turn with exactly one tool call: either `{VOTE}` or `{NEW_ANSWER}`{or_calls}.\n\
              {date}",
             label = how.label,
-            client = client_tools_note(how),
             or_calls = if how.client_tools.is_empty() {
                 ""
             } else {
@@ -572,8 +606,25 @@ mod tests {
             now: SystemTime::UNIX_EPOCH,
             client_tools: &[],
             call_required: false,
+            held_tools: &[],
         };
         let s = coordination_system(Some("Be terse."), Some("Client rules."), &how);
+        assert!(!s.contains("change things"));
+        let held = ["mcp__files__delete".to_string()];
+        let planning = coordination_system(
+            None,
+            None,
+            &Instructions {
+                held_tools: &held,
+                ..how
+            },
+        );
+        assert!(
+            planning.contains("tools that change things: `mcp__files__delete`")
+                && planning.contains("runs them, once, while presenting"),
+            "{planning}"
+        );
+        assert!(planning_presentation_note(&held).contains("available now: `mcp__files__delete`"));
         assert!(s.starts_with("Be terse.\n\nClient rules.\n\nYou are agent2"));
         assert!(s.contains("Thu, 01 Jan 1970 00:00:00 GMT"));
         assert!(s.contains("nothing important left to improve"));

@@ -140,7 +140,7 @@ impl Presenter<'_> {
                 ..ProviderRequest::default()
             };
             let (gathered, failure) = self
-                .presentation_call(instruction.as_deref(), request, output.streamed)
+                .presentation_call(instruction.as_deref(), request, output.streamed, false)
                 .await?;
             let finish = gathered.finish.unwrap_or(FinishReason::Stop);
             let problem = match failure {
