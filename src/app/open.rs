@@ -126,6 +126,7 @@ impl UseCase<'_> {
         let model_chosen = panels::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model))
             || !ask.overrides.models.is_empty();
         let sessions = self.sessions;
+        let door = ask.door;
         let started = sessions
             .start(
                 &panel,
@@ -146,6 +147,10 @@ impl UseCase<'_> {
                 },
             )
             .map_err(start_error)?;
+        if let Some(m) = telemetry::metrics() {
+            // A door's name is one of the registry's, never the request's: a bounded label.
+            m.sessions_started.with_label_values(&[door]).inc();
+        }
         let (events, stalled) = relay(
             sessions,
             started.events,

@@ -43,6 +43,25 @@ pub enum Command {
     /// Check panel configs without serving: one line per problem, warnings listed; exit 1
     /// when a config has an error.
     CheckConfig(CheckConfigArgs),
+    /// Speak MCP on stdin/stdout (logs on stderr), for MCP clients that launch a command:
+    /// the `deliberate` and `list_panels` tools, as on `/mcp`.
+    Mcp(McpArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// Default panel config (YAML) [default: as for `serve`]
+    #[arg(long, value_name = "FILE", env = "MASSGEN_SERVER_DEFAULT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory of named panel configs, offered as `massgen/<name>`
+    #[arg(long, value_name = "DIR", env = "MASSGEN_SERVER_CONFIGS_DIR")]
+    pub configs_dir: Option<PathBuf>,
+    /// Run three simulated agents on a built-in mock upstream (no API keys needed)
+    #[arg(long)]
+    pub demo: bool,
+    /// Most a deliberation may spend, in USD [default: no limit]
+    #[arg(long, value_name = "USD", env = "MASSGEN_SERVER_MAX_SESSION_COST_USD", value_parser = Number::<f64>::new())]
+    pub max_session_cost_usd: Option<f64>,
 }
 
 #[derive(Debug, Clone, Args)]

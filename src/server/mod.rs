@@ -197,7 +197,7 @@ pub fn router(state: AppState) -> Router {
     // Layers run outside-in from the last one added: request id (a client's unsafe one
     // dropped, then one generated where missing), trace span, panic guard,
     // request metrics, CORS, authentication, rate limit, then the handler.
-    let router = doors::registry::mount(Router::new())
+    let router = doors::registry::mount(Router::new(), &state)
         .route("/", get(ui::index))
         .route("/ui", get(ui::index))
         .route("/ui/", get(ui::index))
@@ -254,7 +254,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
         return None;
     }
     let layer = CorsLayer::new()
-        .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
+        .allow_methods([Method::GET, Method::POST, Method::DELETE, Method::OPTIONS])
         .allow_headers([
             header::AUTHORIZATION,
             header::CONTENT_TYPE,
@@ -263,6 +263,10 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
             HeaderName::from_static(auth::X_API_KEY),
             HeaderName::from_static("anthropic-version"),
             HeaderName::from_static("anthropic-beta"),
+            // MCP's Streamable HTTP (`/mcp`).
+            HeaderName::from_static("mcp-session-id"),
+            HeaderName::from_static("mcp-protocol-version"),
+            HeaderName::from_static("last-event-id"),
         ])
         .expose_headers([
             HeaderName::from_static("x-request-id"),
@@ -271,6 +275,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
             HeaderName::from_static(cache::CACHE_HEADER),
             header::RETRY_AFTER,
             HeaderName::from_static(error::SHOULD_RETRY),
+            HeaderName::from_static("mcp-session-id"),
         ]);
     if origins.iter().any(|o| o == "*") {
         return Some(layer.allow_origin(AllowOrigin::any()));

@@ -46,6 +46,8 @@ pub struct Metrics {
     pub tool_calls: IntCounterVec,
     pub tool_call_duration: HistogramVec,
     pub response_cache: IntCounterVec,
+    /// Sessions started, by door (`chat_completions`, `responses`, `messages`, `mcp`).
+    pub sessions_started: IntCounterVec,
     /// Failed writes to the records database (each failed attempt of a batch or timer).
     pub records_write_failures: IntCounter,
     /// Finished records dropped from memory before the database took them.
@@ -130,6 +132,11 @@ impl Metrics {
             records_unsaved_dropped,
             records_store_up,
             records_notifications,
+            sessions_started: counter(
+                "massgen_sessions_started_total",
+                "Sessions started, by the door (client API) that started them.",
+                &["door"],
+            )?,
             http_requests: counter(
                 "massgen_http_requests_total",
                 "HTTP requests by route, method and status.",

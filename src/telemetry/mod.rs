@@ -43,7 +43,7 @@ impl Telemetry {
 /// filter (massgen's spans at info), so `RUST_LOG=warn` quiets logs without losing traces.
 pub fn init(debug: bool, env: &crate::config::Env) -> Telemetry {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(if debug { "debug" } else { "info" }));
+        .unwrap_or_else(|_| EnvFilter::new(if debug { "debug" } else { "info,rmcp=warn" }));
     let json = env("MASSGEN_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
     let ansi = std::io::stderr().is_terminal() && env("NO_COLOR").is_none();
     let fmt: Box<dyn Layer<Registry> + Send + Sync> = if json {

@@ -42,6 +42,8 @@ mod http_tools;
 mod http_ui;
 mod massgen_compat;
 mod massgen_corpus;
+mod mcp_clients;
+mod mcp_door;
 mod messages_roundtrip;
 mod mock_upstream;
 mod mock_upstream_native;

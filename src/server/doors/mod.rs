@@ -9,6 +9,7 @@
 //! frames.
 
 pub mod chat_completions;
+pub mod mcp;
 pub mod messages;
 pub mod responses;
 

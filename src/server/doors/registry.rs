@@ -13,15 +13,17 @@ use serde_json::Value;
 
 use super::chat_completions::ChatCompletions;
 use super::door::{Door, serve};
+use super::mcp;
 use super::messages::{self, Messages};
 use super::responses::{self, Responses};
 use crate::server::AppState;
 use crate::server::error::ApiError;
 
-/// One route of a door: its path (axum's syntax) and handler.
+/// One route of a door: its path (axum's syntax) and handler (built once, from the state:
+/// a transport such as MCP's keeps its sessions in it).
 pub struct Route {
     pub path: &'static str,
-    pub handler: fn() -> MethodRouter<AppState>,
+    pub handler: fn(&AppState) -> MethodRouter<AppState>,
 }
 
 /// A door's entry.
@@ -39,7 +41,7 @@ pub const DOORS: &[Entry] = &[
         name: ChatCompletions::NAME,
         routes: &[Route {
             path: "/v1/chat/completions",
-            handler: || post(serve::<ChatCompletions>),
+            handler: |_| post(serve::<ChatCompletions>),
         }],
         error_body: None,
     },
@@ -48,11 +50,11 @@ pub const DOORS: &[Entry] = &[
         routes: &[
             Route {
                 path: "/v1/responses",
-                handler: || post(serve::<Responses>),
+                handler: |_| post(serve::<Responses>),
             },
             Route {
                 path: "/v1/responses/{id}",
-                handler: || get(responses::get),
+                handler: |_| get(responses::get),
             },
         ],
         error_body: None,
@@ -62,21 +64,29 @@ pub const DOORS: &[Entry] = &[
         routes: &[
             Route {
                 path: "/v1/messages",
-                handler: || post(serve::<Messages>),
+                handler: |_| post(serve::<Messages>),
             },
             Route {
                 path: "/v1/messages/count_tokens",
-                handler: || post(messages::count_tokens),
+                handler: |_| post(messages::count_tokens),
             },
         ],
         error_body: Some(messages::error::body),
     },
+    Entry {
+        name: mcp::NAME,
+        routes: &[Route {
+            path: mcp::PATH,
+            handler: mcp::route,
+        }],
+        error_body: None,
+    },
 ];
 
 /// `router` with every door's routes.
-pub fn mount(mut router: Router<AppState>) -> Router<AppState> {
+pub fn mount(mut router: Router<AppState>, state: &AppState) -> Router<AppState> {
     for route in DOORS.iter().flat_map(|d| d.routes) {
-        router = router.route(route.path, (route.handler)());
+        router = router.route(route.path, (route.handler)(state));
     }
     router
 }
@@ -167,7 +177,8 @@ mod tests {
         assert_eq!(route_of("/v1/messages").unwrap().0.name, "messages");
         assert!(route_of("/v1/messagesx").is_none());
         let names: Vec<_> = DOORS.iter().map(|d| d.name).collect();
-        assert_eq!(names, ["chat_completions", "responses", "messages"]);
+        assert_eq!(names, ["chat_completions", "responses", "messages", "mcp"]);
+        assert_eq!(route_of("/mcp").unwrap().0.name, "mcp");
     }
 
     #[test]

@@ -1,0 +1,84 @@
+//! `massgen mcp`: the MCP door over stdin and stdout, for clients that launch a command
+//! (Claude Desktop, Claude Code's stdio servers, Cursor, Codex CLI). The panels come from
+//! where `serve` finds them; stdout carries MCP only, logs go to stderr.
+
+use std::sync::Arc;
+
+use massgen_tools::ToolRegistry;
+use massgen_tools::rmcp_client::RmcpConnector;
+use tokio::sync::watch;
+
+use super::catalog::build_catalog;
+use super::fatal::Fatal;
+use super::flags::McpArgs;
+use super::resolve::ServePlan;
+use super::signals::{spawn_signal_watcher, stopped};
+use crate::app::HttpProviders;
+use crate::config::{Env, ServerSettings, process_env};
+use crate::server::AppState;
+use crate::server::doors::mcp;
+
+pub(super) async fn run(args: McpArgs) -> Result<(), Fatal> {
+    let mut settings = ServerSettings::default();
+    if let Some(usd) = args.max_session_cost_usd {
+        if !(usd.is_finite() && usd > 0.0) {
+            return Err(Fatal::usage(format!(
+                "--max-session-cost-usd must be above 0, got {usd}"
+            )));
+        }
+        settings.production.max_session_cost_usd = Some(usd);
+    }
+    let plan = ServePlan {
+        settings,
+        default_config: args.config.filter(|p| !p.as_os_str().is_empty()),
+        configs_dir: args.configs_dir.filter(|p| !p.as_os_str().is_empty()),
+        demo: args.demo,
+    };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mock_url = if plan.demo {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
+            .await
+            .map_err(|e| Fatal::runtime(format!("cannot bind the demo upstream: {e}")))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| Fatal::runtime(format!("cannot read the bound address: {e}")))?;
+        let stop = stopped(stop_rx.clone());
+        tokio::spawn(async move {
+            if let Err(e) = massgen_simulator::serve(listener, stop).await {
+                tracing::error!("demo mock upstream failed: {e}");
+            }
+        });
+        Some(format!("http://{addr}/v1"))
+    } else {
+        None
+    };
+    let catalog = build_catalog(&plan, mock_url.as_deref(), &process_env)?;
+    let panels = crate::app::panels::model_ids(&catalog);
+    tracing::info!(?panels, "massgen mcp: serving MCP on stdin/stdout");
+    spawn_signal_watcher(stop_tx)?;
+    let http = massgen_providers::http_client()
+        .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
+    let tools = Arc::new(ToolRegistry::new(Arc::new(RmcpConnector)));
+    let servers = crate::app::servers_of(&catalog);
+    tokio::spawn({
+        let tools = Arc::clone(&tools);
+        async move { tools.start_all(servers).await }
+    });
+    let env: Arc<Env> = Arc::new(process_env);
+    let state = AppState::new(
+        catalog,
+        plan.settings,
+        Arc::new(HttpProviders::new(http)),
+        Arc::clone(&tools),
+        env,
+    );
+    let sessions = Arc::clone(&state.sessions);
+    let result = mcp::serve_stdio(state, stopped(stop_rx)).await;
+    // The client is gone: what still runs has nobody to answer.
+    sessions.cancel_all();
+    let tasks = sessions.tasks();
+    tasks.close();
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), tasks.wait()).await;
+    tools.shutdown().await;
+    result.map_err(|e| Fatal::runtime(format!("{e:#}")))
+}

@@ -1,0 +1,405 @@
+//! The MCP door against the real binary: Streamable HTTP at `/mcp` (raw JSON-RPC over
+//! reqwest: keys, `Origin`, a deliberation with its progress, the session in
+//! `/v1/sessions`), and the official Python `mcp` SDK's client over Streamable HTTP and over
+//! stdio (`massgen mcp`), from its own virtualenv (tests/python/mcp/requirements.txt), whose
+//! interpreter is MASSGEN_MCP_PYTHON. `.ci/run` creates it and sets MASSGEN_REQUIRE_PYTHON,
+//! so a missing SDK fails instead of skipping.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::support::{self, Proc};
+
+const KEY: &str = "sk-mg-mcp-door";
+const PYTEST_TIMEOUT: Duration = Duration::from_secs(240);
+const PROTOCOL: &str = "2025-06-18";
+
+/// The simulator, a server with key [`KEY`] on it (default panel: fast agents; named panel
+/// `slow`: agents whose first token takes 20 s), and their folder.
+struct Door {
+    mock: Proc,
+    server: Proc,
+    dir: tempfile::TempDir,
+}
+
+fn configs(mock_url: &str, dir: &Path) -> (String, String) {
+    let team = support::write(
+        dir,
+        "team.yaml",
+        &support::panel_yaml(mock_url, &support::FAST, ""),
+    );
+    let named = dir.join("panels");
+    std::fs::create_dir_all(&named).unwrap();
+    let slow = [
+        "slow1:ttft_ms=20000,token_ms=1",
+        "slow2:ttft_ms=20000,token_ms=1",
+    ];
+    support::write(
+        &named,
+        "slow.yaml",
+        &support::panel_yaml(mock_url, &slow, ""),
+    );
+    (team.display().to_string(), named.display().to_string())
+}
+
+fn door(extra: &[&str]) -> Door {
+    let mock = support::mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let (team, named) = configs(&mock.url, dir.path());
+    let mut args: Vec<&std::ffi::OsStr> = vec![
+        "--config".as_ref(),
+        team.as_ref(),
+        "--configs-dir".as_ref(),
+        named.as_ref(),
+    ];
+    args.extend(extra.iter().map(std::ffi::OsStr::new));
+    let server = support::serve_with_keys(&args, KEY);
+    Door { mock, server, dir }
+}
+
+/// A JSON-RPC POST to `/mcp`.
+async fn post(
+    url: &str,
+    key: Option<&str>,
+    session: Option<&str>,
+    body: &Value,
+) -> reqwest::Response {
+    let mut request = support::client_with_timeout(Duration::from_secs(60))
+        .post(format!("{url}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", PROTOCOL)
+        .json(body);
+    if let Some(key) = key {
+        request = request.bearer_auth(key);
+    }
+    if let Some(id) = session {
+        request = request.header("mcp-session-id", id);
+    }
+    request.send().await.expect("request")
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": PROTOCOL, "capabilities": {},
+        "clientInfo": {"name": "massgen-tests", "version": "1"}}})
+}
+
+/// The JSON-RPC messages of a response: its JSON body, or its SSE stream's `data:` lines.
+async fn messages(response: reqwest::Response) -> Vec<Value> {
+    let text = response.text().await.unwrap();
+    if let Ok(one) = serde_json::from_str::<Value>(&text) {
+        return vec![one];
+    }
+    text.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect()
+}
+
+/// Opens an MCP session (initialize, initialized) and returns its id.
+async fn open_session(url: &str) -> String {
+    let response = post(url, Some(KEY), None, &initialize()).await;
+    assert_eq!(response.status(), 200);
+    let id = response
+        .headers()
+        .get("mcp-session-id")
+        .expect("a session id")
+        .to_str()
+        .unwrap()
+        .to_string();
+    let init = messages(response).await;
+    assert_eq!(
+        init[0]["result"]["serverInfo"]["name"], "massgen",
+        "{init:?}"
+    );
+    let done = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(post(url, Some(KEY), Some(&id), &done).await.status(), 202);
+    id
+}
+
+#[tokio::test]
+async fn keys_and_origins_guard_the_mcp_route() {
+    let d = door(&["--cors-origins", "https://ok.example"]);
+    let url = &d.server.url;
+    let refused = post(url, None, None, &initialize()).await;
+    assert_eq!(refused.status(), 401);
+    let wrong = post(url, Some("sk-wrong"), None, &initialize()).await;
+    assert_eq!(wrong.status(), 401);
+    let foreign = support::client()
+        .post(format!("{url}/mcp"))
+        .bearer_auth(KEY)
+        .header("accept", "application/json, text/event-stream")
+        .header("origin", "http://evil.example:4000")
+        .json(&initialize())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(foreign.status(), 403);
+    let body: Value = foreign.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "origin_not_allowed", "{body}");
+    let allowed = support::client()
+        .post(format!("{url}/mcp"))
+        .bearer_auth(KEY)
+        .header("accept", "application/json, text/event-stream")
+        .header("origin", "https://ok.example")
+        .json(&initialize())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(allowed.status(), 200);
+    // No Origin (every non-browser client): allowed.
+    open_session(url).await;
+    drop(d);
+}
+
+#[tokio::test]
+async fn a_deliberation_over_http_is_a_session_like_any_other() {
+    let d = door(&[]);
+    let url = &d.server.url;
+    let session = open_session(url).await;
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let tools = messages(post(url, Some(KEY), Some(&session), &list).await).await;
+    let names: Vec<&str> = tools.last().unwrap()["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["deliberate", "list_panels"]);
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+        "name": "deliberate", "arguments": {"question": "Rename the column?", "voting_quorum": "all"},
+        "_meta": {"progressToken": "p-1"}}});
+    let stream = messages(post(url, Some(KEY), Some(&session), &call).await).await;
+    let result = stream.iter().position(|m| m["id"] == 3).expect("a result");
+    let progress: Vec<&Value> = stream[..result]
+        .iter()
+        .filter(|m| m["method"] == "notifications/progress")
+        .map(|m| &m["params"])
+        .collect();
+    assert!(progress.iter().all(|p| p["progressToken"] == "p-1"));
+    let lines: Vec<&str> = progress
+        .iter()
+        .map(|p| p["message"].as_str().unwrap())
+        .collect();
+    assert!(lines.iter().any(|l| l.contains("consensus")), "{lines:?}");
+    assert!(lines.iter().any(|l| l.contains("voted for")), "{lines:?}");
+    let out = &stream[result]["result"];
+    assert_eq!(out["isError"], false, "{out}");
+    let answer = out["content"][0]["text"].as_str().unwrap();
+    assert!(answer.starts_with("[simulated final answer]"), "{answer}");
+    let structured = &out["structuredContent"];
+    assert_eq!(structured["answer"], answer);
+    assert_eq!(
+        structured["votes"].as_array().unwrap().len(),
+        3,
+        "{structured}"
+    );
+    assert_eq!(structured["consensus_reason"], "converged");
+    assert!(structured["cost_usd"].is_null(), "unpriced: {structured}");
+    let id = structured["session_id"].as_str().unwrap();
+    let record: Value = support::get(&format!("{url}/v1/sessions/{id}"), Some(KEY))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["door"], "mcp", "{record}");
+    let listed: Value = support::get(&format!("{url}/v1/sessions"), Some(KEY))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        listed["data"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == id && s["door"] == "mcp"),
+        "{listed}"
+    );
+    let metrics = support::get(&format!("{url}/metrics"), Some(KEY))
+        .await
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        support::sample(
+            &metrics,
+            "massgen_http_requests_total",
+            &[("route", "/mcp")]
+        )
+        .is_some(),
+        "{metrics}"
+    );
+    assert_eq!(
+        support::sample(
+            &metrics,
+            "massgen_sessions_started_total",
+            &[("door", "mcp")]
+        ),
+        Some(1.0),
+        "{metrics}"
+    );
+    // A bad argument is the tool's error, in the HTTP doors' words.
+    let bad = json!({"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {
+        "name": "deliberate", "arguments": {"question": "q", "max_cost_usd": 0}}});
+    let bad = messages(post(url, Some(KEY), Some(&session), &bad).await).await;
+    let bad = &bad.last().unwrap()["result"];
+    assert_eq!(bad["isError"], true, "{bad}");
+    assert!(
+        bad["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("'max_cost_usd' must be")
+    );
+    drop(d);
+}
+
+// ---------------------------------------------------------------------------------------
+// The Python SDK
+
+/// The interpreter of the `mcp` SDK's virtualenv, or `None` (skip) when it is unset or
+/// lacks the packages.
+fn mcp_python() -> Option<String> {
+    let python = std::env::var("MASSGEN_MCP_PYTHON").ok();
+    let ready = python.as_ref().is_some_and(|python| {
+        Command::new(python)
+            .args(["-c", "import mcp, httpx2, anyio, pytest"])
+            .status()
+            .is_ok_and(|s| s.success())
+    });
+    if !ready {
+        assert!(
+            std::env::var("MASSGEN_REQUIRE_PYTHON").is_err(),
+            "the mcp SDK's virtualenv missing: set MASSGEN_MCP_PYTHON to the python of a venv \
+             with tests/python/mcp/requirements.txt installed (as .ci/run does)"
+        );
+        println!("skipped: MASSGEN_MCP_PYTHON is not a python with the mcp SDK installed");
+        return None;
+    }
+    python
+}
+
+/// Runs tests/python/mcp with `env`; fails unless `passed` tests passed.
+fn pytest(python: &str, env: &[(&str, &str)], passed: usize) {
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg("tests/python/mcp/test_mcp_door.py")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .envs(env.iter().copied());
+    support::offline(&mut cmd);
+    let output = support::run_bounded(cmd, PYTEST_TIMEOUT);
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && log.contains(&format!("{passed} passed")),
+        "pytest tests/python/mcp failed:\n{log}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_python_sdk_over_streamable_http() {
+    let Some(python) = mcp_python() else {
+        return;
+    };
+    let d = door(&[]);
+    let out = d.dir.path().join("session-id");
+    let url = format!("{}/mcp", d.server.url);
+    let env = [
+        ("MASSGEN_MCP_URL", url.as_str()),
+        ("MASSGEN_API_KEY", KEY),
+        ("MASSGEN_MCP_SLOW_PANEL", "massgen/slow"),
+        ("MASSGEN_MOCK_URL", d.mock.url.as_str()),
+        ("MASSGEN_MCP_OUT", out.to_str().unwrap()),
+    ];
+    tokio::task::block_in_place(|| pytest(&python, &env, 5));
+    // The deliberation the SDK saw is in the records, as the MCP door's.
+    let id = std::fs::read_to_string(&out).unwrap();
+    let record: Value = support::get(&format!("{}/v1/sessions/{id}", d.server.url), Some(KEY))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(record["door"], "mcp", "{record}");
+    assert_eq!(support::mock_stats(&d.mock).await["active"], 0);
+}
+
+#[test]
+fn the_python_sdk_over_stdio() {
+    let Some(python) = mcp_python() else {
+        return;
+    };
+    // The built-in demo panel: its answers are the simulator's.
+    let demo = serde_json::to_string(&[support::bin(), "mcp", "--demo"]).unwrap();
+    pytest(&python, &[("MASSGEN_MCP_COMMAND", demo.as_str())], 3);
+    // Panels from files, one of them slow: a cancelled call stops its upstream calls.
+    let mock = support::mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let (team, named) = configs(&mock.url, dir.path());
+    let command = serde_json::to_string(&[
+        support::bin(),
+        "mcp",
+        "--config",
+        &team,
+        "--configs-dir",
+        &named,
+    ])
+    .unwrap();
+    let env = [
+        ("MASSGEN_MCP_COMMAND", command.as_str()),
+        ("MASSGEN_MCP_SLOW_PANEL", "massgen/slow"),
+        ("MASSGEN_MOCK_URL", mock.url.as_str()),
+    ];
+    pytest(&python, &env, 4);
+}
+
+#[tokio::test]
+async fn mcp_sessions_are_bounded_and_given_back() {
+    let d = door(&[
+        "--max-connections",
+        "3",
+        "--max-connections-per-address",
+        "3",
+    ]);
+    let url = &d.server.url;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(open_session(url).await);
+    }
+    let refused = post(url, Some(KEY), None, &initialize()).await;
+    assert_eq!(refused.status(), 503);
+    assert!(refused.headers().contains_key("retry-after"));
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "too_many_mcp_sessions", "{body}");
+    // Messages of the open sessions still go through.
+    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
+    let pong = post(url, Some(KEY), Some(&open[0]), &ping).await;
+    assert_eq!(pong.status(), 200);
+    // Ending one gives its place back.
+    let ended = support::client_with_timeout(Duration::from_secs(10))
+        .delete(format!("{url}/mcp"))
+        .bearer_auth(KEY)
+        .header("mcp-session-id", &open[0])
+        .header("mcp-protocol-version", PROTOCOL)
+        .send()
+        .await
+        .unwrap();
+    assert!(ended.status().is_success(), "{}", ended.status());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = post(url, Some(KEY), None, &initialize()).await;
+        if again.status() == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the place was not given back"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
