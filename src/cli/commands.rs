@@ -38,19 +38,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Fatal> {
             .map_err(|e| Fatal::runtime(format!("cannot write the config: {e}")));
     }
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mock_url = if plan.demo {
-        let listener = bind("127.0.0.1", 0).await?;
-        let addr = local_addr(&listener)?;
-        let stop = stopped(stop_rx.clone());
-        tokio::spawn(async move {
-            if let Err(e) = massgen_simulator::serve(listener, stop).await {
-                tracing::error!("demo mock upstream failed: {e}");
-            }
-        });
-        Some(format!("http://{addr}/v1"))
-    } else {
-        None
-    };
+    let mock_url = demo_upstream(plan.demo, &stop_rx).await?;
     let catalog = build_catalog(&plan, mock_url.as_deref(), &process_env)?;
     let mut settings = plan.settings;
     if settings.allow_config_paths
@@ -95,14 +83,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     let http = massgen_providers::http_client()
         .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
     let env: Arc<Env> = Arc::new(process_env);
-    // The process's MCP servers, held in the state; they start now, in the background, and a
-    // session that needs one first waits.
-    let tools = Arc::new(ToolRegistry::new(Arc::new(RmcpConnector)));
-    let mcp = crate::app::servers_of(&catalog);
-    tokio::spawn({
-        let tools = Arc::clone(&tools);
-        async move { tools.start_all(mcp).await }
-    });
+    let tools = start_tools(&catalog);
     let providers = Arc::new(HttpProviders::new(http));
     let state = AppState::with_records(
         catalog,
@@ -116,6 +97,37 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     let result = crate::server::serve(listener, state, stopped(stop_rx)).await;
     tools.shutdown().await;
     result.map_err(|e| Fatal::runtime(format!("server failed: {e:#}")))
+}
+
+/// With `--demo`, the simulated upstream on a loopback port until `stop` (its `/v1` URL).
+pub(super) async fn demo_upstream(
+    demo: bool,
+    stop: &watch::Receiver<bool>,
+) -> Result<Option<String>, Fatal> {
+    if !demo {
+        return Ok(None);
+    }
+    let listener = bind("127.0.0.1", 0).await?;
+    let addr = local_addr(&listener)?;
+    let stop = stopped(stop.clone());
+    tokio::spawn(async move {
+        if let Err(e) = massgen_simulator::serve(listener, stop).await {
+            tracing::error!("demo mock upstream failed: {e}");
+        }
+    });
+    Ok(Some(format!("http://{addr}/v1")))
+}
+
+/// The process's MCP servers, held in the state; they start now, in the background, and a
+/// session that needs one first waits.
+pub(super) fn start_tools(catalog: &crate::config::PanelCatalog) -> Arc<ToolRegistry> {
+    let tools = Arc::new(ToolRegistry::new(Arc::new(RmcpConnector)));
+    let servers = crate::app::servers_of(catalog);
+    tokio::spawn({
+        let tools = Arc::clone(&tools);
+        async move { tools.start_all(servers).await }
+    });
+    tools
 }
 
 /// `massgen check-config FILE…`: every error and warning of each file on stdout, one a

@@ -4,11 +4,10 @@
 
 use std::sync::Arc;
 
-use massgen_tools::ToolRegistry;
-use massgen_tools::rmcp_client::RmcpConnector;
 use tokio::sync::watch;
 
 use super::catalog::build_catalog;
+use super::commands::{demo_upstream, start_tools};
 use super::fatal::Fatal;
 use super::flags::McpArgs;
 use super::resolve::ServePlan;
@@ -35,35 +34,14 @@ pub(super) async fn run(args: McpArgs) -> Result<(), Fatal> {
         demo: args.demo,
     };
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mock_url = if plan.demo {
-        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0))
-            .await
-            .map_err(|e| Fatal::runtime(format!("cannot bind the demo upstream: {e}")))?;
-        let addr = listener
-            .local_addr()
-            .map_err(|e| Fatal::runtime(format!("cannot read the bound address: {e}")))?;
-        let stop = stopped(stop_rx.clone());
-        tokio::spawn(async move {
-            if let Err(e) = massgen_simulator::serve(listener, stop).await {
-                tracing::error!("demo mock upstream failed: {e}");
-            }
-        });
-        Some(format!("http://{addr}/v1"))
-    } else {
-        None
-    };
+    let mock_url = demo_upstream(plan.demo, &stop_rx).await?;
     let catalog = build_catalog(&plan, mock_url.as_deref(), &process_env)?;
     let panels = crate::app::panels::model_ids(&catalog);
     tracing::info!(?panels, "massgen mcp: serving MCP on stdin/stdout");
     spawn_signal_watcher(stop_tx)?;
     let http = massgen_providers::http_client()
         .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
-    let tools = Arc::new(ToolRegistry::new(Arc::new(RmcpConnector)));
-    let servers = crate::app::servers_of(&catalog);
-    tokio::spawn({
-        let tools = Arc::clone(&tools);
-        async move { tools.start_all(servers).await }
-    });
+    let tools = start_tools(&catalog);
     let env: Arc<Env> = Arc::new(process_env);
     let state = AppState::new(
         catalog,
