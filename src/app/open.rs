@@ -104,13 +104,20 @@ impl UseCase<'_> {
     }
 
     /// Resolves the panel, takes the session's places, reserves its cost and starts it.
-    pub async fn open(&self, mut ask: Ask) -> Result<Opened, Refusal> {
+    pub async fn open(&self, ask: Ask) -> Result<Opened, Refusal> {
+        let panel = self.resolve_panel(&ask)?;
+        self.open_on(ask, panel).await
+    }
+
+    /// [`UseCase::open`] on `panel`, already resolved for `ask` ([`UseCase::resolve_panel`]):
+    /// a caller that needed the panel first (the response cache's key) does not resolve it
+    /// twice (for `massgen/path:`, a second read of the file, which could differ).
+    pub async fn open_on(&self, mut ask: Ask, panel: Arc<PanelConfig>) -> Result<Opened, Refusal> {
         if !self.settings.allow_request_sampling {
             // Ignored, not refused: most clients send `temperature` by default (LangChain,
             // LiteLLM, the Agents SDK), and the panel's settings are the operator's.
             ask.input.sampling = Sampling::default();
         }
-        let panel = self.resolve_panel(&ask)?;
         // Held by the session until its coordination ends; over a cap the request is
         // refused at once.
         let permit = self.permits.try_session()?;

@@ -95,13 +95,17 @@ pub async fn serve<D: Door>(incoming: Incoming) -> Result<Response, ApiError> {
     ask.hold = share
         .as_ref()
         .map(|slot| Box::new(slot.take()) as Box<dyn std::any::Any + Send>);
-    let cached = session::cache_lookup(&state, &ask, &body)?;
+    // The door's name comes from the registry's impl, never from what a door wrote.
+    ask.door = D::NAME;
+    // Resolved once, for the cache's key and for the session.
+    let panel = state.use_case().resolve_panel(&ask)?;
+    let cached = session::cache_lookup(&state, &ask, &panel, &body);
     // The session has all it needs from the body; a big one is not held for its length.
     drop(body);
     if let Some(hit) = cached.hit() {
         return Ok(hit);
     }
-    let Opened { id, created, steps } = session::open(&state, ask).await?;
+    let Opened { id, created, steps } = session::open_on(&state, ask, panel).await?;
     let session = SessionRef {
         id: id.clone(),
         created,

@@ -1,4 +1,4 @@
-//! JSON reading shared by every door's request parser: the body as an object, typed
+//! JSON reading shared by every door's request parser: typed
 //! optional fields, and the `massgen` extension (`{"massgen": {"deliberation": …,
 //! "deliberation_format": …}}`), which every door accepts in the same form.
 
@@ -7,31 +7,12 @@ pub mod shape;
 use serde_json::{Map, Value};
 
 use massgen_core::coordination::Quorum;
-use massgen_core::provider::{Image, Sampling};
+use massgen_core::provider::Sampling;
 
 use super::narrate::Deliberation;
 use crate::app::Overrides;
 use crate::config::DeliberationFormat;
 use crate::server::error::ApiError;
-
-/// The body as a JSON object.
-pub fn object(body: &[u8]) -> Result<Map<String, Value>, ApiError> {
-    let value: Value = serde_json::from_slice(body).map_err(|e| {
-        ApiError::invalid(
-            format!("The request body is not valid JSON: {e}"),
-            None,
-            "invalid_json",
-        )
-    })?;
-    match value {
-        Value::Object(obj) => Ok(obj),
-        _ => Err(ApiError::invalid(
-            "The request body must be a JSON object",
-            None,
-            "invalid_json",
-        )),
-    }
-}
 
 /// A field whose meaning a panel cannot honour (400 `unsupported_parameter`).
 pub fn unsupported(param: &'static str, message: &str) -> ApiError {
@@ -113,28 +94,6 @@ pub fn type_error(param: &'static str, expected: &str) -> ApiError {
     )
 }
 
-pub fn optional_bool(
-    obj: &Map<String, Value>,
-    key: &'static str,
-) -> Result<Option<bool>, ApiError> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::Bool(b)) => Ok(Some(*b)),
-        Some(_) => Err(type_error(key, "a boolean")),
-    }
-}
-
-pub fn optional_str<'a>(
-    obj: &'a Map<String, Value>,
-    key: &'static str,
-) -> Result<Option<&'a str>, ApiError> {
-    match obj.get(key) {
-        None | Some(Value::Null) => Ok(None),
-        Some(Value::String(s)) => Ok(Some(s)),
-        Some(_) => Err(type_error(key, "a string")),
-    }
-}
-
 /// A whole number of at least 1, when present.
 pub fn optional_count(
     obj: &Map<String, Value>,
@@ -151,13 +110,6 @@ pub fn optional_count(
             )),
         },
     }
-}
-
-/// `model` as sent (trimmed); `massgen` when absent.
-pub fn model(obj: &Map<String, Value>) -> Result<String, ApiError> {
-    Ok(optional_str(obj, "model")?
-        .map_or("massgen", str::trim)
-        .to_string())
 }
 
 /// A field of the `massgen` extension object.
@@ -304,94 +256,6 @@ pub fn native_deliberation(
                 "'massgen.deliberation_format' \"think_tags\" is for Chat Completions only: this API carries the deliberation in {native}; use \"reasoning\" (the default) or \"none\""
             ),
         )),
-    }
-}
-
-/// A required array with at least one entry (`messages`).
-pub fn required_list<'a>(
-    value: Option<&'a Value>,
-    param: &'static str,
-) -> Result<&'a Vec<Value>, ApiError> {
-    let list = match value {
-        None | Some(Value::Null) => {
-            return Err(ApiError::invalid(
-                format!("'{param}' is required"),
-                Some(param),
-                "missing_required_parameter",
-            ));
-        }
-        Some(Value::Array(list)) => list,
-        Some(_) => return Err(type_error(param, "an array")),
-    };
-    if list.is_empty() {
-        return Err(ApiError::invalid(
-            format!("'{param}' must contain at least one message"),
-            Some(param),
-            "empty_array",
-        ));
-    }
-    Ok(list)
-}
-
-/// A problem with the `index`th entry of the list `param` (`messages`, `input`).
-pub fn entry_error(param: &'static str, index: usize, problem: &str) -> ApiError {
-    ApiError::invalid(
-        format!("{param}[{index}] {problem}"),
-        Some(param),
-        "invalid_message",
-    )
-}
-
-/// A message's text: a string, null, or an array of parts joined by line breaks. `field`
-/// names the key holding a part's text for each supported part type (`None`: refused);
-/// `error` words a problem for the door.
-pub fn joined_text(
-    content: Option<&Value>,
-    field: impl Fn(&str) -> Option<&'static str>,
-    error: impl Fn(&str) -> ApiError,
-) -> Result<String, ApiError> {
-    let (text, _) = text_and_images(content, field, |_, _| None, error)?;
-    Ok(text)
-}
-
-/// [`joined_text`], and the images among the parts: `image` reads a part of type `kind`
-/// as an image, or returns `None` for a type that is not one (then `field` decides).
-pub fn text_and_images(
-    content: Option<&Value>,
-    field: impl Fn(&str) -> Option<&'static str>,
-    image: impl Fn(&str, &Value) -> Option<Result<Image, ApiError>>,
-    error: impl Fn(&str) -> ApiError,
-) -> Result<(String, Vec<Image>), ApiError> {
-    match content {
-        None | Some(Value::Null) => Ok((String::new(), Vec::new())),
-        Some(Value::String(s)) => Ok((s.clone(), Vec::new())),
-        Some(Value::Array(parts)) => {
-            let mut texts = Vec::with_capacity(parts.len());
-            let mut images = Vec::new();
-            for part in parts {
-                let Some(kind) = part.get("type").and_then(Value::as_str) else {
-                    return Err(error("has a content part without 'type'"));
-                };
-                if let Some(read) = image(kind, part) {
-                    images.push(read?);
-                    continue;
-                }
-                let Some(key) = field(kind) else {
-                    return Err(error(&format!(
-                        "has a '{kind}' content part; only text and image parts are supported"
-                    )));
-                };
-                // A missing or non-string text is the client's mistake, not an empty text.
-                let Some(text) = part.get(key).and_then(Value::as_str) else {
-                    return Err(error(&format!(
-                        "has a '{kind}' content part whose '{key}' is not a string"
-                    )));
-                };
-                texts.push(text.to_string());
-            }
-            Ok((texts.join("\n"), images))
-        }
-        Some(_) => Err(error("'content' must be a string or an array of parts")),
     }
 }
 

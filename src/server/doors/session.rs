@@ -18,7 +18,8 @@ use tokio::sync::mpsc;
 
 use super::narrate::Narrator;
 pub use crate::app::Ask;
-use crate::app::{Caller, SHUTDOWN_CANCELLED, Sessions};
+use crate::app::Caller;
+use crate::config::PanelConfig;
 use crate::server::cache::{Lookup, ResponseCache};
 use crate::server::error::ApiError;
 use crate::server::{AppState, bodies};
@@ -81,13 +82,11 @@ impl FromRequest<AppState> for Incoming {
 
 /// The response cache's part in a request to `ask`'s panel with `body` (nothing when
 /// the cache is off).
-pub fn cache_lookup(state: &AppState, ask: &Ask, body: &[u8]) -> Result<Lookup, ApiError> {
-    let Some(cache) = state.cache.as_ref() else {
-        return Ok(Lookup::off());
-    };
-    let panel = state.use_case().resolve_panel(ask)?;
-    let key = ResponseCache::key(ask.door, &ask.caller, &panel, body);
-    Ok(Lookup::new(Some(cache), key))
+pub fn cache_lookup(state: &AppState, ask: &Ask, panel: &PanelConfig, body: &[u8]) -> Lookup {
+    match state.cache.as_ref() {
+        Some(cache) => Lookup::new(Some(cache), ResponseCache::key(ask.door, &ask.caller, panel, body)),
+        None => Lookup::off(),
+    }
 }
 
 /// A started session, ready to render.
@@ -100,15 +99,24 @@ pub struct Opened {
 
 /// Starts the session `ask` asks for ([`crate::app::open`]), its events as [`Steps`].
 pub async fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
+    let panel = state.use_case().resolve_panel(&ask)?;
+    open_on(state, ask, panel).await
+}
+
+/// [`open`] on `panel`, already resolved for `ask`.
+pub async fn open_on(
+    state: &AppState,
+    ask: Ask,
+    panel: Arc<PanelConfig>,
+) -> Result<Opened, ApiError> {
     let narrator = Narrator::new(ask.deliberation);
-    let started = state.use_case().open(ask).await?;
+    let started = state.use_case().open_on(ask, panel).await?;
     Ok(Opened {
         created: started.created,
         steps: Steps {
             events: started.events,
             narrator,
             session_id: started.id.clone(),
-            sessions: Arc::clone(&state.sessions),
             stalled: started.stalled,
         },
         id: started.id,
@@ -159,8 +167,6 @@ pub struct Steps {
     events: mpsc::Receiver<Box<SessionEvent>>,
     narrator: Narrator,
     session_id: Arc<str>,
-    /// Tells a cancellation by shutdown from one by the client.
-    sessions: Arc<Sessions>,
     /// Set when [`relay`] dropped a client that stopped reading.
     stalled: Arc<AtomicBool>,
 }
@@ -187,11 +193,9 @@ impl Steps {
                     );
                     return Step::Completed(summary);
                 }
-                EventKind::SessionFailed { mut error } => {
-                    // The engine cannot tell who cancelled it; the service can.
-                    if error.kind == SessionErrorKind::Cancelled && self.sessions.shutting_down() {
-                        error.message = SHUTDOWN_CANCELLED.to_string();
-                    }
+                EventKind::SessionFailed { error } => {
+                    // A cancellation by the shutdown already says so: the session's
+                    // observer rewrote the event before it got here.
                     log_failed(&self.session_id, &error);
                     return Step::Failed(error);
                 }

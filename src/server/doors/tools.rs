@@ -5,9 +5,8 @@
 use massgen_core::coordination::ClientTools;
 use massgen_core::provider::{ToolChoice, ToolSpec};
 use massgen_core::tool_names::{self, MCP_PREFIX, WORKFLOW_TOOLS};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
-use super::parse::type_error;
 use crate::server::error::ApiError;
 
 /// Where a tool sits in the request, for messages in the client's own terms: `at` is the
@@ -63,28 +62,27 @@ pub fn tool_spec(
     })
 }
 
-/// The request's `tools` array, each entry read by `spec` (`None`: left out), no name
-/// twice.
-pub fn parse_list(
-    obj: &Map<String, Value>,
-    mut spec: impl FnMut(usize, &Value) -> Result<Option<ToolSpec>, ApiError>,
-) -> Result<Vec<ToolSpec>, ApiError> {
-    let list = match obj.get("tools") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(t)) => t,
-        Some(_) => return Err(type_error("tools", "an array")),
-    };
-    let mut tools: Vec<ToolSpec> = Vec::with_capacity(list.len());
-    for (i, tool) in list.iter().enumerate() {
-        if let Some(s) = spec(i, tool)? {
-            push_unique(&mut tools, i, s)?;
-        }
+/// Client tools one request may define (OpenAI allows 128): each is checked against
+/// the others and copied into every agent's calls.
+pub const MAX_TOOLS: usize = 256;
+
+/// A 400 when a request defines more than [`MAX_TOOLS`] tools.
+pub fn check_count(count: usize) -> Result<(), ApiError> {
+    if count > MAX_TOOLS {
+        return Err(tools_error(
+            format!("'tools' has {count} entries; at most {MAX_TOOLS} are accepted"),
+            "invalid_value",
+        ));
     }
-    Ok(tools)
+    Ok(())
 }
 
 /// Adds `spec` (the `index`th tool) unless its name is already taken.
-fn push_unique(tools: &mut Vec<ToolSpec>, index: usize, spec: ToolSpec) -> Result<(), ApiError> {
+pub fn push_unique(
+    tools: &mut Vec<ToolSpec>,
+    index: usize,
+    spec: ToolSpec,
+) -> Result<(), ApiError> {
     if tools.iter().any(|t| t.name == spec.name) {
         return Err(tools_error(
             format!("tools[{index}]: the name '{}' is used twice", spec.name),

@@ -181,12 +181,15 @@ async fn put_one(tx: &mut Transaction<'static, Any>, row: &ResponseRow) -> Resul
     .await?;
     // One statement may not update a row twice (PostgreSQL refuses it): the last of a
     // repeated id wins, as it would over two statements.
-    let mut items: Vec<(std::borrow::Cow<'_, str>, &str)> = Vec::with_capacity(row.items.len());
-    for (id, body) in &row.items {
-        let id = text_column(id);
-        items.retain(|(seen, _)| *seen != id);
-        items.push((id, body));
-    }
+    let mut seen = std::collections::HashSet::with_capacity(row.items.len());
+    let mut items: Vec<(std::borrow::Cow<'_, str>, &str)> = row
+        .items
+        .iter()
+        .rev()
+        .map(|(id, body)| (text_column(id), body.as_str()))
+        .filter(|(id, _)| seen.insert(id.clone()))
+        .collect();
+    items.reverse();
     for chunk in items.chunks(ITEMS_PER_INSERT) {
         let mut sql =
             String::from("INSERT INTO response_items (owner, id, response_id, body) VALUES ");

@@ -306,15 +306,11 @@ fn client_tools(
     parallel: Option<bool>,
 ) -> Result<ClientTools, ApiError> {
     let mut specs: Vec<ToolSpec> = Vec::new();
-    for (i, Obj(tool)) in list.unwrap_or_default().into_iter().enumerate() {
+    let list = list.unwrap_or_default();
+    tools::check_count(list.len())?;
+    for (i, Obj(tool)) in list.into_iter().enumerate() {
         let spec = client_tool(i, tool)?;
-        if specs.iter().any(|t| t.name == spec.name) {
-            return Err(tools_error(
-                format!("tools[{i}]: the name '{}' is used twice", spec.name),
-                "invalid_value",
-            ));
-        }
-        specs.push(spec);
+        tools::push_unique(&mut specs, i, spec)?;
     }
     let choice = match choice {
         None => None,

@@ -383,7 +383,9 @@ fn client_tools(
     choice: Option<Obj<WireToolChoice>>,
 ) -> Result<ClientTools, ApiError> {
     let mut specs: Vec<ToolSpec> = Vec::new();
-    for (i, Obj(tool)) in list.unwrap_or_default().into_iter().enumerate() {
+    let list = list.unwrap_or_default();
+    tools::check_count(list.len())?;
+    for (i, Obj(tool)) in list.into_iter().enumerate() {
         if let Some(kind) = tool.kind.0.as_deref().filter(|k| *k != "custom") {
             return Err(tools_error(
                 format!(
@@ -401,13 +403,7 @@ fn client_tools(
                 schema_field: "input_schema",
             },
         )?;
-        if specs.iter().any(|t| t.name == spec.name) {
-            return Err(tools_error(
-                format!("tools[{i}]: the name '{}' is used twice", spec.name),
-                "invalid_value",
-            ));
-        }
-        specs.push(spec);
+        tools::push_unique(&mut specs, i, spec)?;
     }
     let (choice, parallel) = match choice {
         None => (None, None),

@@ -258,7 +258,9 @@ fn parse_tools(
 ) -> Result<(ClientTools, Vec<Value>), ApiError> {
     let mut specs: Vec<ToolSpec> = Vec::new();
     let mut echoed = Vec::new();
-    for (i, tool) in list.unwrap_or_default().into_iter().enumerate() {
+    let list = list.unwrap_or_default();
+    tools::check_count(list.len())?;
+    for (i, tool) in list.into_iter().enumerate() {
         if IGNORED_TOOL_TYPES.contains(&tool.kind.as_str()) {
             continue;
         }
@@ -280,13 +282,7 @@ fn parse_tools(
                 schema_field: "parameters",
             },
         )?;
-        if specs.iter().any(|t| t.name == spec.name) {
-            return Err(tools_error(
-                format!("tools[{i}]: the name '{}' is used twice", spec.name),
-                "invalid_value",
-            ));
-        }
-        specs.push(spec);
+        tools::push_unique(&mut specs, i, spec)?;
         echoed.push(echo(tool));
     }
     let choice = match choice {

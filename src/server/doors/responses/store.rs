@@ -58,12 +58,15 @@ struct ConversationRef<'a> {
 
 impl Stored {
     fn bytes(&self) -> usize {
-        let messages: usize = self.messages.iter().map(message_bytes).sum();
+        // Each message and item also costs its slot and index entries, whatever its text:
+        // counted, so a flood of empty items weighs what it holds.
+        let messages: usize = self.messages.iter().map(|m| message_bytes(m) + 64).sum();
         let items: usize = self
             .items
             .iter()
             .map(|(id, item)| {
-                id.len()
+                2 * id.len()
+                    + 256
                     + match item {
                         Item::System { text } => text.len(),
                         Item::Message { message } => message_bytes(message),

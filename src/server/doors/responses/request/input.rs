@@ -130,6 +130,14 @@ pub enum Entry {
 }
 
 /// `input` in neutral form.
+/// Items one request may send: each is kept with its response (and may name a stored
+/// one), so a body of tiny items must not become hundreds of thousands of them. A long
+/// agent session resent whole stays far below it.
+pub const MAX_ITEMS: usize = 10_000;
+
+/// Longest item id kept (and looked up): the server's own are ~50 bytes.
+pub const MAX_ID_BYTES: usize = 256;
+
 pub(super) fn read(input: TextOr<WireItem>) -> Result<Vec<InputItem>, ApiError> {
     let items = match input {
         TextOr::Text(text) => {
@@ -143,11 +151,29 @@ pub(super) fn read(input: TextOr<WireItem>) -> Result<Vec<InputItem>, ApiError> 
         }
         TextOr::List(items) => items,
     };
+    if items.len() > MAX_ITEMS {
+        return Err(ApiError::invalid(
+            format!(
+                "'input' has {} items; at most {MAX_ITEMS} are accepted (continue a long conversation with 'previous_response_id')",
+                items.len()
+            ),
+            Some("input"),
+            "invalid_value",
+        ));
+    }
     items
         .into_iter()
         .enumerate()
         .map(|(index, item)| {
             let id = item.id.clone();
+            if id.as_ref().is_some_and(|id| id.len() > MAX_ID_BYTES) {
+                let path = format!("input[{index}].id");
+                return Err(ApiError::invalid_at(
+                    format!("{path}: an item id may have at most {MAX_ID_BYTES} bytes"),
+                    path,
+                    "invalid_value",
+                ));
+            }
             Ok(InputItem {
                 index,
                 id,
@@ -452,5 +478,32 @@ mod tests {
             "{}",
             e.message()
         );
+    }
+
+    #[test]
+    fn item_counts_and_id_lengths_are_bounded() {
+        let item = json!({"type": "reasoning", "id": "rs_1", "summary": []});
+        let many = vec![item.clone(); MAX_ITEMS + 1];
+        let e = parse_json(json!({"input": many})).unwrap_err();
+        assert_eq!((e.param(), e.code()), (Some("input"), "invalid_value"));
+        assert!(parse_json(json!({"input": vec![item; MAX_ITEMS]})).is_ok());
+        let long = "x".repeat(MAX_ID_BYTES + 1);
+        let e = parse_json(json!({"input": [{"type": "item_reference", "id": long}]})).unwrap_err();
+        assert_eq!(e.param(), Some("input[0].id"));
+    }
+
+    #[test]
+    fn a_request_defines_at_most_max_tools_tools() {
+        let tool =
+            |i: usize| json!({"type": "function", "name": format!("t{i}"), "parameters": {}});
+        let tools: Vec<Value> = (0..=crate::server::doors::tools::MAX_TOOLS)
+            .map(tool)
+            .collect();
+        let e = parse_json(json!({"input": "hi", "tools": tools})).unwrap_err();
+        assert_eq!(e.param(), Some("tools"));
+        let fewer: Vec<Value> = (0..crate::server::doors::tools::MAX_TOOLS)
+            .map(tool)
+            .collect();
+        assert!(parse_json(json!({"input": "hi", "tools": fewer})).is_ok());
     }
 }
