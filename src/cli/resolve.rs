@@ -305,7 +305,8 @@ fn heartbeat_flags(args: &ProductionArgs) -> Result<(Duration, Duration), Fatal>
     }
     let heartbeat = Duration::from_secs(args.records_heartbeat_seconds);
     let after = Duration::from_secs(args.records_interrupted_after_seconds);
-    if after < heartbeat * 3 {
+    // A huge heartbeat must be refused, not overflow the multiplication.
+    if heartbeat.checked_mul(3).is_none_or(|three| after < three) {
         return Err(Fatal::usage(format!(
             "--records-interrupted-after-seconds ({}) must be at least 3 x --records-heartbeat-seconds ({}): a live replica's sessions would be marked interrupted between two heartbeats",
             after.as_secs(),

@@ -167,7 +167,14 @@ pub fn load_request_panel(
         .file_stem()
         .map(|s| s.to_string_lossy().into_owned())
         .unwrap_or_default();
-    parse_panel(&name, Path::new(requested), &text, &visible).map_err(PathRefused::Load)
+    // Named by the file it is, relative to the root (the root is resolved at start-up),
+    // not as the request spelled it: warnings are logged once per file and key, and a
+    // request's spellings (`./x.yaml`, `.//x.yaml`, …) are endless.
+    let source = file
+        .strip_prefix(root)
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|_| PathBuf::from(requested));
+    parse_panel(&name, &source, &text, &visible).map_err(PathRefused::Load)
 }
 
 /// `requested` as a resolved file under the resolved `root`. Lexical checks come first,

@@ -386,15 +386,22 @@ async fn encrypted_content_only_when_included_and_only_ours_comes_back() {
 #[tokio::test]
 async fn references_cannot_make_the_server_hold_more_than_a_bound() {
     let p = Panel::start(&QUICK, &[], None).await;
-    let (status, first) = p.ask(None, json!({"input": "Why is the sky blue?"})).await;
+    // An input item sent with an id is kept, and can be referenced: a 4,000-character one.
+    let big = "x".repeat(4_000);
+    let (status, first) = p
+        .ask(
+            None,
+            json!({"input": [{"type": "message", "role": "user", "id": "big_1", "content": big}]}),
+        )
+        .await;
     assert_eq!(status, 200, "{first}");
-    let msg = item(&first, "message")["id"].clone();
-    // A few bytes of body each, a whole stored answer each: 32 MiB of text is reached
-    // long before the body limit (each reference counts its text and 64 bytes more).
-    let many = 32 * 1024 * 1024 / (answer(&first).len() + 64) + 2;
+    let msg = json!("big_1");
+    // A few bytes of body each, a whole stored text each: 32 MiB of text is reached
+    // within the 10,000 items a request may send, and long before the body limit.
+    let many = 32 * 1024 * 1024 / (big.len() + 64) + 2;
     assert!(
-        many * 60 < 10 * 1024 * 1024,
-        "the body stays under the body limit"
+        many < 10_000 && many * 60 < 10 * 1024 * 1024,
+        "within the item and body limits"
     );
     let mut input = vec![json!({"role": "user", "content": "Why?"})];
     input.extend(std::iter::repeat_n(reference(&msg), many));

@@ -438,9 +438,9 @@ fn string(schema: &Value, variant: usize) -> String {
         _ => format!("simulated-{k}"),
     };
     let min = schema.get("minLength").and_then(Value::as_u64).unwrap_or(0);
-    while (s.chars().count() as u64) < min.min(MAX_PAD) {
-        s.push('x');
-    }
+    let have = s.chars().count() as u64;
+    let pad = min.min(MAX_PAD).saturating_sub(have);
+    s.extend(std::iter::repeat_n('x', usize::try_from(pad).unwrap_or(0)));
     if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
         && s.chars().count() as u64 > max
     {

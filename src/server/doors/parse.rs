@@ -144,34 +144,37 @@ pub fn deliberation(obj: &Map<String, Value>) -> Result<Deliberation, ApiError> 
 /// The `massgen` fields that override the panel's orchestrator options
 /// (`massgen.voting_quorum`, `massgen.max_cost_usd`).
 pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
-    let voting_quorum = match massgen_field(obj, "voting_quorum")? {
-        None => None,
-        Some(v) => Some(Quorum::parse(v).map_err(|e| {
-            ApiError::invalid(
-                format!("'massgen.voting_quorum' {e}"),
-                Some("massgen.voting_quorum"),
-                "invalid_value",
-            )
-        })?),
-    };
-    let max_cost_usd = match massgen_field(obj, "max_cost_usd")? {
-        None => None,
-        Some(v) => match v.as_f64().filter(|n| n.is_finite() && *n > 0.0) {
-            Some(n) => Some(n),
-            None => {
-                return Err(ApiError::invalid(
-                    "'massgen.max_cost_usd' must be a number of USD above 0",
-                    Some("massgen.max_cost_usd"),
-                    "invalid_value",
-                ));
-            }
-        },
-    };
+    let voting_quorum = massgen_field(obj, "voting_quorum")?
+        .map(|v| quorum(v, "massgen.voting_quorum"))
+        .transpose()?;
+    let max_cost_usd = massgen_field(obj, "max_cost_usd")?
+        .map(|v| max_cost(v, "massgen.max_cost_usd"))
+        .transpose()?;
     Ok(Overrides {
         voting_quorum,
         max_cost_usd,
         models: models(obj)?,
     })
+}
+
+/// A voting quorum (`"all"`, `"majority"`, a number) under `param`.
+pub fn quorum(value: &Value, param: &'static str) -> Result<Quorum, ApiError> {
+    Quorum::parse(value)
+        .map_err(|e| ApiError::invalid(format!("'{param}' {e}"), Some(param), "invalid_value"))
+}
+
+/// A cost limit under `param`: a number of USD above 0.
+pub fn max_cost(value: &Value, param: &'static str) -> Result<f64, ApiError> {
+    value
+        .as_f64()
+        .filter(|n| n.is_finite() && *n > 0.0)
+        .ok_or_else(|| {
+            ApiError::invalid(
+                format!("'{param}' must be a number of USD above 0"),
+                Some(param),
+                "invalid_value",
+            )
+        })
 }
 
 /// Most agents a request may ask for with `massgen.models`.

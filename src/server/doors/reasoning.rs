@@ -46,8 +46,8 @@ impl std::fmt::Debug for Signer {
 
 impl Signer {
     /// With `secret` (`--reasoning-secret`), tags verify on every replica and after a
-    /// restart; without, a random per-process key (tags from before a restart are
-    /// refused).
+    /// restart, and those that do not are refused; without, a random per-process key,
+    /// under which unverifiable tags are dropped, not refused (see the module's comment).
     pub fn new(secret: Option<&Secret>) -> Self {
         let strict = secret.is_some();
         let key = match secret {

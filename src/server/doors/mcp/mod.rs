@@ -64,8 +64,9 @@ pub fn route(state: &AppState) -> MethodRouter<AppState> {
                 return too_many_sessions(max);
             }
             // Read here, as every door reads its body: within the body timeout and the
-            // body budget (the transport would read it with neither). The share is held
-            // until the transport has taken the message in.
+            // body budget (the transport would read it with neither). The share stays with
+            // the response, so a `tools/call`'s share is given back when its deliberation's
+            // stream ends, as on the other doors.
             let (parts, body) = request.into_parts();
             let share = parts.extensions.get::<bodies::ShareSlot>().cloned();
             let settings = &state.settings;
@@ -86,14 +87,11 @@ pub fn route(state: &AppState) -> MethodRouter<AppState> {
                 Ok(Ok(body)) => body,
                 Ok(Err(error)) | Err(error) => return error.into_response(),
             };
-            let held = share.as_ref().map(bodies::ShareSlot::take);
             let request = Request::from_parts(parts, axum::body::Body::from(body));
-            let response = match service.oneshot(request).await {
+            match service.oneshot(request).await {
                 Ok(response) => response.into_response(),
                 Err(never) => match never {},
-            };
-            drop(held);
-            response
+            }
         }
     })
 }

@@ -4,13 +4,14 @@
 
 use std::sync::Arc;
 
-use massgen_core::coordination::{Quorum, SessionInput, SessionSummary};
+use massgen_core::coordination::{SessionInput, SessionSummary};
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 use serde_json::{Map, Value, json};
 
 use super::NAME;
 use crate::app::{Caller, Overrides, panels};
 use crate::config::{PanelCatalog, PanelConfig};
+use crate::server::doors::parse;
 use crate::server::doors::session::Ask;
 use crate::server::error::ApiError;
 
@@ -252,26 +253,12 @@ pub fn deliberate_ask(caller: Caller, arguments: Option<&JsonObject>) -> Result<
         // A bare name is what a client that read only the description may send.
         Some(name) => format!("massgen/{name}"),
     };
-    let voting_quorum = match present(args, "voting_quorum") {
-        None => None,
-        Some(v) => Some(
-            Quorum::parse(v)
-                .map_err(|e| invalid(format!("'voting_quorum' {e}"), "voting_quorum"))?,
-        ),
-    };
-    let max_cost_usd = match present(args, "max_cost_usd") {
-        None => None,
-        Some(v) => Some(
-            v.as_f64()
-                .filter(|n| n.is_finite() && *n > 0.0)
-                .ok_or_else(|| {
-                    invalid(
-                        "'max_cost_usd' must be a number of USD above 0",
-                        "max_cost_usd",
-                    )
-                })?,
-        ),
-    };
+    let voting_quorum = present(args, "voting_quorum")
+        .map(|v| parse::quorum(v, "voting_quorum"))
+        .transpose()?;
+    let max_cost_usd = present(args, "max_cost_usd")
+        .map(|v| parse::max_cost(v, "max_cost_usd"))
+        .transpose()?;
     Ok(Ask {
         caller,
         door: NAME,
@@ -358,7 +345,10 @@ mod tests {
         assert_eq!(a.model, "massgen/team");
         assert_eq!(a.door, "mcp");
         assert_eq!(a.input.question, "<context>\ndiff\n</context>\n\nWhy?");
-        assert_eq!(a.overrides.voting_quorum, Some(Quorum::Majority));
+        assert_eq!(
+            a.overrides.voting_quorum,
+            Some(massgen_core::coordination::Quorum::Majority)
+        );
         assert_eq!(a.overrides.max_cost_usd, Some(0.5));
         assert_eq!(
             ask(json!({"question": "q", "panel": "massgen/x"}))

@@ -65,12 +65,10 @@ impl Door for Responses {
             .cloned()
             .chain(system.iter().cloned())
             .collect();
-        let mut input = conversation::session_input(
-            session_system,
-            messages.clone(),
-            request.tools.clone(),
-            "input",
-        )?;
+        // Only a stored response keeps the conversation; otherwise it moves to the session.
+        let kept = request.store.then(|| messages.clone());
+        let mut input =
+            conversation::session_input(session_system, messages, request.tools.clone(), "input")?;
         input.answer_bounds.max_output_tokens = limit::upstream_cap(request.max_output_tokens);
         input.sampling = request.sampling;
         input.output = request
@@ -105,7 +103,7 @@ impl Door for Responses {
             metadata: request.metadata.clone(),
             seal: request.encrypted_reasoning.then(|| state.signer.clone()),
         };
-        let keep = request.store.then(|| Keep {
+        let keep = kept.map(|messages| Keep {
             store: state.responses.clone(),
             owner: caller,
             system,

@@ -389,14 +389,15 @@ mod tests {
     #[tokio::test]
     async fn bounded_by_count_and_bytes_and_owned_by_the_creating_key() {
         let anyone = Caller::default();
-        let store = ResponseStore::new(2, Duration::from_secs(60), 100);
+        // 100 bytes of text, and 64 for the one message each stored response holds.
+        let store = ResponseStore::new(2, Duration::from_secs(60), 164);
         store.put("a".into(), stored(anyone, "x"));
         store.put("b".into(), stored(anyone, "x"));
         store.put("c".into(), stored(anyone, "x"));
         assert_eq!(store.len(), 2);
         assert!(store.get("a", &anyone).await.unwrap().is_none());
         assert!(store.get("c", &anyone).await.unwrap().is_some());
-        // 60 + 60 bytes > 100: the older one goes.
+        // 60 + 60 bytes (and 64 + 64) > 164: the older one goes.
         store.put("d".into(), stored(anyone, &"y".repeat(58)));
         store.put("e".into(), stored(anyone, &"y".repeat(58)));
         assert!(store.get("d", &anyone).await.unwrap().is_none());
