@@ -84,7 +84,10 @@ impl FromRequest<AppState> for Incoming {
 /// the cache is off).
 pub fn cache_lookup(state: &AppState, ask: &Ask, panel: &PanelConfig, body: &[u8]) -> Lookup {
     match state.cache.as_ref() {
-        Some(cache) => Lookup::new(Some(cache), ResponseCache::key(ask.door, &ask.caller, panel, body)),
+        Some(cache) => Lookup::new(
+            Some(cache),
+            ResponseCache::key(ask.door, &ask.caller, panel, body),
+        ),
         None => Lookup::off(),
     }
 }
