@@ -4,7 +4,12 @@
 # non-root user 65532. Build: docker build -t massgen .
 FROM rust:1.89-slim-bookworm AS build
 WORKDIR /src
+# jemalloc (the default allocator) is built from C with its own configure and make.
+RUN apt-get update && apt-get install -y --no-install-recommends make \
+    && rm -rf /var/lib/apt/lists/*
 COPY Cargo.toml Cargo.lock ./
+# jemalloc's settings (background purging), read when it is built.
+COPY .cargo ./.cargo
 COPY src ./src
 COPY crates ./crates
 # Cargo checks that every target the manifest declares exists ([[test]] mcp, [[bench]],

@@ -5,6 +5,7 @@
 //! reaches up.
 
 mod caller;
+pub mod descriptors;
 pub mod forward;
 mod observer;
 mod open;

@@ -1,8 +1,8 @@
 //! The use case, once for every door: a door's [`Ask`] becomes a running session. [`open`]
 //! chooses the panel (named, `massgen/model:`, `massgen/path:`, request panels), takes the
-//! session's places ([`Permits`]), reserves its cost under the key's daily quota, starts it
-//! and puts the one [forwarder](super::forward) between the engine and the door. What the
-//! session holds goes with its last event.
+//! session's places and its upstream calls' descriptors ([`Permits`]), reserves its cost
+//! under the key's daily quota, starts it and puts the one [forwarder](super::forward)
+//! between the engine and the door. What the session holds goes with its last event.
 //!
 //! [`open`]: UseCase::open
 
@@ -16,6 +16,7 @@ use massgen_core::provider::Sampling;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
+use super::descriptors::Descriptors;
 use super::forward::{self, Observe};
 use super::observer::SessionObserver;
 use super::panels::{self, request_panel::request_panel};
@@ -122,6 +123,9 @@ impl UseCase<'_> {
         // refused at once.
         let permit = self.permits.try_session()?;
         let key_slot = self.permits.try_key_session(ask.caller.key)?;
+        // Before any upstream call: short of descriptors the client gets a 503 now, never
+        // a session that fails half-way on "Too many open files".
+        let descriptors = self.permits.try_descriptors(&panel)?;
         let reservation = self
             .reserve_cost(&ask.caller, &panel, &ask.overrides)
             .await?;
@@ -168,6 +172,7 @@ impl UseCase<'_> {
                 held: Some(Held {
                     _permit: permit,
                     _key_slot: key_slot,
+                    _descriptors: descriptors,
                     _hold: ask.hold,
                     reservation,
                 }),
@@ -241,6 +246,8 @@ const CLIENT_READ_AHEAD: usize = 4_096;
 struct Held {
     _permit: Option<tokio::sync::OwnedSemaphorePermit>,
     _key_slot: Option<KeySessionSlot>,
+    /// One per agent's upstream connection ([`Permits::try_descriptors`]).
+    _descriptors: Option<Descriptors>,
     /// What the edge gave the session to hold (the request body's share of the body
     /// budget).
     _hold: Option<Box<dyn Any + Send>>,

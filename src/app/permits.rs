@@ -1,19 +1,25 @@
-//! How many sessions run at once: `--max-concurrent-sessions` for the server and
-//! `--max-sessions-per-key` for each key. A session holds its places until its
-//! coordination ends; over a cap the request is refused at once, never queued.
+//! How many sessions run at once: `--max-concurrent-sessions` for the server,
+//! `--max-sessions-per-key` for each key, and the descriptors their upstream calls need
+//! under the open-file limit ([`descriptors`](super::descriptors)). A session holds its
+//! places until its coordination ends; over a cap the request is refused at once, never
+//! queued.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::descriptors::{self, Budget, Descriptors};
 use super::{KeyId, Refusal};
+use crate::config::PanelConfig;
 use crate::telemetry::metrics;
 
 pub struct Permits {
     sessions: Option<(Arc<Semaphore>, usize)>,
     /// Sessions each key (`None`: a server without keys) runs.
     per_key: Option<KeySessions>,
+    /// The process's descriptor budget, where `serve` installed one.
+    descriptors: Option<Arc<Budget>>,
 }
 
 struct KeySessions {
@@ -41,6 +47,8 @@ impl Drop for KeySessionSlot {
 }
 
 impl Permits {
+    /// The caps, and the process's descriptor budget if one is installed already (the
+    /// open-file limit is the process's: `serve` installs it before building its state).
     pub fn new(max_sessions: Option<usize>, max_per_key: Option<usize>) -> Self {
         Self {
             sessions: max_sessions.map(|n| (Arc::new(Semaphore::new(n)), n)),
@@ -48,6 +56,33 @@ impl Permits {
                 max,
                 held: Arc::default(),
             }),
+            descriptors: descriptors::installed(),
+        }
+    }
+
+    /// These permits, drawing sessions' descriptors from `budget`.
+    pub fn with_descriptors(mut self, budget: Arc<Budget>) -> Self {
+        self.descriptors = Some(budget);
+        self
+    }
+
+    /// The descriptors a session of `panel` needs for its upstream calls, held until its
+    /// coordination ends; refused when the open-file limit leaves too few now. Taken
+    /// before any upstream call, so no session fails half-way for want of one.
+    pub fn try_descriptors(&self, panel: &PanelConfig) -> Result<Option<Descriptors>, Refusal> {
+        let Some(budget) = &self.descriptors else {
+            return Ok(None);
+        };
+        let need = budget.session_need(panel);
+        match budget.try_take(need) {
+            Some(taken) => Ok(Some(taken)),
+            None => {
+                count("descriptors");
+                budget.warn_once(need);
+                Err(Refusal::OutOfDescriptors {
+                    limit: budget.split().limit,
+                })
+            }
         }
     }
 
@@ -129,5 +164,33 @@ mod tests {
                 .unwrap()
                 .is_none()
         );
+    }
+
+    #[test]
+    fn a_session_that_does_not_fit_the_descriptor_budget_is_refused() {
+        let layout = descriptors::Layout {
+            upstream_hosts: 0,
+            mcp_servers: 0,
+            record_files: false,
+            upstream_in_process: false,
+            calls_hold_descriptors: true,
+            max_connections: 0,
+        };
+        // 64 reserved, 5 for sessions: one three-agent session, not two.
+        let permits = Permits::new(None, None).with_descriptors(Budget::new(&layout, 69));
+        let panel = crate::config::demo_panel("http://127.0.0.1:9/v1");
+        let first = permits.try_descriptors(&panel).unwrap();
+        assert!(first.is_some());
+        assert_eq!(
+            permits.try_descriptors(&panel).err(),
+            Some(Refusal::OutOfDescriptors { limit: 69 })
+        );
+        drop(first);
+        assert!(permits.try_descriptors(&panel).unwrap().is_some());
+        let unbudgeted = Permits {
+            descriptors: None,
+            ..Permits::new(None, None)
+        };
+        assert!(unbudgeted.try_descriptors(&panel).unwrap().is_none());
     }
 }

@@ -50,7 +50,11 @@ impl ProviderFactory for HttpProviders {
             params: backend.params.clone(),
             policy: policy.clone(),
         };
-        self.upstreams
-            .build(preset.wire, config, backend.api_version.as_deref())
+        self.upstreams.build(
+            preset.wire,
+            config,
+            backend.api_version.as_deref(),
+            backend.http,
+        )
     }
 }

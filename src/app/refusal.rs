@@ -27,6 +27,9 @@ pub enum Refusal {
     TooManyKeySessions { max: usize },
     /// The key spent its `--max-key-cost-usd-per-day`.
     QuotaSpent(QuotaSpent),
+    /// The session's upstream calls do not fit in what the open-file limit (`limit`
+    /// descriptors) leaves now ([`descriptors`](super::descriptors)).
+    OutOfDescriptors { limit: u64 },
 }
 
 impl Refusal {

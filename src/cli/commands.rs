@@ -37,6 +37,9 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Fatal> {
             .and_then(|()| out.flush())
             .map_err(|e| Fatal::runtime(format!("cannot write the config: {e}")));
     }
+    // First: everything after (the records database, the listener, the upstream pools)
+    // opens its files under the raised limit, and the budget is cut from it.
+    let open_files = crate::app::descriptors::raise_open_file_limit();
     let (stop_tx, stop_rx) = watch::channel(false);
     let mock_url = demo_upstream(plan.demo, &stop_rx).await?;
     let catalog = build_catalog(&plan, mock_url.as_deref(), &process_env)?;
@@ -85,6 +88,11 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     let env: Arc<Env> = Arc::new(process_env);
     let tools = start_tools(&catalog);
     let providers = Arc::new(HttpProviders::new(http));
+    if let Some(limit) = open_files {
+        // Before the state: its session permits and the accept loop read the budget.
+        let layout = crate::app::descriptors::Layout::of(&catalog, &settings, plan.demo);
+        crate::app::descriptors::install(&layout, limit, catalog.default.as_deref());
+    }
     let state = AppState::with_records(
         catalog,
         settings,

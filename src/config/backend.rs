@@ -1,15 +1,16 @@
 //! One agent's `backend:` section → [`BackendConfig`]: the type (a local agent program is
-//! refused saying what it is), model, base URL, key, Azure's `api-version`, and the params
-//! that go into the upstream body.
+//! refused saying what it is), model, base URL, key, Azure's `api-version`, the HTTP spoken
+//! upstream (`h2c`), and the params that go into the upstream body.
 //!
 //! What reaches the upstream body: every key except the server's own (`type`, `model`,
-//! `api_key`, `base_url`, `pricing`, the tool keys), MassGen's own options
+//! `api_key`, `base_url`, `pricing`, `vision`, `h2c`, the tool keys), MassGen's own options
 //! (`massgen_keys::BACKEND_DROPPED`, one warning per key) and the fields each request sets
 //! (`messages`, `stream`, `tools`, …). `extra_body` is merged into the body (the SDKs'
 //! meaning); `betas` becomes Anthropic's `anthropic-beta` header.
 
 use massgen_core::Secret;
 use massgen_providers::presets::{self, PRESETS, Preset, Wire};
+use massgen_providers::{H2C_NEEDS_HTTP, UpstreamHttp};
 use serde_json::{Map, Value};
 
 use super::expand::join;
@@ -22,7 +23,9 @@ use super::tools::TOOL_KEYS;
 use super::{BackendConfig, ConfigError};
 
 /// Backend keys the server itself interprets; everything else may become a param.
-const SERVER_KEYS: &[&str] = &["type", "model", "api_key", "base_url", "pricing", "vision"];
+const SERVER_KEYS: &[&str] = &[
+    "type", "model", "api_key", "base_url", "pricing", "vision", "h2c",
+];
 
 /// Request fields the server sets itself: a config value would break the protocol.
 const REQUEST_OWNED_KEYS: &[&str] = &[
@@ -65,6 +68,7 @@ impl Cx<'_> {
         } else {
             None
         };
+        let http = self.http(path, map, &base_url)?;
         let params = self.params(path, map, preset, &base_url)?;
         let price = self.pricing(path, map.get("pricing"), &model)?;
         let vision = self
@@ -79,7 +83,30 @@ impl Cx<'_> {
             api_version,
             price,
             vision,
+            http,
         })
+    }
+
+    /// `h2c: true`: HTTP/2 with prior knowledge, for an `http://` upstream that speaks it.
+    /// Refused on `https://`, where TLS already picks HTTP/2 when both sides have it.
+    fn http(
+        &self,
+        path: &str,
+        map: &Map<String, Value>,
+        base_url: &str,
+    ) -> Result<UpstreamHttp, ConfigError> {
+        let key = join(path, "h2c");
+        match self.boolean(map.get("h2c"), &key)? {
+            Some(true) if !base_url.starts_with("http://") => Err(self.err(
+                &key,
+                format!(
+                    "{H2C_NEEDS_HTTP} (base_url: https://{}/…)",
+                    host_of(base_url)
+                ),
+            )),
+            Some(true) => Ok(UpstreamHttp::H2c),
+            Some(false) | None => Ok(UpstreamHttp::Negotiated),
+        }
     }
 
     fn backend_type(

@@ -32,6 +32,7 @@ pub fn demo_panel(mock_base_url: &str) -> PanelConfig {
             // The simulator takes images (and answers without looking at them), so the
             // demo shows what a panel of seeing models does with them.
             vision: true,
+            http: massgen_providers::UpstreamHttp::Negotiated,
         },
         tools: None,
     };

@@ -70,6 +70,9 @@ pub struct BackendConfig {
     pub price: Option<massgen_core::provider::Price>,
     /// The model can see images (`vision`, else [`default_vision`] of the model).
     pub vision: bool,
+    /// The HTTP spoken upstream: `h2c: true` is HTTP/2 with prior knowledge (`http://`
+    /// only), else HTTP/1.1 or, over TLS, HTTP/2 where ALPN picks it.
+    pub http: massgen_providers::UpstreamHttp,
 }
 
 #[derive(Debug, Clone, PartialEq)]

@@ -80,6 +80,8 @@ pub enum ApiError {
     RecordsUnavailable,
     /// 503: the request bodies held at once are at `--max-buffered-body-bytes` (`budget`).
     BodiesBusy { budget: usize },
+    /// 503: a session's upstream calls do not fit under the open-file limit now.
+    OutOfDescriptors { limit: u64 },
 }
 
 impl ApiError {
@@ -113,7 +115,8 @@ impl ApiError {
             Self::ConfigUnavailable { .. }
             | Self::NoDefaultConfig { .. }
             | Self::RecordsUnavailable
-            | Self::BodiesBusy { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::BodiesBusy { .. }
+            | Self::OutOfDescriptors { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -144,7 +147,8 @@ impl ApiError {
             Self::ConfigUnavailable { .. }
             | Self::NoDefaultConfig { .. }
             | Self::RecordsUnavailable
-            | Self::BodiesBusy { .. } => "server_error",
+            | Self::BodiesBusy { .. }
+            | Self::OutOfDescriptors { .. } => "server_error",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "timeout_error",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_error",
@@ -199,7 +203,7 @@ impl ApiError {
             Self::SessionNotFound { .. } => "session_not_found",
             Self::ResponseNotFound { .. } => "response_not_found",
             Self::RecordsUnavailable => "records_unavailable",
-            Self::BodiesBusy { .. } => "server_busy",
+            Self::BodiesBusy { .. } | Self::OutOfDescriptors { .. } => "server_busy",
         }
     }
 
@@ -290,6 +294,9 @@ impl ApiError {
                 "The server is holding its maximum of {budget} bytes of request bodies \
                  (--max-buffered-body-bytes); retry shortly"
             ),
+            Self::OutOfDescriptors { limit } => format!(
+                "The server is at its open-file limit ({limit} descriptors): try again shortly"
+            ),
             Self::RecordsUnavailable => "The session records database cannot be read right now (sessions still run); retry shortly".to_string(),
             Self::ResponseNotFound { id } => format!(
                 "No response '{id}' (responses are kept unless 'store' was false, for a limited time)"
@@ -329,7 +336,8 @@ impl ApiError {
             Self::RateLimited { .. }
             | Self::TooManySessions { .. }
             | Self::TooManyKeySessions { .. }
-            | Self::BodiesBusy { .. } => true,
+            | Self::BodiesBusy { .. }
+            | Self::OutOfDescriptors { .. } => true,
             // Running sessions give back what they did not spend when they end.
             Self::QuotaSpent(q) => q.may_free_up(),
             Self::Session(e) => {
@@ -359,7 +367,8 @@ impl ApiError {
             Self::TooManySessions { .. }
             | Self::TooManyKeySessions { .. }
             | Self::TooManySubscribers { .. }
-            | Self::BodiesBusy { .. } => Some(Duration::from_secs(1)),
+            | Self::BodiesBusy { .. }
+            | Self::OutOfDescriptors { .. } => Some(Duration::from_secs(1)),
             Self::QuotaSpent(q) if q.may_free_up() => Some(Duration::from_secs(1)),
             _ => None,
         }
@@ -461,6 +470,7 @@ impl From<crate::app::Refusal> for ApiError {
             Refusal::TooManySessions { max } => Self::TooManySessions { max },
             Refusal::TooManyKeySessions { max } => Self::TooManyKeySessions { max },
             Refusal::QuotaSpent(spent) => Self::QuotaSpent(spent),
+            Refusal::OutOfDescriptors { limit } => Self::OutOfDescriptors { limit },
         }
     }
 }

@@ -71,7 +71,7 @@ pub async fn serve_connections(
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(HTTP2_PING_INTERVAL))
         .keep_alive_timeout(HTTP2_PING_TIMEOUT);
-    let slots = Arc::new(Semaphore::new(limits.max_connections));
+    let slots = Arc::new(Semaphore::new(connection_cap(limits.max_connections)));
     let per_address = Arc::new(PerAddress::new(limits.max_connections_per_address));
     let stopping = CancellationToken::new();
     let connections = TaskTracker::new();
@@ -191,6 +191,15 @@ pub async fn serve_connections(
 }
 
 const HEADER_TIMEOUT: &str = "request headers not received in time";
+
+/// `--max-connections`, within the client connections' share of the open-file limit where
+/// `serve` installed a descriptor budget (it warned at start-up if that clamps it): every
+/// connection accepted then has its descriptor, and sessions keep theirs.
+fn connection_cap(max_connections: usize) -> usize {
+    crate::app::descriptors::installed().map_or(max_connections, |b| {
+        b.split().connections.min(max_connections)
+    })
+}
 
 /// Resolves with why the connection should close: it had no request in flight for the
 /// idle timeout, or the headers of an HTTP/1 request (the first, or the next one on a

@@ -161,6 +161,7 @@ const PAGE_EVENTS: usize = 64;
 /// A chunk of frames is sent once it holds this many bytes (one event may make it larger):
 /// what a subscriber holds at once, whatever the record's size.
 pub const CHUNK_BYTES: usize = 16 * 1024;
+const CHUNK_CAPACITY: usize = CHUNK_BYTES + 4 * 1024;
 
 /// The record as SSE frames, serialised as the client reads: one chunk of at most about
 /// [`CHUNK_BYTES`] at a time, never the whole record.
@@ -177,14 +178,20 @@ pub fn frames(mut cursor: Cursor, keepalive: Duration) -> impl Stream<Item = Byt
             if page.is_empty() {
                 return;
             }
-            let mut chunk = Vec::new();
+            // Sized for a full chunk and the event that tops it up: grown by doubling, a
+            // chunk just past CHUNK_BYTES held twice that for as long as it was queued.
+            let mut chunk = Vec::with_capacity(CHUNK_CAPACITY);
             for event in &page {
                 frame(event, &mut chunk);
                 if chunk.len() >= CHUNK_BYTES {
-                    yield Bytes::from(std::mem::take(&mut chunk));
+                    yield Bytes::from(std::mem::replace(
+                        &mut chunk,
+                        Vec::with_capacity(CHUNK_CAPACITY),
+                    ));
                 }
             }
             if !chunk.is_empty() {
+                chunk.shrink_to_fit();
                 yield Bytes::from(chunk);
             }
         }

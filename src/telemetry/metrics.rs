@@ -56,6 +56,12 @@ pub struct Metrics {
     pub records_store_up: IntGauge,
     /// PostgreSQL notifications of other replicas' commits received.
     pub records_notifications: IntCounter,
+    /// The soft open-file limit `serve` budgets by (0: no budget).
+    pub descriptor_limit: IntGauge,
+    /// What running sessions may hold for their upstream calls.
+    pub descriptor_session_budget: IntGauge,
+    /// What running sessions hold now for their upstream calls.
+    pub descriptors_reserved: IntGauge,
 }
 
 impl Metrics {
@@ -127,7 +133,27 @@ impl Metrics {
             "PostgreSQL notifications received that a session changed in the records database (they wake readers following it here).",
         )?;
         registry.register(Box::new(records_store_up.clone()))?;
+        let gauge = |name: &str, help: &str| -> Result<IntGauge, prometheus::Error> {
+            let g = IntGauge::new(name, help)?;
+            registry.register(Box::new(g.clone()))?;
+            Ok(g)
+        };
+        let descriptor_limit = gauge(
+            "massgen_descriptor_limit",
+            "The soft open-file limit (RLIMIT_NOFILE) after start-up raised it to the hard one; 0 without a descriptor budget.",
+        )?;
+        let descriptor_session_budget = gauge(
+            "massgen_descriptor_session_budget",
+            "Descriptors running sessions may hold for their upstream calls: the open-file limit less the reserve and --max-connections.",
+        )?;
+        let descriptors_reserved = gauge(
+            "massgen_descriptors_reserved",
+            "Descriptors running sessions hold now for their upstream calls (one per agent on an HTTP/1.1 upstream).",
+        )?;
         Ok(Self {
+            descriptor_limit,
+            descriptor_session_budget,
+            descriptors_reserved,
             records_write_failures,
             records_unsaved_dropped,
             records_store_up,

@@ -431,15 +431,18 @@ async fn novelty_case(novelty: Strictness, second: &'static str) -> (Vec<String>
     (run.invalid_checks("agent2"), first)
 }
 
+/// An identical answer is never refused (issue 26): it is a vote for agent1, here discarded
+/// because agent2's first turn saw no answer, so agent2 takes a fresh turn
+/// (`engine_identical.rs` follows the votes).
 #[tokio::test(start_paused = true)]
-async fn identical_answers_are_rejected_at_every_level() {
+async fn identical_answers_are_votes_at_every_level() {
     for novelty in [
         Strictness::Lenient,
         Strictness::Balanced,
         Strictness::Strict,
     ] {
         let (checks, first) = novelty_case(novelty, "  a b c d e f \n").await;
-        assert_eq!(checks, ["duplicate_answer"], "{novelty:?}");
+        assert!(checks.is_empty(), "{novelty:?}: {checks:?}");
         assert_eq!(first, "something else entirely");
     }
 }

@@ -58,6 +58,7 @@ fn app_with(agents: &[(&str, Scripted)], settings: ServerSettings) -> axum::Rout
                     api_version: None,
                     price: None,
                     vision: false,
+                    http: Default::default(),
                 },
                 tools: None,
             })

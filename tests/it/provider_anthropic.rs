@@ -1,6 +1,8 @@
 //! The Anthropic Messages client: our fixtures (tests/fixtures/anthropic), request
 //! snapshots, thinking round trips, and HTTP behaviour against a loopback upstream.
 
+use std::sync::Arc;
+
 use massgen_core::Secret;
 use massgen_providers::anthropic::{AnthropicProvider, DEFAULT_MAX_TOKENS};
 use massgen_providers::http_client;
@@ -146,7 +148,8 @@ async fn headers_and_max_tokens_default() {
 async fn thinking_blocks_round_trip_into_the_next_request() {
     let o = ANTHROPIC.decode("thinking_tools.sse").await;
     let mut request = coordination_turn();
-    request.messages.push(massgen_providers::Message {
+    let messages = Arc::make_mut(&mut request.messages);
+    messages.push(massgen_providers::Message {
         role: massgen_providers::Role::Assistant,
         content: o.text.clone(),
         tool_calls: o.calls.clone(),
@@ -154,11 +157,9 @@ async fn thinking_blocks_round_trip_into_the_next_request() {
         images: Vec::new(),
     });
     for call in &o.calls {
-        request
-            .messages
-            .push(massgen_providers::Message::tool_result(
-                &call.id, "Error: x",
-            ));
+        messages.push(massgen_providers::Message::tool_result(
+            &call.id, "Error: x",
+        ));
     }
     let sse = ANTHROPIC.text("text_cache_usage.sse");
     let (url, upstream) = serve(vec![Reply::Sse(sse)]).await;
@@ -275,7 +276,7 @@ async fn prompt_too_long_is_context_length_and_auth_errors_hide_the_key() {
 
 fn hello() -> ProviderRequest {
     ProviderRequest {
-        messages: vec![massgen_providers::Message::user("hi")],
+        messages: Arc::new(vec![massgen_providers::Message::user("hi")]),
         ..ProviderRequest::default()
     }
 }

@@ -386,7 +386,7 @@ fn provider(base_url: &str, policy: CallPolicy, key: Option<&str>) -> ChatComple
 
 fn hello() -> ProviderRequest {
     ProviderRequest {
-        messages: vec![Message::system("be brief"), Message::user("hi")],
+        messages: Arc::new(vec![Message::system("be brief"), Message::user("hi")]),
         ..ProviderRequest::default()
     }
 }
@@ -400,7 +400,7 @@ async fn request_shape_and_authorization() {
     let (url, script) = serve(vec![ok_sse()]).await;
     let provider = provider(&url, fast_policy(1), Some("sk-test-123456789"));
     let request = ProviderRequest {
-        messages: vec![Message::user("hi")],
+        messages: Arc::new(vec![Message::user("hi")]),
         tools: vec![ToolSpec {
             name: "vote".into(),
             description: "Vote for an answer".into(),

@@ -286,7 +286,7 @@ async fn every_recorded_chat_error_body_maps_to_the_right_error() {
             };
             let provider = ChatCompletionsProvider::new(config, http_client().unwrap()).unwrap();
             let request = ProviderRequest {
-                messages: vec![Message::user("hi")],
+                messages: Arc::new(vec![Message::user("hi")]),
                 ..ProviderRequest::default()
             };
             let mut stream = provider.stream(request);

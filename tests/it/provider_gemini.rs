@@ -1,6 +1,7 @@
 //! The Gemini client: our fixtures (tests/fixtures/gemini), request snapshots (schema
 //! subset, roles, function responses), thought-signature round trips, HTTP errors.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
@@ -131,19 +132,16 @@ async fn request_snapshots() {
 async fn thought_signatures_round_trip() {
     let o = GEMINI.decode("thoughts_parallel_calls.sse").await;
     let mut request = coordination_turn();
-    request.messages.push(Message {
+    let messages = Arc::make_mut(&mut request.messages);
+    messages.push(Message {
         role: Role::Assistant,
         content: String::new(),
         tool_calls: o.calls.clone(),
         tool_call_id: None,
         images: Vec::new(),
     });
-    request
-        .messages
-        .push(Message::tool_result("call_0", "Error: x"));
-    request
-        .messages
-        .push(Message::tool_result("call_1", "Error: y"));
+    messages.push(Message::tool_result("call_0", "Error: x"));
+    messages.push(Message::tool_result("call_1", "Error: y"));
     let (url, upstream) = serve(vec![GEMINI.sse("text_usage.sse")]).await;
     collect(provider(&format!("{url}/v1beta"), Map::new(), 1).stream(request)).await;
     let contents = upstream.requests()[0].body["contents"].clone();
@@ -170,16 +168,15 @@ async fn upstream_call_ids_round_trip() {
     let o = outcome(chunks, error);
     assert_eq!(o.calls[0].id, "g-1");
     let mut request = coordination_turn();
-    request.messages.push(Message {
+    let messages = Arc::make_mut(&mut request.messages);
+    messages.push(Message {
         role: Role::Assistant,
         content: String::new(),
         tool_calls: o.calls.clone(),
         tool_call_id: None,
         images: Vec::new(),
     });
-    request
-        .messages
-        .push(Message::tool_result("g-1", "Error: x"));
+    messages.push(Message::tool_result("g-1", "Error: x"));
     let (url, upstream) = serve(vec![GEMINI.sse("text_usage.sse")]).await;
     collect(provider(&format!("{url}/v1beta"), Map::new(), 1).stream(request)).await;
     let contents = upstream.requests()[0].body["contents"].clone();

@@ -1,6 +1,7 @@
 //! The OpenAI Responses client (`type: openai`): our fixtures (tests/fixtures/responses),
 //! request snapshots, reasoning-item round trips, parameter passthrough, HTTP errors.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use massgen_core::Secret;
@@ -141,19 +142,16 @@ async fn stateless_replay_drops_unresolvable_reasoning() {
 async fn reasoning_items_round_trip() {
     let o = RESPONSES.decode("reasoning_tool_calls.sse").await;
     let mut request = coordination_turn();
-    request.messages.push(Message {
+    let messages = Arc::make_mut(&mut request.messages);
+    messages.push(Message {
         role: Role::Assistant,
         content: String::new(),
         tool_calls: o.calls.clone(),
         tool_call_id: None,
         images: Vec::new(),
     });
-    request
-        .messages
-        .push(Message::tool_result("call_v", "Error: x"));
-    request
-        .messages
-        .push(Message::tool_result("call_w", "Error: y"));
+    messages.push(Message::tool_result("call_v", "Error: x"));
+    messages.push(Message::tool_result("call_w", "Error: y"));
     let (url, upstream) = serve(vec![RESPONSES.sse("text_usage.sse")]).await;
     collect(provider(&format!("{url}/v1"), Map::new(), 1).stream(request)).await;
     let input = upstream.requests()[0].body["input"].clone();

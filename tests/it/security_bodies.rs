@@ -289,12 +289,76 @@ async fn keep_alive_waits_under_the_idle_timeout_and_partial_headers_under_the_h
 }
 
 /// The process's environment as it is now (after any restart).
+#[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "jemalloc")))]
 fn environ(pid: u32) -> String {
     let raw = std::fs::read(format!("/proc/{pid}/environ")).unwrap();
     String::from_utf8_lossy(&raw).replace('\0', "\n")
 }
 
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// With jemalloc (the default build), freed memory goes back to the system about a second
+/// after it was freed (background purging, built in by .cargo/config.toml): big request
+/// bodies raise the peak, and the idle server comes back down. glibc's malloc kept such a
+/// peak for good.
+#[cfg(all(target_os = "linux", feature = "jemalloc"))]
+#[tokio::test]
+async fn memory_of_big_requests_goes_back_to_the_system() {
+    const MIB: u64 = 1024 * 1024;
+    let server = serve(&["--demo"]);
+    let pid = server.pid();
+    let body = big_question("/v1/chat/completions", 6 * 1024 * 1024);
+    send(&server.url, "/v1/chat/completions", &body, false).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let idle = crate::support::rss(pid);
+    // Sampled while the requests run: the peak lasts only as long as they do.
+    let sampling = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(idle));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (sampling.clone(), done.clone());
+        tokio::spawn(async move {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak.fetch_max(
+                    crate::support::rss(pid),
+                    std::sync::atomic::Ordering::Relaxed,
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+    };
+    for _ in 0..3 {
+        let round = (0..4).map(|_| send(&server.url, "/v1/chat/completions", &body, false));
+        for (status, _, _) in futures::future::join_all(round).await {
+            assert_eq!(status, 200);
+        }
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.await.unwrap();
+    let peak = sampling.load(std::sync::atomic::Ordering::Relaxed);
+    let rise = peak.saturating_sub(idle);
+    assert!(
+        rise > 16 * MIB,
+        "the load did not raise the peak: idle {} MiB, peak {} MiB",
+        idle / MIB,
+        peak / MIB
+    );
+    // At least three quarters of the rise given back (glibc's malloc gave back none).
+    let back_to = idle + rise / 4;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut now = crate::support::rss(pid);
+    while now > back_to && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(250)).await;
+        now = crate::support::rss(pid);
+    }
+    assert!(
+        now <= back_to,
+        "still {} MiB 20 s after a peak of {} MiB (idle {} MiB)",
+        now / MIB,
+        peak / MIB,
+        idle / MIB
+    );
+}
+
+/// Without jemalloc (`--no-default-features`): glibc's malloc, with a fixed mmap threshold.
+#[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "jemalloc")))]
 #[test]
 fn serve_runs_with_a_fixed_malloc_mmap_threshold_keeping_the_operators_own() {
     let server = serve(&["--demo"]);

@@ -5,6 +5,7 @@
 
 use std::fmt;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::Stream;
@@ -151,7 +152,8 @@ pub enum ToolChoice {
 /// over the config's values in its own spelling (or leaves out where it has none).
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct ProviderRequest {
-    pub messages: Vec<Message>,
+    /// Shared with the turn, so an upstream call does not copy a prompt it only reads.
+    pub messages: Arc<Vec<Message>>,
     pub tools: Vec<ToolSpec>,
     pub tool_choice: Option<ToolChoice>,
     pub parallel_tool_calls: Option<bool>,

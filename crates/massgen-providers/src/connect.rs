@@ -1,6 +1,6 @@
 //! Building the provider for a wire format: the registry of wire formats ([`Wire`]) and the
 //! one constructor the application calls, with what every upstream of the process shares
-//! (the connection pool, the retry hook).
+//! (the connection pools, the retry hook).
 
 use std::fmt;
 use std::sync::Arc;
@@ -31,9 +31,10 @@ macro_rules! wire_formats {
                 upstreams: &Upstreams,
                 config: UpstreamConfig,
                 api_version: Option<&str>,
+                http: reqwest::Client,
             ) -> Result<Arc<dyn Provider>, String> {
                 match self {
-                    $(Wire::$variant => upstreams.finish::<$format>(config, api_version),)*
+                    $(Wire::$variant => upstreams.finish::<$format>(config, api_version, http),)*
                 }
             }
         }
@@ -53,7 +54,19 @@ wire_formats! {
     AzureChatCompletions => crate::chat_completions::AzureChatCompletions,
 }
 
-/// Builds HTTP providers over one shared connection pool, each telling the same
+/// Which HTTP a provider speaks to its upstream (a backend's `h2c` key).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum UpstreamHttp {
+    /// HTTP/1.1 over `http://` (a connection per in-flight call); over `https://`, HTTP/2
+    /// where TLS (ALPN) agrees on it.
+    #[default]
+    Negotiated,
+    /// HTTP/2 with prior knowledge over `http://` (h2c): every call to one host is a stream
+    /// of one connection. Only for an upstream known to speak it.
+    H2c,
+}
+
+/// Builds HTTP providers over the shared connection pools, each telling the same
 /// [`RetryObserver`] (when set) of its retries. Cheap to clone.
 #[derive(Clone)]
 pub struct Upstreams {
@@ -75,28 +88,38 @@ impl Upstreams {
         self
     }
 
-    /// The provider for `config` speaking `wire`. `api_version` is used by the formats that
-    /// take one ([`Wire::AzureChatCompletions`], default
-    /// [`crate::chat_completions::AZURE_DEFAULT_API_VERSION`]).
+    /// The provider for `config` speaking `wire` over `http`. `api_version` is used by the
+    /// formats that take one ([`Wire::AzureChatCompletions`], default
+    /// [`crate::chat_completions::AZURE_DEFAULT_API_VERSION`]). [`UpstreamHttp::H2c`] on an
+    /// `https://` base URL is an error: TLS negotiates HTTP/2 there already.
     pub fn build(
         &self,
         wire: Wire,
         config: UpstreamConfig,
         api_version: Option<&str>,
+        http: UpstreamHttp,
     ) -> Result<Arc<dyn Provider>, String> {
-        wire.build(self, config, api_version)
+        let client = match http {
+            UpstreamHttp::Negotiated => self.http.clone(),
+            UpstreamHttp::H2c => {
+                if !config.base_url.starts_with("http://") {
+                    return Err(H2C_NEEDS_HTTP.to_string());
+                }
+                crate::client::h2c_client().map_err(|error| error.message)?
+            }
+        };
+        wire.build(self, config, api_version, client)
     }
 
     fn finish<W: WireFormat>(
         &self,
         config: UpstreamConfig,
         api_version: Option<&str>,
+        http: reqwest::Client,
     ) -> Result<Arc<dyn Provider>, String> {
         let provider = match api_version {
-            Some(version) => {
-                HttpProvider::<W>::with_api_version(config, version, self.http.clone())
-            }
-            None => HttpProvider::<W>::new(config, self.http.clone()),
+            Some(version) => HttpProvider::<W>::with_api_version(config, version, http),
+            None => HttpProvider::<W>::new(config, http),
         }?;
         Ok(match &self.on_retry {
             Some(observer) => Arc::new(provider.on_retry(Arc::clone(observer))),
@@ -105,10 +128,53 @@ impl Upstreams {
     }
 }
 
+/// Why h2c is refused on a base URL that is not `http://` (the config check says the same).
+pub const H2C_NEEDS_HTTP: &str = "h2c (HTTP/2 over cleartext with prior knowledge) is for \
+    http:// base URLs; over https:// HTTP/2 is negotiated by TLS (ALPN) already, without this \
+    key";
+
 impl fmt::Debug for Upstreams {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstreams")
             .field("on_retry", &self.on_retry.is_some())
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+mod tests {
+    use super::*;
+
+    fn config(base_url: &str) -> UpstreamConfig {
+        UpstreamConfig {
+            provider_name: "chatcompletion".into(),
+            model: "m".into(),
+            base_url: base_url.into(),
+            api_key: None,
+            params: serde_json::Map::new(),
+            policy: crate::CallPolicy::default(),
+        }
+    }
+
+    /// The application's config check refuses it first; a caller that skipped it is still
+    /// told, instead of h2c being spoken to a TLS port.
+    #[test]
+    fn h2c_is_built_for_http_only() {
+        let upstreams = Upstreams::new(crate::http_client().unwrap());
+        let build = |url: &str, http| {
+            upstreams
+                .build(Wire::ChatCompletions, config(url), None, http)
+                .map(|provider| provider.model().to_string())
+        };
+        assert_eq!(
+            build("http://127.0.0.1:9/v1", UpstreamHttp::H2c).unwrap(),
+            "m"
+        );
+        assert_eq!(
+            build("https://llm.example/v1", UpstreamHttp::H2c).unwrap_err(),
+            H2C_NEEDS_HTTP
+        );
+        assert!(build("https://llm.example/v1", UpstreamHttp::Negotiated).is_ok());
     }
 }

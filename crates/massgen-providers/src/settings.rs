@@ -70,6 +70,8 @@ pub(crate) fn has_refs(schema: &Value) -> bool {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
 
     #[test]
@@ -95,7 +97,7 @@ mod tests {
         let schema = json!({"type": "object", "properties": {"a": {"type": "string",
             "pattern": "^x"}}, "required": ["a"], "additionalProperties": false});
         let request = ProviderRequest {
-            messages: vec![Message::user("hi")],
+            messages: Arc::new(vec![Message::user("hi")]),
             output_format: Some(OutputFormat::JsonSchema {
                 name: "thing".into(),
                 description: None,

@@ -5,6 +5,8 @@
 //! Used by `massgen serve --demo`, black-box tests and benchmarks. The `model` string of a
 //! request is `<name>[:key=value[,key=value…]]` (grammar in [`behaviour`]); every text it
 //! writes is marked `[simulated]`, and every response carries `x-massgen-simulated: true`.
+//! It serves HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port ([`listen`]), and
+//! counts the model calls of each HTTP version in its stats.
 //! A forced `tool_choice` is obeyed in every format ([`forced`]): the reply is a call of
 //! that tool with arguments valid for its schema ([`instance`]).
 //!
@@ -14,6 +16,7 @@
 pub mod behaviour;
 pub mod forced;
 pub mod instance;
+pub mod listen;
 pub mod native;
 pub mod plan;
 pub mod respond;
@@ -25,8 +28,9 @@ use std::sync::Arc;
 
 use std::collections::HashMap;
 
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::Response;
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -66,6 +70,10 @@ fn router_with(app: App) -> Router {
         .route("/v1/responses", post(responses))
         .route("/v1/messages", post(messages))
         .route("/v1beta/models/{target}", post(gemini))
+        .route_layer(axum::middleware::from_fn_with_state(
+            app.clone(),
+            count_version,
+        ))
         .route("/v1/models", get(models))
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/mock/stats", get(stats))
@@ -82,12 +90,18 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = App::default();
     let token = app.shutdown.clone();
-    axum::serve(listener, router_with(app))
-        .with_graceful_shutdown(async move {
-            shutdown.await;
-            token.cancel();
-        })
-        .await
+    listen::serve_connections(listener, router_with(app), async move {
+        shutdown.await;
+        token.cancel();
+    })
+    .await;
+    Ok(())
+}
+
+/// Counts a model call under its HTTP version, so a test can tell which one a client spoke.
+async fn count_version(State(app): State<App>, request: Request, next: Next) -> Response {
+    app.stats.count_version(&format!("{:?}", request.version()));
+    next.run(request).await
 }
 
 async fn mark_simulated(mut response: Response) -> Response {

@@ -26,6 +26,8 @@ pub struct Snapshot {
     #[serde(flatten)]
     pub totals: Counters,
     pub by_model: BTreeMap<String, Counters>,
+    /// Model calls per HTTP version as `Debug` writes it (`HTTP/1.1`, `HTTP/2.0`).
+    pub http_versions: BTreeMap<String, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -71,6 +73,16 @@ impl Stats {
         times.is_none_or(|n| *seen <= n)
     }
 
+    /// Counts a model call made over HTTP `version`.
+    pub fn count_version(&self, version: &str) {
+        *self
+            .lock()
+            .snapshot
+            .http_versions
+            .entry(version.to_string())
+            .or_default() += 1;
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         self.lock().snapshot.clone()
     }
@@ -81,6 +93,7 @@ impl Stats {
         inner.epoch += 1;
         inner.fault_seen.clear();
         let s = &mut inner.snapshot;
+        s.http_versions.clear();
         s.totals = Counters {
             active: s.totals.active,
             ..Counters::default()

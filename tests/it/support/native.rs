@@ -389,7 +389,7 @@ const CONTEXT: &str =
 /// A coordination turn: system prompt, the context, both workflow tools, `auto`.
 pub fn coordination_turn() -> ProviderRequest {
     ProviderRequest {
-        messages: vec![Message::system(SYSTEM), Message::user(CONTEXT)],
+        messages: Arc::new(vec![Message::system(SYSTEM), Message::user(CONTEXT)]),
         tools: workflow_tools(true, &["agent1".to_string(), "agent2".to_string()]),
         tool_choice: Some(ToolChoice::Auto),
         parallel_tool_calls: None,
@@ -400,10 +400,10 @@ pub fn coordination_turn() -> ProviderRequest {
 /// The presentation call: system prompt and context, no tools.
 pub fn presentation_turn() -> ProviderRequest {
     ProviderRequest {
-        messages: vec![
+        messages: Arc::new(vec![
             Message::system("You are agent2. Write the final answer."),
             Message::user("<original_message>What is 2+2?</original_message>"),
-        ],
+        ]),
         ..ProviderRequest::default()
     }
 }
@@ -412,7 +412,8 @@ pub fn presentation_turn() -> ProviderRequest {
 /// the error results, then a reminder.
 pub fn history_with_tool_results(opaque: Option<Value>) -> ProviderRequest {
     let mut request = coordination_turn();
-    request.messages.push(Message {
+    let messages = Arc::make_mut(&mut request.messages);
+    messages.push(Message {
         role: Role::Assistant,
         content: "Let me vote.".into(),
         tool_calls: vec![
@@ -432,30 +433,28 @@ pub fn history_with_tool_results(opaque: Option<Value>) -> ProviderRequest {
         tool_call_id: None,
         images: Vec::new(),
     });
-    request.messages.push(Message::tool_result(
+    messages.push(Message::tool_result(
         "call_a",
         "Error: agent9 is not one of agent1, agent2",
     ));
-    request.messages.push(Message::tool_result(
+    messages.push(Message::tool_result(
         "call_b",
         "Error: arguments are not JSON",
     ));
-    request
-        .messages
-        .push(Message::user("Call exactly one of vote or new_answer."));
+    messages.push(Message::user("Call exactly one of vote or new_answer."));
     request
 }
 
 /// Two system messages (agent persona and instructions) around a plain question.
 pub fn system_messages() -> ProviderRequest {
     ProviderRequest {
-        messages: vec![
+        messages: Arc::new(vec![
             Message::system("You are a careful generalist."),
             Message::system("Answer in one sentence."),
             Message::user("Why is the sky blue?"),
             Message::assistant("Rayleigh scattering."),
             Message::user("Say more."),
-        ],
+        ]),
         ..ProviderRequest::default()
     }
 }
@@ -482,12 +481,12 @@ pub fn images_turn() -> ProviderRequest {
         detail: Some("low".into()),
     }];
     ProviderRequest {
-        messages: vec![
+        messages: Arc::new(vec![
             Message::system("Describe images."),
             earlier,
             Message::assistant("A dot."),
             question,
-        ],
+        ]),
         ..ProviderRequest::default()
     }
 }

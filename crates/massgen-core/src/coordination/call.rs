@@ -274,7 +274,8 @@ pub async fn attempt(
                     .map(|(c, text)| Message::tool_result(&c.id, text)),
             );
         }
-        request.messages.extend(
+        // Copies the prompt only on the first round, while the turn still shares it.
+        Arc::make_mut(&mut request.messages).extend(
             transcript[transcript.len() - own.len() - 1..]
                 .iter()
                 .cloned(),

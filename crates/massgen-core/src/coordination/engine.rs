@@ -80,7 +80,8 @@ pub async fn run_session(
 struct Turn {
     attempt: u32,
     deadline: Instant,
-    messages: Vec<Message>,
+    /// Shared with each attempt's request, so an upstream call does not copy the prompt.
+    messages: Arc<Vec<Message>>,
     tools: Vec<ToolSpec>,
     vote_labels: Vec<String>,
     offer_new_answer: bool,
@@ -269,7 +270,7 @@ impl Session {
             if self.state.is_single() && !self.state.answers().is_empty() {
                 return Ok(ConsensusReason::SingleAgent);
             }
-            if self.options.ends_when_all_answered() && self.state.all_live_answered() {
+            if self.options.ends_when_all_answered() && self.state.all_live_answered_or_voted() {
                 return Ok(ConsensusReason::AllAnswered);
             }
             if self.state.converged() {
@@ -452,7 +453,7 @@ impl Session {
             None => user,
         };
         let user = prompt::user_turn(user, &self.input, self.agents[i].vision);
-        let messages = vec![Message::system(system), user];
+        let messages = Arc::new(vec![Message::system(system), user]);
         let mut tools = prompt::workflow_tools(offer_new_answer, &vote_labels);
         let client_tools = client_specs.iter().map(|t| t.name.clone()).collect();
         tools.extend(client_specs);
@@ -486,7 +487,7 @@ impl Session {
         let client = &self.input.tools;
         let offers_client = !turn.client_tools.is_empty();
         let request = ProviderRequest {
-            messages: turn.messages.clone(),
+            messages: Arc::clone(&turn.messages),
             tools: turn.tools.clone(),
             // Not `Required` (unless the client demanded a call): many local servers reject
             // it; validation asks again instead.
@@ -689,31 +690,34 @@ impl Session {
         let Some(mut turn) = self.turns[i].take() else {
             return Ok(());
         };
-        turn.messages.extend(transcript);
+        // The attempt that shared these messages has ended, so this normally appends in
+        // place; should its request still be alive, make_mut copies instead.
+        let messages = Arc::make_mut(&mut turn.messages);
+        messages.extend(transcript);
         if gathered.tool_calls.is_empty() {
             if !gathered.text.trim().is_empty() {
-                turn.messages.push(Message::assistant(gathered.text));
+                messages.push(Message::assistant(gathered.text));
             }
             let reminder = if turn.client_tools.is_empty() {
                 prompt::missing_tool_reminder(turn.offer_new_answer, !turn.vote_labels.is_empty())
             } else {
                 format!("You did not call a tool. {}", invalid.message)
             };
-            turn.messages.push(Message::user(reminder));
+            messages.push(Message::user(reminder));
         } else {
             let results: Vec<Message> = gathered
                 .tool_calls
                 .iter()
                 .map(|c| Message::tool_result(&c.id, format!("Error: {}", invalid.message)))
                 .collect();
-            turn.messages.push(Message {
+            messages.push(Message {
                 role: Role::Assistant,
                 content: gathered.text,
                 tool_calls: gathered.tool_calls,
                 tool_call_id: None,
                 images: Vec::new(),
             });
-            turn.messages.extend(results);
+            messages.extend(results);
         }
         turn.attempt += 1;
         self.launch(i, &mut turn);

@@ -6,6 +6,8 @@
 //! presentation call. A failed, timed-out or undecided check submits the answer, as
 //! MassGen's does.
 
+use std::sync::Arc;
+
 use futures::StreamExt;
 use serde_json::{Value, json};
 use tokio::time::{Instant, timeout_at};
@@ -58,14 +60,14 @@ impl Evaluator<'_> {
             self.clock.now(),
         );
         let request = ProviderRequest {
-            messages: vec![
+            messages: Arc::new(vec![
                 Message::system(system),
                 prompt::user_turn(
                     prompt::evaluation_user(self.input, answer),
                     self.input,
                     self.agent.vision,
                 ),
-            ],
+            ]),
             tools: tools(),
             tool_choice: Some(ToolChoice::Auto),
             // A check, not an answer: no output format, stops or token limit of the client's.

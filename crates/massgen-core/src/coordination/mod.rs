@@ -11,7 +11,8 @@
 //! Choices where the protocol is silent:
 //! - Votes are checked against the labels offered in the turn (what the agent saw);
 //!   `new_answer` duplicates and near-duplicates against the latest answers *now*, the
-//!   agent's own included. A vote without `reason` is accepted with an empty reason.
+//!   agent's own included (an exact duplicate is a vote for its author, a near one is
+//!   refused). A vote without `reason` is accepted with an empty reason.
 //! - `new_answer` with blank `content` uses the text streamed in that attempt.
 //! - An invalid attempt of a stale turn that could vote is not asked again: the agent
 //!   restarts with the current answers (a first-answer turn is asked again as usual).

@@ -241,7 +241,7 @@ impl Presenter<'_> {
         let shown = self.state.shown_answers();
         let user = prompt::presentation_user(self.input, &shown, own_label, &votes);
         let user = prompt::user_turn(user, self.input, self.agent.vision);
-        request.messages = vec![Message::system(system), user];
+        request.messages = Arc::new(vec![Message::system(system), user]);
         request.max_output_tokens = self.input.answer_bounds.max_output_tokens;
         request.stop.clone_from(&self.input.answer_bounds.stop);
         request.sampling = self.input.sampling;

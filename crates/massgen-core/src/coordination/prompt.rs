@@ -392,6 +392,9 @@ pub fn user_turn(mut text: String, input: &SessionInput, vision: bool) -> Messag
         .cloned()
         .collect();
     if images.is_empty() {
+        // The text was sized with slack for what a prompt may add; the message is held for
+        // the whole call (with three calls per session in flight, 4 KiB each of nothing).
+        text.shrink_to_fit();
         return Message::user(text);
     }
     // Appended, not formatted into a new string: the text can hold a big question.

@@ -238,8 +238,9 @@ impl SessionState {
     }
 
     /// Deferred voting is holding answered agents back: some live agent has not ended a
-    /// turn with an answer yet (nor with a counted vote: an agent whose proposal repeats
-    /// another's has voted for it). Once the panel's answers are used up nobody waits.
+    /// turn with an answer yet (nor with a counted vote: an agent whose answer or proposal
+    /// repeats another's has voted for it). Once the panel's answers are used up nobody
+    /// waits.
     fn deferring(&self) -> bool {
         self.defer && !self.global_cap_reached() && self.live().any(|a| !a.settled)
     }
@@ -474,6 +475,18 @@ impl SessionState {
             .map(|e| format!("{}: {}", e.agent.agent_id, e.message))
             .collect();
         Some(self.error(kind, format!("{head}: {}", details.join("; "))))
+    }
+
+    /// What the deliberation waits for when it ends once everybody answered
+    /// (`skip_voting`): every live agent has an answer or holds a counted vote. An agent
+    /// whose answer or proposal repeated another's has voted for it instead of answering:
+    /// counting answers only, the session would wait for it until nobody could move.
+    pub fn all_live_answered_or_voted(&self) -> bool {
+        self.all_live_answered()
+            || (self.live().any(|a| a.status == Status::Voted)
+                && self
+                    .live()
+                    .all(|a| a.answers > 0 || a.status == Status::Voted))
     }
 
     /// Every live agent holds a counted vote.

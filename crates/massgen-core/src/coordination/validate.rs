@@ -25,6 +25,9 @@ pub enum Action {
 /// The reason recorded when a proposal repeats another agent's calls.
 pub const SAME_CALLS_REASON: &str = "proposed the same tool calls";
 
+/// The reason recorded when a text answer repeats another agent's current answer.
+pub const SAME_ANSWER_REASON: &str = "gave the same answer";
+
 /// A failed check: `check` is the stable name reported in `turn_invalid` events.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Invalid {
@@ -233,16 +236,17 @@ fn check_answer(
     }
     // A proposal of calls is never a text duplicate, whatever its rendering says.
     let texts = || rules.current.iter().filter(|a| a.calls.is_empty());
-    for other in texts() {
-        if other.text.trim() == text {
-            return Err(invalid(
-                "duplicate_answer",
-                format!(
-                    "Your answer is identical to {}'s current answer. Vote for it with `{VOTE}`, or submit a substantially different answer.",
-                    other.label
-                ),
-            ));
-        }
+    // Repeating a current answer word for word is agreeing with it, as with a repeated
+    // proposal: refusing it made a deterministic model fail its turn on retries that can
+    // only repeat it again. The agent's own answer counts too: repeating it is a vote for
+    // itself, which `vote` offers as well. The vote is checked like any other: cast in a
+    // turn that did not see that answer (a first turn, or a stale one), it is discarded and
+    // the agent takes a fresh turn.
+    if let Some(same) = texts().find(|a| a.text.trim() == text) {
+        return Ok(Action::Vote {
+            target: same.label.clone(),
+            reason: SAME_ANSWER_REASON.to_string(),
+        });
     }
     let threshold = match rules.novelty {
         Strictness::Lenient => None,
@@ -407,7 +411,10 @@ mod tests {
         );
         assert_eq!(
             check(&[call("new_answer", r#"{"content":" a b c d "}"#)]),
-            Err("duplicate_answer")
+            Ok(Action::Vote {
+                target: "agent1".into(),
+                reason: SAME_ANSWER_REASON.into()
+            })
         );
         assert_eq!(
             check(&[call("new_answer", r#"{"content":"a b c e"}"#)]),
@@ -423,6 +430,74 @@ mod tests {
                 target: "agent1".into(),
                 reason: "ok".into()
             })
+        );
+    }
+
+    #[test]
+    fn an_identical_answer_is_a_vote_only_where_an_answer_could_be_given() {
+        let labels = vec!["agent1".to_string(), "agent2".to_string()];
+        let current = vec![
+            ShownAnswer::proposal("agent1", &[call("get_time", "{}")]),
+            ShownAnswer {
+                label: "agent2".into(),
+                text: "The sky is blue because of Rayleigh scattering.".into(),
+                calls: Vec::new(),
+            },
+        ];
+        let mut rules = Rules {
+            vote_labels: &labels,
+            answer_limit_reached: None,
+            current: &current,
+            novelty: Strictness::Lenient,
+            client_tools: &[],
+            call_required: false,
+            one_call_only: false,
+        };
+        let same = r#"{"content":"\nThe sky is blue because of Rayleigh scattering.  "}"#;
+        let check = |r: &Rules<'_>, streamed: &str, calls: &[ToolCall]| {
+            validate(r, streamed, calls).map_err(|e| e.check)
+        };
+        let vote_for_agent2 = Ok(Action::Vote {
+            target: "agent2".into(),
+            reason: SAME_ANSWER_REASON.into(),
+        });
+        assert_eq!(
+            check(&rules, "", &[call("new_answer", same)]),
+            vote_for_agent2
+        );
+        // Blank `content`: the streamed text is the answer, and it is compared the same way.
+        assert_eq!(
+            check(
+                &rules,
+                " The sky is blue because of Rayleigh scattering.\n",
+                &[call("new_answer", "{}")]
+            ),
+            vote_for_agent2
+        );
+        // Only an exact repeat: one word more is a new answer at the lenient level.
+        assert!(matches!(
+            check(
+                &rules,
+                "",
+                &[call(
+                    "new_answer",
+                    r#"{"content":"The sky is blue because of Rayleigh scattering. Mostly."}"#
+                )]
+            ),
+            Ok(Action::NewAnswer(_))
+        ));
+        // An agent that may not answer, or must call tools, is told so first, as with a
+        // repeated proposal: a refused answer is not a vote.
+        rules.call_required = true;
+        assert_eq!(
+            check(&rules, "", &[call("new_answer", same)]),
+            Err("tool_call_required")
+        );
+        rules.call_required = false;
+        rules.answer_limit_reached = Some("You have used all 1 of your new answers.");
+        assert_eq!(
+            check(&rules, "", &[call("new_answer", same)]),
+            Err("answer_limit_reached")
         );
     }
 

@@ -177,12 +177,14 @@ pub(crate) fn arguments_object(arguments: &str) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::ToolSpec;
 
     fn with_tools(choice: Option<ToolChoice>, parallel: Option<bool>) -> ProviderRequest {
         ProviderRequest {
-            messages: vec![Message::user("q")],
+            messages: Arc::new(vec![Message::user("q")]),
             tools: vec![ToolSpec {
                 name: "vote".into(),
                 description: "d".into(),
@@ -222,7 +224,7 @@ mod tests {
             "m",
             &params,
             &ProviderRequest {
-                messages: vec![Message::user("q")],
+                messages: Arc::new(vec![Message::user("q")]),
                 ..ProviderRequest::default()
             },
         );

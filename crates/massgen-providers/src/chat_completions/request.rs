@@ -156,6 +156,8 @@ fn tool_choice(choice: &ToolChoice) -> Value {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::{ToolCall, ToolSpec};
 
@@ -170,7 +172,7 @@ mod tests {
             json!({"include_obfuscation": false}),
         );
         let request = ProviderRequest {
-            messages: vec![
+            messages: Arc::new(vec![
                 Message::system("s"),
                 Message {
                     role: Role::Assistant,
@@ -185,7 +187,7 @@ mod tests {
                     images: Vec::new(),
                 },
                 Message::tool_result("c1", "ok"),
-            ],
+            ]),
             tools: vec![ToolSpec {
                 name: "vote".into(),
                 description: "Vote".into(),
@@ -223,7 +225,7 @@ mod tests {
         let mut params = Map::new();
         params.insert("parallel_tool_calls".into(), json!(true));
         let request = ProviderRequest {
-            messages: vec![Message::user("hi")],
+            messages: Arc::new(vec![Message::user("hi")]),
             tool_choice: Some(ToolChoice::Auto),
             ..ProviderRequest::default()
         };

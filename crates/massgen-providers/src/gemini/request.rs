@@ -282,6 +282,8 @@ fn camel_keys(map: &Map<String, Value>) -> Map<String, Value> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::ToolSpec;
 
@@ -294,7 +296,7 @@ mod tests {
         params.insert("safetySettings".into(), json!([{"category": "x"}]));
         params.insert("model".into(), json!("ignored"));
         let request = ProviderRequest {
-            messages: vec![Message::user("q")],
+            messages: Arc::new(vec![Message::user("q")]),
             tools: vec![ToolSpec {
                 name: "vote".into(),
                 description: "d".into(),

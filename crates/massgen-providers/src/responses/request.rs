@@ -42,7 +42,7 @@ pub(crate) fn build_body(
         None => body.remove("instructions"),
     };
     let mut input = Vec::new();
-    for message in &request.messages {
+    for message in request.messages.iter() {
         push_items(message, stateless, &mut input);
     }
     body.insert("input".into(), Value::Array(input));
@@ -163,6 +163,8 @@ fn push_call(call: &ToolCall, stateless: bool, input: &mut Vec<Value>) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use crate::ToolSpec;
 
@@ -173,7 +175,7 @@ mod tests {
         params.insert("max_output_tokens".into(), json!(99));
         params.insert("tool_choice".into(), json!("required"));
         let plain = ProviderRequest {
-            messages: vec![Message::user("q")],
+            messages: Arc::new(vec![Message::user("q")]),
             tool_choice: Some(ToolChoice::Auto),
             ..ProviderRequest::default()
         };

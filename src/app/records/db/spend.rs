@@ -10,50 +10,103 @@ use std::time::Duration;
 use massgen_core::coordination::EventKind;
 use sqlx::{Any, Row, Transaction};
 
+use super::Engine;
 use super::RecordDb;
-use super::flush::Batch;
+use super::flush::{Batch, SessionWrite, parameter};
 use super::rows::{from_db, to_db};
 use crate::app::quota::{DailyQuota, QuotaSpent, Spent, Want, day_text, utc_day};
+
+/// Sessions per stored-usage SELECT (3 parameters each).
+const SESSIONS_PER_SELECT: usize = 100;
+
+/// One `Usage` event: what it adds to its owner's day.
+#[derive(Clone, Copy)]
+struct Use {
+    seq: u64,
+    at_ms: u64,
+    usd: f64,
+    tokens: u64,
+}
+
+fn usage_of(session: &SessionWrite) -> Vec<Use> {
+    session
+        .events
+        .iter()
+        .filter_map(|e| match &e.kind {
+            EventKind::Usage {
+                usage, cost_usd, ..
+            } => Some(Use {
+                seq: e.seq,
+                at_ms: e.at_ms,
+                usd: cost_usd.unwrap_or_default(),
+                tokens: usage.total_tokens,
+            }),
+            _ => None,
+        })
+        .collect()
+}
 
 /// Adds the cost and tokens of `batch`'s `Usage` events to their owners' days. Events
 /// already stored are skipped: a batch is retried whole when its commit's answer was
 /// lost, and its spend must not count twice. Runs before the batch's events are inserted.
 pub(super) async fn add(
     tx: &mut Transaction<'static, Any>,
+    engine: Engine,
     batch: &Batch,
 ) -> Result<(), sqlx::Error> {
-    let mut days: BTreeMap<(&str, String), Spent> = BTreeMap::new();
-    for session in &batch.sessions {
-        let usage: Vec<_> = session
-            .events
-            .iter()
-            .filter_map(|e| match &e.kind {
-                EventKind::Usage {
-                    usage, cost_usd, ..
-                } => Some((
-                    e.seq,
-                    e.at_ms,
-                    cost_usd.unwrap_or_default(),
-                    usage.total_tokens,
-                )),
-                _ => None,
-            })
-            .collect();
-        let (Some(first), Some(last)) = (usage.first(), usage.last()) else {
-            continue;
-        };
-        let stored: HashSet<u64> =
-            sqlx::query("SELECT seq FROM events WHERE session_id = $1 AND seq >= $2 AND seq <= $3")
+    // Each session's usage events, and those of them already stored, for all sessions in
+    // a few statements (see `upsert_sessions` for why not one per session).
+    let usage: Vec<(&SessionWrite, Vec<Use>)> = batch
+        .sessions
+        .iter()
+        .map(|session| (session, usage_of(session)))
+        .filter(|(_, usage)| !usage.is_empty())
+        .collect();
+    let mut stored: HashSet<(&str, u64)> = HashSet::new();
+    for chunk in usage.chunks(SESSIONS_PER_SELECT) {
+        let mut sql = String::from("SELECT session_id, seq FROM events WHERE ");
+        for i in 0..chunk.len() {
+            if i > 0 {
+                sql.push_str(" OR ");
+            }
+            let n = i * 3;
+            sql.push_str("(session_id = ");
+            parameter(&mut sql, engine, n + 1);
+            sql.push_str(" AND seq >= ");
+            parameter(&mut sql, engine, n + 2);
+            sql.push_str(" AND seq <= ");
+            parameter(&mut sql, engine, n + 3);
+            sql.push(')');
+        }
+        let mut query = sqlx::query(&sql);
+        for (session, usage) in chunk {
+            // Never empty (filtered above); a range of nothing would do no harm either.
+            let first = usage.first().map_or(0, |u| u.seq);
+            let last = usage.last().map_or(0, |u| u.seq);
+            query = query
                 .bind(&*session.id)
-                .bind(to_db(first.0))
-                .bind(to_db(last.0))
-                .fetch_all(&mut **tx)
-                .await?
-                .iter()
-                .map(|row| row.try_get::<i64, _>(0).map(from_db))
-                .collect::<Result<_, _>>()?;
-        for (seq, at_ms, usd, tokens) in usage {
-            if stored.contains(&seq) {
+                .bind(to_db(first))
+                .bind(to_db(last));
+        }
+        for row in query.fetch_all(&mut **tx).await? {
+            let id: String = row.try_get(0)?;
+            let seq = from_db(row.try_get::<i64, _>(1)?);
+            // Back to the batch's own id, so the set borrows nothing from the rows.
+            if let Some((session, _)) = chunk.iter().find(|(s, _)| *s.id == *id) {
+                stored.insert((&*session.id, seq));
+            }
+        }
+    }
+    let mut days: BTreeMap<(&str, String), Spent> = BTreeMap::new();
+    for (session, usage) in &usage {
+        for &Use {
+            seq,
+            at_ms,
+            usd,
+            tokens,
+        } in usage
+        {
+            if stored.contains(&(&*session.id, seq)) {
                 continue;
             }
             let day = days

@@ -313,3 +313,37 @@ fn cost_is_known_only_where_the_price_is() {
         None
     );
 }
+
+#[test]
+fn answering_once_ends_when_every_live_agent_answered_or_voted() {
+    let once = Rules {
+        answer_once: true,
+        ..rules(false)
+    };
+    let mut s = with(3, once);
+    for i in 0..3 {
+        s.begin_turn(i);
+    }
+    s.record_answer(0, text("one"));
+    // agent2 repeated agent1's answer in a turn that saw it: a counted vote.
+    s.begin_turn(1);
+    assert!(matches!(vote(&mut s, 1, "agent1"), VoteOutcome::Counted(_)));
+    assert!(
+        !s.all_live_answered_or_voted(),
+        "agent3 is still in its turn"
+    );
+    s.fail(2, AgentErrorKind::TurnTimeout, "slow".into(), None);
+    assert!(!s.all_live_answered());
+    assert!(s.all_live_answered_or_voted());
+    // A new answer clears the vote: its voter needs a turn again, and the end waits.
+    let mut t = with(3, once);
+    for i in 0..3 {
+        t.begin_turn(i);
+    }
+    t.record_answer(0, text("one"));
+    t.begin_turn(1);
+    vote(&mut t, 1, "agent1");
+    t.record_answer(2, text("three"));
+    assert!(!t.all_live_answered_or_voted());
+    assert_eq!(t.due(), [1]);
+}
