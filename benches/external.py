@@ -493,7 +493,7 @@ def warnings(args, nofile):
     in flight holds ~3 simulator connections (descriptors there, ephemeral ports here)."""
     if args.mode == "passthrough":
         return []
-    upstream = 3 * max(args.at_once or args.sessions, 1000 if args.mode == "soak" else 0)
+    upstream = 3 * max(args.at_once or args.sessions or 0, 1000 if args.mode == "soak" else 0)
     with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
         lo, hi = map(int, f.read().split())
     out = []

@@ -33,8 +33,8 @@ use crate::telemetry::metrics;
 /// waker, the signal pipe), the listener, the records database (SQLite: 4 connections of
 /// up to 3 files and the lock file; PostgreSQL: 8 connections and the notification
 /// listener), the OTLP exporter's connection, config files read per request
-/// (`massgen/path:`, one per worker thread at most), and the descriptor each refused
-/// connection holds between its accept and its close (one at a time: one accept loop).
+/// (`massgen/path:`, one per worker thread at most), and the descriptors of refused
+/// connections while they are answered (16 at most, `server::refuse`).
 /// Name lookups need none of their own: a call resolves its host before it connects, so
 /// the lookup's socket or file is gone before the connection that the agent's descriptor
 /// pays for exists.

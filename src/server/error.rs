@@ -82,6 +82,9 @@ pub enum ApiError {
     BodiesBusy { budget: usize },
     /// 503: a session's upstream calls do not fit under the open-file limit now.
     OutOfDescriptors { limit: u64 },
+    /// 503: the connection came over `--max-connections` (or, `per_address`,
+    /// `--max-connections-per-address`); answered on that connection, then closed.
+    ConnectionsFull { per_address: bool },
 }
 
 impl ApiError {
@@ -116,7 +119,8 @@ impl ApiError {
             | Self::NoDefaultConfig { .. }
             | Self::RecordsUnavailable
             | Self::BodiesBusy { .. }
-            | Self::OutOfDescriptors { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            | Self::OutOfDescriptors { .. }
+            | Self::ConnectionsFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Self::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -148,7 +152,8 @@ impl ApiError {
             | Self::NoDefaultConfig { .. }
             | Self::RecordsUnavailable
             | Self::BodiesBusy { .. }
-            | Self::OutOfDescriptors { .. } => "server_error",
+            | Self::OutOfDescriptors { .. }
+            | Self::ConnectionsFull { .. } => "server_error",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "timeout_error",
                 SessionErrorKind::UpstreamFailed if all_rate_limited(e) => "rate_limit_error",
@@ -203,7 +208,9 @@ impl ApiError {
             Self::SessionNotFound { .. } => "session_not_found",
             Self::ResponseNotFound { .. } => "response_not_found",
             Self::RecordsUnavailable => "records_unavailable",
-            Self::BodiesBusy { .. } | Self::OutOfDescriptors { .. } => "server_busy",
+            Self::BodiesBusy { .. }
+            | Self::OutOfDescriptors { .. }
+            | Self::ConnectionsFull { .. } => "server_busy",
         }
     }
 
@@ -297,6 +304,12 @@ impl ApiError {
             Self::OutOfDescriptors { limit } => format!(
                 "The server is at its open-file limit ({limit} descriptors): try again shortly"
             ),
+            Self::ConnectionsFull { per_address: false } => {
+                "The server has its maximum of connections open: try again shortly".to_string()
+            }
+            Self::ConnectionsFull { per_address: true } => {
+                "The server has its maximum of connections from one address open: close some, or try again shortly".to_string()
+            }
             Self::RecordsUnavailable => "The session records database cannot be read right now (sessions still run); retry shortly".to_string(),
             Self::ResponseNotFound { id } => format!(
                 "No response '{id}' (responses are kept unless 'store' was false, for a limited time)"
@@ -337,7 +350,8 @@ impl ApiError {
             | Self::TooManySessions { .. }
             | Self::TooManyKeySessions { .. }
             | Self::BodiesBusy { .. }
-            | Self::OutOfDescriptors { .. } => true,
+            | Self::OutOfDescriptors { .. }
+            | Self::ConnectionsFull { .. } => true,
             // Running sessions give back what they did not spend when they end.
             Self::QuotaSpent(q) => q.may_free_up(),
             Self::Session(e) => {
@@ -368,7 +382,8 @@ impl ApiError {
             | Self::TooManyKeySessions { .. }
             | Self::TooManySubscribers { .. }
             | Self::BodiesBusy { .. }
-            | Self::OutOfDescriptors { .. } => Some(Duration::from_secs(1)),
+            | Self::OutOfDescriptors { .. }
+            | Self::ConnectionsFull { .. } => Some(Duration::from_secs(1)),
             Self::QuotaSpent(q) if q.may_free_up() => Some(Duration::from_secs(1)),
             _ => None,
         }

@@ -31,6 +31,7 @@ use tokio_util::task::TaskTracker;
 use tower::ServiceExt;
 
 use super::limits::ClientAddr;
+use super::refuse::Refuser;
 use crate::telemetry::metrics;
 
 /// HTTP/2 PING period and how long an unanswered PING may wait before the connection is
@@ -75,6 +76,7 @@ pub async fn serve_connections(
     let per_address = Arc::new(PerAddress::new(limits.max_connections_per_address));
     let stopping = CancellationToken::new();
     let connections = TaskTracker::new();
+    let refuser = Refuser::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
         let (stream, peer) = tokio::select! {
@@ -93,23 +95,24 @@ pub async fn serve_connections(
         // One address cannot take every slot: past its own cap only its new connections
         // are closed, and other clients (a health probe) still get in.
         let Some(address_slot) = per_address.try_open(ip) else {
-            drop(stream);
+            refuser.refuse(stream, true, &connections);
             if let Some(m) = metrics() {
                 m.rejected
                     .with_label_values(&["max_connections_per_address"])
                     .inc();
             }
-            tracing::debug!("closing a connection over --max-connections-per-address");
+            tracing::debug!("refusing a connection over --max-connections-per-address");
             continue;
         };
-        // Over the cap the connection is closed at once: a client (a health probe) fails
-        // fast instead of waiting in the backlog, and the cap holds below the fd limit.
+        // Over the cap the connection is answered with a 503 and closed: a client (a
+        // health probe) fails fast instead of waiting in the backlog, and the cap holds
+        // below the fd limit.
         let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-            drop(stream);
+            refuser.refuse(stream, false, &connections);
             if let Some(m) = metrics() {
                 m.rejected.with_label_values(&["max_connections"]).inc();
             }
-            tracing::debug!("closing a connection over --max-connections");
+            tracing::debug!("refusing a connection over --max-connections");
             continue;
         };
         // SSE chunks are small: without this, Nagle can hold one back for an ACK (up to

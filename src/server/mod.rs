@@ -12,6 +12,7 @@ pub mod limits;
 mod listen;
 mod observe;
 pub mod records;
+mod refuse;
 mod retry_after;
 pub mod sse;
 mod stall;

@@ -469,8 +469,28 @@ async fn over_max_connections_health_fails_fast_then_answers_again() {
     // Give the accept loop the moment it needs to take them.
     tokio::time::sleep(Duration::from_millis(200)).await;
     let started = std::time::Instant::now();
-    let refused = client().get(format!("{url}/health")).send().await;
-    assert!(refused.is_err(), "{refused:?}");
+    // Answered, not reset: a 503 the client can read, in the door's shape.
+    let refused = client().get(format!("{url}/health")).send().await.unwrap();
+    assert_eq!(refused.status(), 503);
+    assert_eq!(refused.headers()["retry-after"], "1");
+    let body: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "server_busy", "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("maximum of connections"),
+        "{body}"
+    );
+    let anthropic = client()
+        .post(format!("{url}/v1/messages"))
+        .json(&serde_json::json!({"model": "massgen", "max_tokens": 5, "messages": []}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(anthropic.status(), 503);
+    let body: serde_json::Value = anthropic.json().await.unwrap();
+    assert_eq!(body["type"], "error", "the Messages door's shape: {body}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
         "did not fail fast"
@@ -478,8 +498,10 @@ async fn over_max_connections_health_fails_fast_then_answers_again() {
     drop(held);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
-        if let Ok(r) = client().get(format!("{url}/health")).send().await {
-            assert_eq!(r.status(), 200);
+        // Refused (503) until the server has seen the held connections close.
+        if let Ok(r) = client().get(format!("{url}/health")).send().await
+            && r.status() == 200
+        {
             break;
         }
         assert!(
