@@ -30,6 +30,9 @@ pub const AT_ONCE: usize = 16;
 pub struct Refuser {
     answering: Arc<Semaphore>,
     builder: Builder<TokioExecutor>,
+    /// One router per cap, built once: a refusal only clones it.
+    full: Router,
+    address_full: Router,
 }
 
 impl Refuser {
@@ -39,6 +42,8 @@ impl Refuser {
         Self {
             answering: Arc::new(Semaphore::new(AT_ONCE)),
             builder,
+            full: refusal(false),
+            address_full: refusal(true),
         }
     }
 
@@ -48,11 +53,11 @@ impl Refuser {
         let Ok(permit) = Arc::clone(&self.answering).try_acquire_owned() else {
             return;
         };
-        let refusal = Router::new()
-            .fallback(
-                move || async move { ApiError::ConnectionsFull { per_address }.into_response() },
-            )
-            .layer(axum::middleware::from_fn(reshape_errors));
+        let refusal = if per_address {
+            self.address_full.clone()
+        } else {
+            self.full.clone()
+        };
         let connection = self
             .builder
             .serve_connection(TokioIo::new(stream), TowerToHyperService::new(refusal))
@@ -63,4 +68,12 @@ impl Refuser {
             let _ = tokio::time::timeout(ANSWER_WITHIN, connection).await;
         });
     }
+}
+
+/// Answers every request with [`ApiError::ConnectionsFull`], in the shape of the door the
+/// request's path belongs to.
+fn refusal(per_address: bool) -> Router {
+    Router::new()
+        .fallback(move || async move { ApiError::ConnectionsFull { per_address }.into_response() })
+        .layer(axum::middleware::from_fn(reshape_errors))
 }

@@ -12,8 +12,9 @@ use super::rows::{StoredInfo, StoredSummary, to_db};
 use super::{Engine, RecordDb};
 use crate::app::records::{SessionInfo, Summary};
 
-/// Event rows per INSERT statement (4 parameters each: far below both engines' limits).
-const ROWS_PER_INSERT: usize = 200;
+/// Event rows per INSERT statement at most (4 parameters each: far below both engines'
+/// limits).
+const ROWS_PER_INSERT: usize = 128;
 
 /// One session's part of a batch.
 pub struct SessionWrite {
@@ -126,8 +127,27 @@ impl RecordDb {
 /// holds the writer until TCP notices).
 const ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Session rows per INSERT statement (12 parameters each).
-const SESSIONS_PER_UPSERT: usize = 50;
+/// Session rows per INSERT statement at most (12 parameters each).
+const SESSIONS_PER_UPSERT: usize = 32;
+
+/// `items` in chunks whose lengths are powers of two, at most `max` (a power of two): a
+/// multi-row statement then has one of a few shapes (8 for 128), which the connection's
+/// statement cache keeps prepared. A chunk of every length would prepare a new statement
+/// most batches and push the cache's other statements out.
+pub(super) fn shaped_chunks<T>(items: &[T], max: usize) -> impl Iterator<Item = &[T]> {
+    let mut rest = items;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let fits = rest.len().min(max);
+        // The largest power of two not above `fits` (≥ 1, as `fits` ≥ 1).
+        let size = 1usize << (usize::BITS - 1 - fits.leading_zeros());
+        let (chunk, after) = rest.split_at(size);
+        rest = after;
+        Some(chunk)
+    })
+}
 
 /// One parameter: `$n` for PostgreSQL; SQLite's anonymous `?`, because sqlx binds a
 /// numbered SQLite parameter by asking SQLite for its name, a scan of the statement's
@@ -180,7 +200,9 @@ async fn upsert_sessions(
         {
             end += 1;
         }
-        upsert_rows(tx, engine, replica, &sessions[start..end]).await?;
+        for chunk in shaped_chunks(&sessions[start..end], SESSIONS_PER_UPSERT) {
+            upsert_rows(tx, engine, replica, chunk).await?;
+        }
         start = end;
     }
     Ok(())
@@ -239,7 +261,7 @@ async fn insert_events(
         .iter()
         .flat_map(|s| s.events.iter().map(move |e| (&*s.id, &**e)))
         .collect();
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
+    for chunk in shaped_chunks(&rows, ROWS_PER_INSERT) {
         let sql = format!(
             "INSERT INTO events (session_id, seq, at_ms, body) VALUES {} \
              ON CONFLICT (session_id, seq) DO NOTHING",
@@ -279,6 +301,23 @@ pub(super) async fn notify<'a>(
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn chunks_take_a_few_shapes_and_cover_every_item() {
+        let items: Vec<usize> = (0..300).collect();
+        let sizes: Vec<usize> = super::shaped_chunks(&items, 128).map(<[_]>::len).collect();
+        assert_eq!(sizes, [128, 128, 32, 8, 4]);
+        let joined: Vec<usize> = super::shaped_chunks(&items, 128)
+            .flatten()
+            .copied()
+            .collect();
+        assert_eq!(joined, items);
+        assert_eq!(super::shaped_chunks(&items[..0], 128).count(), 0);
+        let one: Vec<usize> = super::shaped_chunks(&items[..1], 128)
+            .map(<[_]>::len)
+            .collect();
+        assert_eq!(one, [1]);
+    }
+
     #[test]
     fn placeholders_number_every_row() {
         use super::Engine::{Postgres, Sqlite};

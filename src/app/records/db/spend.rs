@@ -12,12 +12,13 @@ use sqlx::{Any, Row, Transaction};
 
 use super::Engine;
 use super::RecordDb;
-use super::flush::{Batch, SessionWrite, parameter};
+use super::flush::{Batch, SessionWrite, parameter, shaped_chunks};
 use super::rows::{from_db, to_db};
 use crate::app::quota::{DailyQuota, QuotaSpent, Spent, Want, day_text, utc_day};
 
-/// Sessions per stored-usage SELECT (3 parameters each).
-const SESSIONS_PER_SELECT: usize = 100;
+/// Sessions per stored-usage SELECT at most (3 parameters each; in power-of-two shapes,
+/// see `flush::shaped_chunks`).
+const SESSIONS_PER_SELECT: usize = 64;
 
 /// One `Usage` event: what it adds to its owner's day.
 #[derive(Clone, Copy)]
@@ -63,7 +64,7 @@ pub(super) async fn add(
         .filter(|(_, usage)| !usage.is_empty())
         .collect();
     let mut stored: HashSet<(&str, u64)> = HashSet::new();
-    for chunk in usage.chunks(SESSIONS_PER_SELECT) {
+    for chunk in shaped_chunks(&usage, SESSIONS_PER_SELECT) {
         let mut sql = String::from("SELECT session_id, seq FROM events WHERE ");
         for i in 0..chunk.len() {
             if i > 0 {
@@ -88,12 +89,13 @@ pub(super) async fn add(
                 .bind(to_db(first))
                 .bind(to_db(last));
         }
+        // The batch's own ids, so the set borrows nothing from the rows.
+        let ids: HashSet<&str> = chunk.iter().map(|(s, _)| &*s.id).collect();
         for row in query.fetch_all(&mut **tx).await? {
             let id: String = row.try_get(0)?;
             let seq = from_db(row.try_get::<i64, _>(1)?);
-            // Back to the batch's own id, so the set borrows nothing from the rows.
-            if let Some((session, _)) = chunk.iter().find(|(s, _)| *s.id == *id) {
-                stored.insert((&*session.id, seq));
+            if let Some(&own) = ids.get(id.as_str()) {
+                stored.insert((own, seq));
             }
         }
     }
