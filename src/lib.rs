@@ -10,5 +10,6 @@
 pub mod app;
 pub mod cli;
 pub mod config;
+pub mod eval;
 pub mod server;
 pub mod telemetry;

@@ -46,6 +46,93 @@ pub enum Command {
     /// Speak MCP on stdin/stdout (logs on stderr), for MCP clients that launch a command:
     /// the `deliberate` and `list_panels` tools, as on `/mcp`.
     Mcp(McpArgs),
+    /// Measure a panel on your own questions against each of its agents alone and
+    /// self-consistency of each agent: accuracy with 95% intervals, paired comparisons,
+    /// cost and latency, in --out (report.json, report.md, items.jsonl, chart.svg).
+    Eval(EvalArgs),
+}
+
+/// How `massgen eval` grades an answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum GraderName {
+    /// The answer (its last `Answer:` line, else all of it) equals `answer` after
+    /// normalisation (case, spaces, emphasis, a final period); `answer` may list several.
+    Exact,
+    /// The answer matches `answer`, a regular expression (Rust syntax).
+    Regex,
+    /// The last number of the answer is within --tolerance (or --relative-tolerance).
+    Numeric,
+    /// The answer, asked for as structured output, is valid against --schema (and equal
+    /// to `answer` when the line has one).
+    JsonSchema,
+    /// A model or panel (--judge) compares the answer with `answer`.
+    Judge,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct EvalArgs {
+    /// The questions: JSONL, one `{"question": …, "answer": …, "id": …}` a line
+    /// (`messages` instead of `question` for a conversation)
+    #[arg(long, value_name = "FILE")]
+    pub data: PathBuf,
+    /// Where the results go; a rerun with the same folder skips the items it graded
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Default panel config (YAML) [default: as for `serve`]
+    #[arg(long, value_name = "FILE", env = "MASSGEN_SERVER_DEFAULT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Directory of named panel configs (for --panel and --judge)
+    #[arg(long, value_name = "DIR", env = "MASSGEN_SERVER_CONFIGS_DIR")]
+    pub configs_dir: Option<PathBuf>,
+    /// A panel to measure: a name in --configs-dir, or `default`; repeat to compare
+    /// several (the first is the one the others are compared with) [default: the default
+    /// panel]
+    #[arg(long = "panel", value_name = "NAME")]
+    pub panels: Vec<String>,
+    /// What to compare the panel with, comma-separated: `agents` (each agent alone, one
+    /// call), `self-consistency` (each agent --samples times, majority answer), `none`
+    #[arg(long, value_name = "LIST", default_value = "agents,self-consistency")]
+    pub baselines: String,
+    /// Samples per item for self-consistency (its first sample is the agent-alone answer)
+    #[arg(long, value_name = "K", default_value_t = 5, value_parser = Number::<u32>::new())]
+    pub samples: u32,
+    /// Settings of the panel to compare too, comma-separated: `majority` (voting_quorum:
+    /// majority), `synthesize` (final_answer_strategy: synthesize)
+    #[arg(long, value_name = "LIST")]
+    pub variants: Option<String>,
+    #[arg(long, value_enum, default_value_t = GraderName::Exact)]
+    pub grader: GraderName,
+    /// Numeric grader: the largest absolute difference that counts as right
+    #[arg(long, value_name = "X", default_value_t = 1e-6, value_parser = Number::<f64>::new())]
+    pub tolerance: f64,
+    /// Numeric grader: the largest difference relative to the answer that counts as right
+    #[arg(long, value_name = "X", default_value_t = 0.0, value_parser = Number::<f64>::new())]
+    pub relative_tolerance: f64,
+    /// JSON Schema grader: the schema (a JSON file); every session asks for it as
+    /// structured output
+    #[arg(long, value_name = "FILE")]
+    pub schema: Option<PathBuf>,
+    /// Judge grader: a panel config file (one agent: one call per verdict), or a name in
+    /// --configs-dir, or `default`
+    #[arg(long, value_name = "FILE|NAME")]
+    pub judge: Option<String>,
+    /// A system message for every agent [default: for the exact, regex and numeric
+    /// graders, "End your reply with a final line of the form `Answer: <answer>`."; none
+    /// for the others; "" for none]
+    #[arg(long, value_name = "TEXT")]
+    pub instruction: Option<String>,
+    /// Sessions in flight at most (self-consistency samples and judge calls count)
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = Number::<usize>::new())]
+    pub concurrency: usize,
+    /// Stop starting new items once the run (every arm and the judge) has spent this
+    /// much; needs a price for every model
+    #[arg(long, value_name = "USD", value_parser = Number::<f64>::new())]
+    pub max_cost_usd: Option<f64>,
+    /// Keep the run and its sessions in this records database (as `serve
+    /// --records-db`), so the server's page shows them [default: sessions kept in memory
+    /// only]
+    #[arg(long, value_name = "URL", env = "MASSGEN_SERVER_RECORDS_DB")]
+    pub records_db: Option<String>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,4 +1,5 @@
-//! Command line: `massgen serve`, `mcp`, `mock-upstream`, `healthcheck` and `check-config`.
+//! Command line: `massgen serve`, `mcp`, `eval`, `mock-upstream`, `healthcheck` and
+//! `check-config`.
 //!
 //! Flags win over `MASSGEN_SERVER_*` variables (clap's `env`), which win over the defaults
 //! (`flags`, from the settings' own `Default`; [`resolve_serve`] applies those that depend
@@ -12,6 +13,7 @@
 
 mod catalog;
 mod commands;
+mod eval;
 mod fatal;
 mod flags;
 mod mcp;
@@ -28,8 +30,8 @@ pub use catalog::{NO_CONFIG_HINT, build_catalog, describe_agents, printed_config
 pub use commands::check_report;
 pub use fatal::Fatal;
 pub use flags::{
-    CheckConfigArgs, Cli, Command, HealthcheckArgs, McpArgs, MockUpstreamArgs, ProductionArgs,
-    ServeArgs,
+    CheckConfigArgs, Cli, Command, EvalArgs, GraderName, HealthcheckArgs, McpArgs,
+    MockUpstreamArgs, ProductionArgs, ServeArgs,
 };
 pub use resolve::{ServePlan, resolve_production, resolve_serve};
 
@@ -59,6 +61,7 @@ pub fn main() -> ExitCode {
         Command::Healthcheck(args) => runtime.block_on(commands::healthcheck(args)),
         Command::CheckConfig(args) => commands::check_config(&args, &process_env),
         Command::Mcp(args) => runtime.block_on(mcp::run(args)),
+        Command::Eval(args) => runtime.block_on(eval::eval(args)),
     };
     // Outside the runtime: the OTLP exporter's client blocks.
     telemetry.shutdown();

@@ -8,6 +8,7 @@ pub mod bodies;
 pub mod cache;
 pub mod doors;
 pub mod error;
+pub mod evals;
 pub mod limits;
 mod listen;
 mod observe;
@@ -205,6 +206,7 @@ pub fn router(state: AppState) -> Router {
         .route("/ui/app.js", get(ui::app_js))
         .route("/ui/app.css", get(ui::app_css))
         .route("/ui/favicon.svg", get(ui::favicon))
+        .route("/ui/evals.js", get(evals::evals_js))
         .route("/health", get(health))
         .route("/metrics", get(observe::metrics_text))
         .route("/v1/models", get(models))
@@ -214,6 +216,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/sessions", get(records::list_sessions))
         .route("/v1/sessions/{id}", get(records::get_session))
         .route("/v1/sessions/{id}/events", get(records::session_events))
+        .route("/v1/evals", get(evals::list_evals))
+        .route("/v1/evals/{id}", get(evals::get_eval))
         .fallback(not_found)
         .method_not_allowed_fallback(|| async { ApiError::MethodNotAllowed })
         // Innermost: only requests that passed auth and the rate limit read bodies.

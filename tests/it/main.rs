@@ -25,6 +25,8 @@ mod engine_opaque;
 mod engine_options;
 mod engine_planning;
 mod engine_tools;
+mod eval;
+mod evals_page;
 mod h2c;
 mod hardening;
 mod hardening_records;

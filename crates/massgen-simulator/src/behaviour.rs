@@ -8,8 +8,10 @@
 //! option  = key "=" value                              ; spaces around key/value ignored
 //! ttft_ms=N        delay before the first chunk (30)    token_ms=N   delay between chunks (5)
 //! words=N          answer length in words, >= 1 (30)
-//! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy|client_tool        (auto)
+//! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy|client_tool|judge (auto)
 //!                  client_tool: call the first non-workflow tool offered (see plan.rs)
+//!                  judge: grade the question's <candidate_answer> against its
+//!                  <reference_answer>, ending with `VERDICT: CORRECT|INCORRECT` (truth.rs)
 //!                  A forced tool_choice overrides the policy (see forced.rs), except for
 //!                  no_tool, bad_vote and double_vote, which ignore it like a faulty upstream
 //! vote=first|last|<label>   label not offered -> first                        (first)
@@ -20,6 +22,14 @@
 //! retry_after=S    retry-after seconds (429 default 1; 503 only when given)
 //! retry_after_ms=MS  sends retry-after-ms (and no default retry-after)
 //! reasoning=on|off (off)   usage=on|off (on)
+//! accuracy=P       a number from 0 to 1 (none): when the question holds `[sim:truth=V]`,
+//!                  every answer ends with a line `Answer: V` with probability P, else
+//!                  `Answer: <distractor>` (V+1 for an integer, `not V` otherwise); a judge
+//!                  gives the right verdict with probability P. Votes go to the answer
+//!                  whose `Answer:`/`VERDICT:` value most answers share, and the final
+//!                  presentation restates its own answer's value (see truth.rs)
+//! seed=N           seeds accuracy's draws, a whole number from 0 to 2^64-1 (0); each
+//!                  draw is new: k identical requests make k independent draws
 //! ```
 //! Unknown keys, repeated keys, bad values and an empty name are a 400 naming the option.
 
@@ -38,6 +48,8 @@ pub const KNOWN_KEYS: &[&str] = &[
     "retry_after_ms",
     "reasoning",
     "usage",
+    "accuracy",
+    "seed",
 ];
 
 const MAX_WORDS: usize = 100_000;
@@ -60,6 +72,28 @@ pub struct Behaviour {
     pub retry_after_ms: Option<u64>,
     pub reasoning: bool,
     pub usage: bool,
+    /// How often an answer states the question's `[sim:truth=…]` (see [`crate::truth`]).
+    pub accuracy: Option<Accuracy>,
+    /// Seeds the accuracy draws.
+    pub seed: u64,
+}
+
+/// A probability in [0, 1]. Its own type so that [`Behaviour`] stays `Eq`: NaN, the one
+/// float that is not equal to itself, is refused when parsing.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Accuracy(f64);
+
+impl Eq for Accuracy {}
+
+impl Accuracy {
+    /// `None` outside [0, 1] (NaN included).
+    pub fn new(p: f64) -> Option<Self> {
+        (0.0..=1.0).contains(&p).then_some(Self(p))
+    }
+
+    pub fn get(self) -> f64 {
+        self.0
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,6 +107,8 @@ pub enum Policy {
     Copy,
     /// Call the first offered tool that is not a workflow tool, until tool results are in.
     ClientTool,
+    /// Grade a candidate answer against a reference answer (see [`crate::truth`]).
+    Judge,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,6 +156,8 @@ impl Default for Behaviour {
             retry_after_ms: None,
             reasoning: false,
             usage: true,
+            accuracy: None,
+            seed: 0,
         }
     }
 }
@@ -190,11 +228,12 @@ impl Behaviour {
                     "double_vote" => Policy::DoubleVote,
                     "copy" => Policy::Copy,
                     "client_tool" => Policy::ClientTool,
+                    "judge" => Policy::Judge,
                     _ => {
                         return Err(invalid(
                             key,
                             value,
-                            "expected auto, answer, vote, no_tool, bad_vote, double_vote, copy or client_tool",
+                            "expected auto, answer, vote, no_tool, bad_vote, double_vote, copy, client_tool or judge",
                         ));
                     }
                 }
@@ -234,6 +273,14 @@ impl Behaviour {
             "retry_after_ms" => self.retry_after_ms = Some(number(key, value, MAX_DELAY_MS)?),
             "reasoning" => self.reasoning = switch(key, value)?,
             "usage" => self.usage = switch(key, value)?,
+            "accuracy" => {
+                let p = value.parse::<f64>().ok().and_then(Accuracy::new);
+                match p {
+                    Some(p) => self.accuracy = Some(p),
+                    None => return Err(invalid(key, value, "expected a number from 0 to 1")),
+                }
+            }
+            "seed" => self.seed = number(key, value, u64::MAX)?,
             _ => return Err(invalid(key, value, "unsupported")),
         }
         Ok(())
@@ -311,6 +358,31 @@ mod tests {
         assert!(Behaviour::parse("sim:words").is_err());
         assert!(Behaviour::parse("sim:words=1,words=2").is_err());
         assert!(Behaviour::parse(":words=1").is_err());
+    }
+
+    #[test]
+    fn accuracy_and_seed_are_parsed_and_checked() {
+        let b = Behaviour::parse("sim:accuracy=0.7,seed=42,policy=judge").unwrap();
+        assert_eq!(b.accuracy.map(Accuracy::get), Some(0.7));
+        assert_eq!((b.seed, b.policy), (42, Policy::Judge));
+        let b = Behaviour::parse("sim:accuracy=1,seed=18446744073709551615").unwrap();
+        assert_eq!(
+            (b.accuracy.map(Accuracy::get), b.seed),
+            (Some(1.0), u64::MAX)
+        );
+        assert_eq!(Behaviour::parse("sim").unwrap().accuracy, None);
+        for (model, named) in [
+            ("sim:accuracy=1.5", "`accuracy=1.5`"),
+            ("sim:accuracy=x", "`accuracy=x`"),
+            ("sim:accuracy=-0.1", "`accuracy=-0.1`"),
+            ("sim:accuracy=NaN", "`accuracy=NaN`"),
+            ("sim:seed=-1", "`seed=-1`"),
+            ("sim:seed=1.5", "`seed=1.5`"),
+        ] {
+            let e = Behaviour::parse(model).unwrap_err();
+            assert_eq!(e.code, "invalid_option_value", "{model}");
+            assert!(e.message.contains(named), "{model}: {}", e.message);
+        }
     }
 
     #[test]

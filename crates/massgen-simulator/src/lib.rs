@@ -9,6 +9,9 @@
 //! counts the model calls of each HTTP version in its stats.
 //! A forced `tool_choice` is obeyed in every format ([`forced`]): the reply is a call of
 //! that tool with arguments valid for its schema ([`instance`]).
+//! With `accuracy=P` a model answers a question carrying `[sim:truth=V]` right with
+//! probability P, and `policy=judge` grades a candidate answer against a reference
+//! ([`truth`]): evaluations can be tested offline against known accuracies.
 //!
 //! Standalone: it depends on no other massgen crate, so it can stand in for any upstream
 //! without sharing a line of the code under test.
@@ -22,6 +25,7 @@ pub mod plan;
 pub mod respond;
 pub mod stats;
 pub mod text;
+pub mod truth;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -172,7 +176,7 @@ async fn chat(State(app): State<App>, body: Bytes) -> Response {
             app.stats.should_fault(key, Some(1))
         });
     }
-    let plan = plan::plan(&b, &req);
+    let plan = plan::plan_with(&b, &req, &|key| app.stats.next_draw(key));
     let ctx = respond::Ctx {
         model: req.model.clone(),
         prompt_tokens: req.prompt_tokens,
@@ -276,6 +280,114 @@ mod tests {
         assert!(content.len() < 1000, "{} bytes", content.len());
         // ceil((17 + 18 + 4 MiB + 19) / 4): every character counted once.
         assert_eq!(v["usage"]["prompt_tokens"], 1_048_590);
+        server.abort();
+    }
+
+    /// POSTs `body` to a running simulator over HTTP/1.1: the status and the JSON answer.
+    async fn post(
+        addr: std::net::SocketAddr,
+        path: &str,
+        body: &serde_json::Value,
+    ) -> (u16, serde_json::Value) {
+        let body = body.to_string();
+        let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nhost: sim\r\ncontent-type: application/json\r\n\
+             content-length: {}\r\nconnection: close\r\n\r\n",
+            body.len()
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        conn.write_all(body.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        conn.read_to_string(&mut response).await.unwrap();
+        let (head, json) = response.split_once("\r\n\r\n").unwrap();
+        let status = head.split(' ').nth(1).unwrap().parse().unwrap();
+        (status, serde_json::from_str(json).unwrap())
+    }
+
+    async fn start() -> (
+        std::net::SocketAddr,
+        tokio::task::JoinHandle<std::io::Result<()>>,
+    ) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        (
+            addr,
+            tokio::spawn(super::serve(listener, std::future::pending())),
+        )
+    }
+
+    const QUESTION: &str = "What is 6 times 7? [sim:truth=42]";
+
+    /// Chat Completions: an answer ends with its `Answer:` line, identical requests draw
+    /// anew (the server numbers the draws), and a bad `accuracy` is a 400 naming it.
+    #[tokio::test]
+    async fn chat_completions_answers_with_the_accuracy_asked_for() {
+        let (addr, server) = start().await;
+        let chat = |model: &str| {
+            serde_json::json!({"model": model,
+                "messages": [{"role": "user", "content": QUESTION}]})
+        };
+        let content = |v: &serde_json::Value| {
+            v["choices"][0]["message"]["content"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        };
+        let (status, v) = post(
+            addr,
+            "/v1/chat/completions",
+            &chat("sim-a:ttft_ms=0,token_ms=0,accuracy=1"),
+        )
+        .await;
+        assert_eq!(status, 200, "{v}");
+        let text = content(&v);
+        assert!(text.starts_with("[simulated final answer] "), "{text}");
+        assert!(text.ends_with("\nAnswer: 42"), "{text}");
+        let mut values = Vec::new();
+        for _ in 0..5 {
+            let body = chat("sim-a:ttft_ms=0,token_ms=0,accuracy=0.5");
+            let (_, v) = post(addr, "/v1/chat/completions", &body).await;
+            values.push(content(&v).rsplit_once('\n').unwrap().1.to_string());
+        }
+        assert!(values.contains(&"Answer: 42".to_string()), "{values:?}");
+        assert!(values.contains(&"Answer: 43".to_string()), "{values:?}");
+        let (status, v) = post(addr, "/v1/chat/completions", &chat("sim-a:accuracy=1.5")).await;
+        assert_eq!(status, 400, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("`accuracy=1.5`"), "{message}");
+        server.abort();
+    }
+
+    /// Anthropic Messages (a native format) answers the same way, and refuses a bad `seed`.
+    #[tokio::test]
+    async fn anthropic_messages_answer_with_the_accuracy_asked_for() {
+        let (addr, server) = start().await;
+        let messages = |model: &str| {
+            serde_json::json!({"model": model, "max_tokens": 100,
+                "messages": [{"role": "user", "content": QUESTION}]})
+        };
+        let text = |v: &serde_json::Value| v["content"][0]["text"].as_str().unwrap().to_string();
+        let (status, v) = post(
+            addr,
+            "/v1/messages",
+            &messages("sim-b:ttft_ms=0,token_ms=0,accuracy=0"),
+        )
+        .await;
+        assert_eq!(status, 200, "{v}");
+        assert!(text(&v).ends_with("\nAnswer: 43"), "{v}");
+        let mut values = Vec::new();
+        for _ in 0..5 {
+            let body = messages("sim-b:ttft_ms=0,token_ms=0,accuracy=0.5,seed=7");
+            let (_, v) = post(addr, "/v1/messages", &body).await;
+            values.push(text(&v).rsplit_once('\n').unwrap().1.to_string());
+        }
+        assert!(values.contains(&"Answer: 42".to_string()), "{values:?}");
+        assert!(values.contains(&"Answer: 43".to_string()), "{values:?}");
+        let (status, v) = post(addr, "/v1/messages", &messages("sim-b:seed=-1")).await;
+        assert_eq!(status, 400, "{v}");
+        let message = v["error"]["message"].as_str().unwrap();
+        assert!(message.contains("`seed=-1`"), "{message}");
         server.abort();
     }
 }

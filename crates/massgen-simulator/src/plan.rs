@@ -6,6 +6,7 @@ use super::behaviour::{Behaviour, Policy, VoteChoice};
 use super::forced::Forced;
 use super::instance;
 use super::text;
+use super::truth::Truth;
 
 /// The parts of a Chat Completions request the simulator looks at.
 #[derive(Debug, Clone)]
@@ -278,40 +279,67 @@ pub fn vote_labels(parameters: Option<&Value>) -> Vec<String> {
         .unwrap_or_default()
 }
 
+/// The plan of a one-off request: every `accuracy` draw is the pair's first (draw 0).
+/// A server numbers the draws with [`plan_with`].
 pub fn plan(b: &Behaviour, req: &Request) -> Plan {
+    plan_with(b, req, &|_| 0)
+}
+
+/// The plan; `next_draw(key)` says how many `accuracy` draws this simulator instance
+/// already made for `key` (and counts the one being made).
+pub fn plan_with(b: &Behaviour, req: &Request, next_draw: &dyn Fn(&str) -> u64) -> Plan {
     // The full model string and the prompt seed the text: different agents differ, and
     // the same agent writes a new answer when the answer set it sees has changed.
     let seed = format!("{}\n{}", req.model, req.last_user);
     let question = text::question_of(&req.last_user);
     let o = &req.offered;
+    let truth = Truth::new(b, &req.model, &question, &req.last_user, next_draw);
     let can_vote = o.vote.is_some();
-    let answer = || new_answer(text::answer(&seed, &question, b.words));
-    let vote = || vote_call(&pick_label(&b.vote, o.vote.as_deref().unwrap_or(&[])));
-    let plain = || {
-        if let (Some(json), false) = (&req.json, o.any_tool) {
-            return Reply::Text(instance::answer(json.schema.as_ref(), json.broken));
-        }
-        if o.any_tool {
-            Reply::Text(text::answer(&seed, &question, b.words))
-        } else {
-            Reply::Text(text::final_answer(&seed, &question, b.words))
-        }
+    let answer = || new_answer(truth.answer(text::answer(&seed, &question, b.words)));
+    let vote = || {
+        let labels = o.vote.as_deref().unwrap_or(&[]);
+        vote_call(
+            &truth
+                .vote(labels)
+                .unwrap_or_else(|| pick_label(&b.vote, labels)),
+        )
     };
-    let tools = |calls: Vec<ToolCall>| Reply::Tools(calls);
     let results = req.tool_results.as_deref();
     let with_results = |text: String| match results {
         Some(r) => format!("{text} Tool results used: {}", one_line(r)),
         None => text,
     };
+    // `quote_results`: the text also quotes the tool results (before any `Answer:` line,
+    // which must stay last).
+    let plain = |quote_results: bool| {
+        let quoted = |text: String| {
+            if quote_results {
+                with_results(text)
+            } else {
+                text
+            }
+        };
+        if let (Some(json), false) = (&req.json, o.any_tool) {
+            return Reply::Text(quoted(instance::answer(json.schema.as_ref(), json.broken)));
+        }
+        let text = if o.any_tool {
+            text::answer(&seed, &question, b.words)
+        } else {
+            text::final_answer(&seed, &question, b.words)
+        };
+        let text = quoted(text);
+        match truth.restated(o) {
+            Some(line) => Reply::Text(text + &line),
+            None => Reply::Text(truth.answer(text)),
+        }
+    };
+    let tools = |calls: Vec<ToolCall>| Reply::Tools(calls);
     let reply = match b.policy {
         Policy::ClientTool if results.is_some() && can_vote => tools(vec![vote()]),
         Policy::ClientTool if results.is_some() && o.new_answer => tools(vec![new_answer(
-            with_results(text::answer(&seed, &question, b.words)),
+            truth.answer(with_results(text::answer(&seed, &question, b.words))),
         )]),
-        Policy::ClientTool if results.is_some() => match plain() {
-            Reply::Text(t) => Reply::Text(with_results(t)),
-            other => other,
-        },
+        Policy::ClientTool if results.is_some() => plain(true),
         Policy::ClientTool if can_vote => tools(vec![vote()]),
         Policy::ClientTool if o.client.is_some() => {
             let (name, params) = o.client.clone().unwrap_or_default();
@@ -320,7 +348,7 @@ pub fn plan(b: &Behaviour, req: &Request) -> Plan {
                 name,
             }])
         }
-        Policy::NoTool => plain(),
+        Policy::NoTool => plain(false),
         Policy::BadVote if o.any_tool => tools(vec![vote_call(BAD_LABEL)]),
         Policy::Copy if o.new_answer => {
             match text::first_answer_block(&req.last_user).filter(|t| !t.is_empty()) {
@@ -332,7 +360,7 @@ pub fn plan(b: &Behaviour, req: &Request) -> Plan {
         Policy::Answer if o.new_answer => tools(vec![answer()]),
         _ if can_vote => tools(vec![vote()]),
         _ if o.new_answer => tools(vec![answer()]),
-        _ => plain(),
+        _ => plain(false),
     };
     // The misbehaving policies keep misbehaving (like an upstream that ignores
     // `tool_choice`); every other one obeys a forced call.

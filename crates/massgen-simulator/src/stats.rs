@@ -1,4 +1,5 @@
-//! Request counters for `GET /mock/stats`, and the per-model-string `fault_times` counters.
+//! Request counters for `GET /mock/stats`, the per-model-string `fault_times` counters and
+//! the per-(model string, question) numbers of `accuracy` draws.
 //!
 //! `cancelled` is what black-box tests rely on to prove that our server abandons upstream
 //! calls when its own client goes away, so it is counted by a drop guard owned by the
@@ -36,6 +37,8 @@ struct Inner {
     epoch: u64,
     snapshot: Snapshot,
     fault_seen: HashMap<String, u64>,
+    /// Draws made so far per key (see [`Stats::next_draw`]).
+    draws: HashMap<String, u64>,
 }
 
 #[derive(Debug, Default)]
@@ -73,6 +76,17 @@ impl Stats {
         times.is_none_or(|n| *seen <= n)
     }
 
+    /// How many draws were already made for `key` (then counts this one), so that identical
+    /// requests draw anew instead of repeating one outcome. Reset by [`Stats::reset`], after
+    /// which the same requests draw the same sequence again.
+    pub fn next_draw(&self, key: &str) -> u64 {
+        let mut inner = self.lock();
+        let made = inner.draws.entry(key.to_string()).or_default();
+        let n = *made;
+        *made += 1;
+        n
+    }
+
     /// Counts a model call made over HTTP `version`.
     pub fn count_version(&self, version: &str) {
         *self
@@ -92,6 +106,7 @@ impl Stats {
         let mut inner = self.lock();
         inner.epoch += 1;
         inner.fault_seen.clear();
+        inner.draws.clear();
         let s = &mut inner.snapshot;
         s.http_versions.clear();
         s.totals = Counters {
@@ -212,5 +227,14 @@ mod tests {
         drop(old);
         let s = stats.snapshot();
         assert_eq!(s.totals, Counters::default());
+    }
+
+    #[test]
+    fn draws_are_numbered_per_key_until_a_reset() {
+        let stats = Stats::default();
+        assert_eq!((stats.next_draw("k"), stats.next_draw("k")), (0, 1));
+        assert_eq!(stats.next_draw("other"), 0);
+        stats.reset();
+        assert_eq!(stats.next_draw("k"), 0);
     }
 }

@@ -330,11 +330,12 @@ impl Deck {
     }
 }
 
-/// A tiny fixed PRNG: simulated text must be identical across runs and crate versions.
-struct SplitMix(u64);
+/// A tiny fixed PRNG: simulated text (and `accuracy`'s draws, [`crate::truth`]) must be
+/// identical across runs and crate versions.
+pub(crate) struct SplitMix(pub(crate) u64);
 
 impl SplitMix {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
@@ -353,7 +354,7 @@ impl SplitMix {
 /// same as before.
 const FNV_BYTEWISE: usize = 64 * 1024;
 
-fn fnv1a(s: &str) -> u64 {
+pub(crate) fn fnv1a(s: &str) -> u64 {
     const PRIME: u64 = 0x0000_0100_0000_01b3;
     let step = |h: u64, b: &u8| (h ^ u64::from(*b)).wrapping_mul(PRIME);
     let (head, tail) = s.as_bytes().split_at(s.len().min(FNV_BYTEWISE));

@@ -86,7 +86,8 @@ pub(super) async fn handle(
             app.stats.should_fault(key, Some(1))
         });
     }
-    let script = Script::new(&plan::plan(&b, &req), req.prompt_tokens);
+    let plan = plan::plan_with(&b, &req, &|key| app.stats.next_draw(key));
+    let script = Script::new(&plan, req.prompt_tokens);
     let model = req.model.as_str();
     if req.stream {
         let frames = match format {

@@ -21,6 +21,7 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "responses",
         include_str!("migrations/0004_responses.sql"),
     ),
+    (5, "evals", include_str!("migrations/0005_evals.sql")),
 ];
 
 /// The migrator of the first `count` migrations (all of them with `usize::MAX`), so a test

@@ -4,6 +4,7 @@
 //! reads the record routes need; the writer ([`writer`]) and the upkeep ([`upkeep`]) do
 //! the writes.
 
+pub mod evals;
 mod flush;
 pub mod listen;
 mod lock;

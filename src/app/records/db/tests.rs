@@ -67,6 +67,8 @@ async fn migrates_an_empty_file_once_with_private_permissions() {
         tables(&db).await,
         [
             "_sqlx_migrations",
+            "eval_items",
+            "eval_runs",
             "events",
             "replicas",
             "reservations",

@@ -715,12 +715,15 @@ $("replay-now").addEventListener("click", () => replay(false));
 function route() {
   const m = location.hash.match(/^#\/s\/(.+)$/);
   const sessionId = m ? decodeURIComponent(m[1]) : null;
-  $("list-view").hidden = sessionId !== null;
+  // The eval runs (evals.js): #/evals and #/evals/<id>.
+  const evals = sessionId === null ? evalsTarget(location.hash) : null;
+  $("list-view").hidden = sessionId !== null || evals !== null;
   $("session-view").hidden = sessionId === null;
+  showEvals(evals);
   if (sessionId === null) {
     closeSession();
     view.reset();
-    pollList(true);
+    pollList(evals === null);
   } else {
     pollList(false);
     if (!current || current.id !== sessionId) openSession(sessionId);

@@ -1,0 +1,306 @@
+//! `massgen eval`: the flags checked (every problem before any upstream call), the panels
+//! found where `serve` finds them, the server's state built as `serve` builds it, the run
+//! ([`crate::eval::run`]), and the report's table on stdout.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::catalog::build_catalog;
+use super::commands::start_tools;
+use super::fatal::Fatal;
+use super::flags::{EvalArgs, GraderName};
+use super::resolve::ServePlan;
+use crate::app::{Caller, HttpProviders, KeyId, Owner};
+use crate::config::{Env, PanelCatalog, PanelConfig, RecordsDb, ServerSettings, process_env};
+use crate::eval::arms::{self, Baselines, Variant};
+use crate::eval::grade::Grader;
+use crate::eval::run::{Plan, run};
+use crate::server::AppState;
+
+/// The answer format the exact, regex and numeric graders read best.
+pub const DEFAULT_INSTRUCTION: &str =
+    "End your reply with a final line of the form `Answer: <answer>`.";
+
+pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
+    let mut settings = ServerSettings::default();
+    if let Some(url) = args.records_db.as_deref().filter(|u| !u.trim().is_empty()) {
+        settings.production.records_db =
+            RecordsDb::parse(url).map_err(|e| Fatal::usage(format!("--records-db: {e}")))?;
+    }
+    let plan = ServePlan {
+        settings,
+        default_config: args.config.clone().filter(|p| !p.as_os_str().is_empty()),
+        configs_dir: args
+            .configs_dir
+            .clone()
+            .filter(|p| !p.as_os_str().is_empty()),
+        demo: false,
+    };
+    let catalog = build_catalog(&plan, None, &process_env)?;
+    let env: Arc<Env> = Arc::new(process_env);
+    let grader = grader(&args)?;
+    let items = crate::eval::data::read(&args.data, grader.needs_answer()).map_err(Fatal::usage)?;
+    grader
+        .check(&items)
+        .map_err(|e| Fatal::usage(format!("--data {}: {e}", args.data.display())))?;
+    let panels = panels(&args.panels, &catalog)?;
+    let arms = arms::arms(
+        &panels,
+        &variants(args.variants.as_deref())?,
+        baselines(&args)?,
+    )
+    .map_err(Fatal::usage)?;
+    let judge = match (&grader, &args.judge) {
+        (Grader::Judge, Some(judge)) => Some(Arc::new(judge_panel(judge, &catalog, env.as_ref())?)),
+        (Grader::Judge, None) => {
+            return Err(Fatal::usage(
+                "--grader judge needs --judge: a panel config file, or a panel's name",
+            ));
+        }
+        (_, Some(_)) => {
+            return Err(Fatal::usage("--judge is read by --grader judge only"));
+        }
+        (_, None) => None,
+    };
+    if args.concurrency == 0 {
+        return Err(Fatal::usage("--concurrency must be at least 1"));
+    }
+    if let Some(usd) = args.max_cost_usd {
+        if !(usd.is_finite() && usd > 0.0) {
+            return Err(Fatal::usage(format!(
+                "--max-cost-usd must be above 0, got {usd}"
+            )));
+        }
+        let calls = arms
+            .panels
+            .iter()
+            .map(|a| &a.panel)
+            .chain(arms.agents.iter().map(|a| &a.panel))
+            .chain(judge.iter());
+        for panel in calls {
+            if let Some(agent) = panel.agents.iter().find(|a| a.backend.price.is_none()) {
+                return Err(Fatal::usage(format!(
+                    "--max-cost-usd: agent '{}' of panel '{}' has no price for model '{}', so the budget could not be kept: set its backend.pricing",
+                    agent.id, panel.name, agent.backend.model
+                )));
+            }
+        }
+    }
+    let instruction = match (&args.instruction, &grader) {
+        (Some(text), _) => Some(text.clone()).filter(|t| !t.trim().is_empty()),
+        (None, Grader::Exact | Grader::Regex | Grader::Numeric { .. }) => {
+            Some(DEFAULT_INSTRUCTION.to_string())
+        }
+        (None, _) => None,
+    };
+    let records = crate::server::open_records(&plan.settings.production)
+        .await
+        .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?;
+    let http = massgen_providers::http_client()
+        .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
+    let tools = start_tools(&catalog);
+    let state = AppState::with_records(
+        catalog,
+        plan.settings,
+        Arc::new(HttpProviders::new(http)),
+        Arc::clone(&tools),
+        env,
+        Arc::new(massgen_core::coordination::SystemClock),
+        records,
+    );
+    let finished = run(
+        state,
+        Plan {
+            data: args.data.display().to_string(),
+            items,
+            arms,
+            grader,
+            judge,
+            instruction,
+            concurrency: args.concurrency,
+            max_cost_usd: args.max_cost_usd,
+            out: args.out.clone(),
+            caller: caller(),
+        },
+    )
+    .await
+    .map_err(Fatal::runtime)?;
+    tools.shutdown().await;
+    let mut out = std::io::stdout().lock();
+    let _ = write!(out, "{}", finished.markdown);
+    let _ = writeln!(out, "\nFiles: {}", args.out.display());
+    let _ = out.flush();
+    Ok(())
+}
+
+/// `MASSGEN_EVAL_KEY`: the API key whose owner the run and its sessions are filed under,
+/// so a server with keys shows them to that key (an environment variable only: keys do
+/// not belong on a command line). The key itself is never stored.
+fn caller() -> Caller {
+    match process_env("MASSGEN_EVAL_KEY").filter(|k| !k.trim().is_empty()) {
+        Some(key) => Caller {
+            key: Some(KeyId::new(0, Owner::of_key(key.trim()))),
+        },
+        None => Caller::default(),
+    }
+}
+
+fn grader(args: &EvalArgs) -> Result<Grader, Fatal> {
+    if args.schema.is_some() && args.grader != GraderName::JsonSchema {
+        return Err(Fatal::usage(
+            "--schema is read by --grader json-schema only",
+        ));
+    }
+    let numeric = args.tolerance != 1e-6 || args.relative_tolerance != 0.0;
+    if numeric && args.grader != GraderName::Numeric {
+        return Err(Fatal::usage(
+            "--tolerance and --relative-tolerance are read by --grader numeric only",
+        ));
+    }
+    Ok(match args.grader {
+        GraderName::Exact => Grader::Exact,
+        GraderName::Regex => Grader::Regex,
+        GraderName::Judge => Grader::Judge,
+        GraderName::Numeric => {
+            for (flag, value) in [
+                ("--tolerance", args.tolerance),
+                ("--relative-tolerance", args.relative_tolerance),
+            ] {
+                if !(value.is_finite() && value >= 0.0) {
+                    return Err(Fatal::usage(format!(
+                        "{flag} must be 0 or more, got {value}"
+                    )));
+                }
+            }
+            Grader::Numeric {
+                absolute: args.tolerance,
+                relative: args.relative_tolerance,
+            }
+        }
+        GraderName::JsonSchema => {
+            let Some(path) = &args.schema else {
+                return Err(Fatal::usage(
+                    "--grader json-schema needs --schema FILE (a JSON Schema)",
+                ));
+            };
+            let text = read_small(path, "--schema")?;
+            Grader::json_schema(&text)
+                .map_err(|e| Fatal::usage(format!("--schema {}: {e}", path.display())))?
+        }
+    })
+}
+
+fn read_small(path: &Path, flag: &str) -> Result<String, Fatal> {
+    const LIMIT: u64 = 1024 * 1024;
+    let shown = path.display();
+    let size = std::fs::metadata(path)
+        .map_err(|e| Fatal::usage(format!("{flag} {shown}: {e}")))?
+        .len();
+    if size > LIMIT {
+        return Err(Fatal::usage(format!(
+            "{flag} {shown}: {size} bytes; the limit is {LIMIT}"
+        )));
+    }
+    std::fs::read_to_string(path).map_err(|e| Fatal::usage(format!("{flag} {shown}: {e}")))
+}
+
+fn baselines(args: &EvalArgs) -> Result<Baselines, Fatal> {
+    let mut baselines = Baselines {
+        agents: false,
+        self_consistency: None,
+    };
+    for word in args
+        .baselines
+        .split(',')
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+    {
+        match word {
+            "agents" => baselines.agents = true,
+            "self-consistency" | "sc" => baselines.self_consistency = Some(args.samples),
+            "none" => {}
+            other => {
+                return Err(Fatal::usage(format!(
+                    "--baselines: unknown baseline '{other}' (agents, self-consistency, none)"
+                )));
+            }
+        }
+    }
+    if baselines.self_consistency.is_some() && args.samples < 2 {
+        return Err(Fatal::usage(format!(
+            "--samples must be at least 2 for self-consistency, got {}",
+            args.samples
+        )));
+    }
+    if args.samples > 64 {
+        return Err(Fatal::usage(format!(
+            "--samples is at most 64, got {}",
+            args.samples
+        )));
+    }
+    Ok(baselines)
+}
+
+fn variants(list: Option<&str>) -> Result<Vec<Variant>, Fatal> {
+    let mut out = Vec::new();
+    for word in list.unwrap_or_default().split(',').map(str::trim) {
+        if word.is_empty() {
+            continue;
+        }
+        let variant = Variant::parse(word).map_err(Fatal::usage)?;
+        if !out.contains(&variant) {
+            out.push(variant);
+        }
+    }
+    Ok(out)
+}
+
+/// The panels named by `--panel`, or the default one.
+fn panels(names: &[String], catalog: &PanelCatalog) -> Result<Vec<Arc<PanelConfig>>, Fatal> {
+    if names.is_empty() {
+        return catalog
+            .default
+            .clone()
+            .map(|p| vec![p])
+            .ok_or_else(|| Fatal::usage(super::catalog::NO_CONFIG_HINT));
+    }
+    names.iter().map(|name| named(name, catalog)).collect()
+}
+
+fn named(name: &str, catalog: &PanelCatalog) -> Result<Arc<PanelConfig>, Fatal> {
+    let found = if name == "default" {
+        catalog.default.clone()
+    } else {
+        catalog.named.get(name).cloned()
+    };
+    found.ok_or_else(|| {
+        let known: Vec<&String> = catalog.named.keys().collect();
+        let why = catalog
+            .unavailable
+            .get(name)
+            .map(|why| format!(": it failed to load: {why}"))
+            .unwrap_or_default();
+        Fatal::usage(format!(
+            "no panel '{name}'{why} (named panels in --configs-dir: {known:?}; `default` is the default panel)"
+        ))
+    })
+}
+
+/// `--judge`: a config file, else a panel's name. A one-agent judge answers in one call.
+fn judge_panel(judge: &str, catalog: &PanelCatalog, env: &Env) -> Result<PanelConfig, Fatal> {
+    let path = Path::new(judge);
+    let panel = if path.is_file() {
+        crate::config::load_panel(path, env)
+            .map_err(|e| Fatal::usage(format!("--judge {judge}: {e}")))?
+    } else {
+        let panel = named(judge, catalog)
+            .map_err(|e| Fatal::usage(format!("--judge: not a file, and {}", e.message)))?;
+        PanelConfig::clone(&panel)
+    };
+    Ok(if panel.agents.len() == 1 {
+        arms::alone(&panel, 0)
+    } else {
+        panel
+    })
+}

@@ -1,0 +1,411 @@
+//! Graders: from an arm's final answer to right or wrong. Every grader first reduces an
+//! answer to its *key* (what self-consistency counts and the report shows as
+//! `extracted`), then compares the key with the item's `answer`. The LLM judge's call is
+//! the runner's; this file writes its prompt and reads its verdict.
+
+use std::sync::{Arc, LazyLock};
+
+use regex::Regex;
+use serde_json::Value;
+
+use super::data::Item;
+
+/// A compiled `regex` grader pattern may take this much memory.
+const PATTERN_SIZE_LIMIT: usize = 1 << 20;
+
+#[derive(Clone)]
+pub enum Grader {
+    /// The extracted answer equals the reference after normalisation (any of a list).
+    Exact,
+    /// The extracted answer matches the line's `answer`, a regular expression.
+    Regex,
+    /// The last number of the extracted answer is within a tolerance of the reference.
+    Numeric { absolute: f64, relative: f64 },
+    /// The answer (asked for as structured output with `schema`) is valid JSON of the
+    /// schema and, when the line has an `answer`, equal to it.
+    JsonSchema {
+        schema: Value,
+        validator: Arc<jsonschema::Validator>,
+    },
+    /// A model or panel of this server compares the answer with the reference.
+    Judge,
+}
+
+/// A grader's decision on one answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grade {
+    pub key: Option<String>,
+    pub correct: bool,
+}
+
+impl Grader {
+    pub fn name(&self) -> &'static str {
+        match self {
+            Self::Exact => "exact",
+            Self::Regex => "regex",
+            Self::Numeric { .. } => "numeric",
+            Self::JsonSchema { .. } => "json-schema",
+            Self::Judge => "judge",
+        }
+    }
+
+    /// The JSON Schema grader, from a schema file's text.
+    pub fn json_schema(text: &str) -> Result<Self, String> {
+        let schema: Value =
+            serde_json::from_str(text).map_err(|e| format!("the schema is not JSON: {e}"))?;
+        if !schema.is_object() {
+            return Err("the schema must be a JSON object".to_string());
+        }
+        let validator = jsonschema::options()
+            .build(&schema)
+            .map_err(|e| format!("the schema does not compile: {e}"))?;
+        Ok(Self::JsonSchema {
+            schema,
+            validator: Arc::new(validator),
+        })
+    }
+
+    /// The grader's name when it needs every line's `answer`.
+    pub fn needs_answer(&self) -> Option<&'static str> {
+        match self {
+            Self::JsonSchema { .. } => None,
+            other => Some(other.name()),
+        }
+    }
+
+    /// Checks what the grader will read of every item before any call; errors name the
+    /// line.
+    pub fn check(&self, items: &[Item]) -> Result<(), String> {
+        for item in items {
+            let line = item.line;
+            let Some(answer) = &item.answer else { continue };
+            match self {
+                Self::Exact | Self::Judge => {
+                    references(answer).ok_or_else(|| {
+                        format!(
+                            "line {line}: \"answer\" must be a string, a number, or a list of them"
+                        )
+                    })?;
+                }
+                Self::Regex => {
+                    pattern(answer).map_err(|e| format!("line {line}: {e}"))?;
+                }
+                Self::Numeric { .. } => {
+                    reference_number(answer).ok_or_else(|| {
+                        format!("line {line}: \"answer\" must be a number (or a string holding one) for the numeric grader")
+                    })?;
+                }
+                Self::JsonSchema { validator, .. } => {
+                    if let Err(e) = validator.validate(answer) {
+                        return Err(format!(
+                            "line {line}: \"answer\" is not valid against the schema: {e}"
+                        ));
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The key of `text`: what self-consistency counts. `None`: nothing to grade (no
+    /// number for the numeric grader, no JSON for the schema grader).
+    pub fn key(&self, text: &str) -> Option<String> {
+        match self {
+            Self::Exact | Self::Judge => Some(normalise(extract(text))),
+            Self::Regex => Some(extract(text).trim().to_string()),
+            Self::Numeric { .. } => last_number(extract(text)).map(|n| n.to_string()),
+            Self::JsonSchema { .. } => serde_json::from_str::<Value>(strip_fence(text))
+                .ok()
+                .map(|v| v.to_string()),
+        }
+    }
+
+    /// Grades `text` against `item` (the judge is graded by the runner: `None`).
+    pub fn grade(&self, item: &Item, text: &str) -> Option<Grade> {
+        let key = self.key(text);
+        let correct = match (self, &key, &item.answer) {
+            (Self::Judge, ..) => return None,
+            (_, None, _) => false,
+            (Self::Exact, Some(key), Some(answer)) => {
+                references(answer).is_some_and(|refs| refs.iter().any(|r| normalise(r) == *key))
+            }
+            (Self::Regex, Some(key), Some(answer)) => {
+                pattern(answer).is_ok_and(|re| re.is_match(key))
+            }
+            (Self::Numeric { absolute, relative }, Some(key), Some(answer)) => {
+                match (key.parse::<f64>(), reference_number(answer)) {
+                    (Ok(got), Some(wanted)) => {
+                        let gap = (got - wanted).abs();
+                        gap <= *absolute || gap <= relative * wanted.abs()
+                    }
+                    _ => false,
+                }
+            }
+            (Self::JsonSchema { validator, .. }, Some(key), answer) => {
+                match serde_json::from_str::<Value>(key) {
+                    Ok(got) => {
+                        validator.is_valid(&got) && answer.as_ref().is_none_or(|a| *a == got)
+                    }
+                    Err(_) => false,
+                }
+            }
+            (_, Some(_), None) => false,
+        };
+        Some(Grade { key, correct })
+    }
+}
+
+/// The judge's instructions (docs/eval.md shows them): the question, the reference and the
+/// candidate, and one verdict line to end with.
+pub fn judge_prompt(item: &Item, candidate: &str) -> String {
+    let reference = item
+        .answer
+        .as_ref()
+        .and_then(references)
+        .map(|refs| refs.join(" | "))
+        .unwrap_or_default();
+    format!(
+        "You are grading an answer to a question against a reference answer.\n\n\
+         <question>\n{}\n</question>\n\n<reference_answer>{reference}</reference_answer>\n\n\
+         <candidate_answer>\n{candidate}\n</candidate_answer>\n\n\
+         Decide only whether the candidate's final answer agrees with the reference answer \
+         (when the reference lists several answers separated by \" | \", any of them). An \
+         equivalent form counts as agreeing (another wording, unit or rounding that does not \
+         change the answer); explanation around the answer does not matter; an answer that \
+         hedges between several possibilities, or gives none, does not agree. End your reply \
+         with exactly one line: VERDICT: CORRECT or VERDICT: INCORRECT",
+        item.question_text()
+    )
+}
+
+/// The judge's verdict: its last `VERDICT:` line. `None`: it gave none.
+pub fn verdict(text: &str) -> Option<bool> {
+    static VERDICT: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r"(?i)verdict\s*[*_]*\s*[:：]\s*[*_]*\s*(incorrect|correct)").ok()
+    });
+    let re = VERDICT.as_ref()?;
+    let last = re.captures_iter(text).last()?;
+    Some(last.get(1)?.as_str().eq_ignore_ascii_case("correct"))
+}
+
+/// The answer in `text`: after its last `Answer:` line (Markdown emphasis allowed), else
+/// all of it.
+pub fn extract(text: &str) -> &str {
+    static ANSWER: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r"(?im)^[\s>*#_]*(?:final\s+)?answer\s*[*_]*\s*[:：]\s*[*_]*\s*(.*?)\s*$").ok()
+    });
+    let Some(re) = ANSWER.as_ref() else {
+        return text;
+    };
+    re.captures_iter(text)
+        .filter_map(|c| c.get(1))
+        .map(|m| m.as_str())
+        .filter(|s| {
+            !s.trim_matches(|c: char| c == '*' || c == '_')
+                .trim()
+                .is_empty()
+        })
+        .last()
+        .unwrap_or(text)
+}
+
+/// Lower case, emphasis and quotes around it dropped, runs of white space as one space,
+/// one trailing period dropped.
+pub fn normalise(text: &str) -> String {
+    let trimmed = text
+        .trim()
+        .trim_matches(|c: char| matches!(c, '*' | '_' | '`' | '"' | '\''))
+        .trim();
+    let mut out = trimmed
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase();
+    if out.ends_with('.') {
+        out.pop();
+    }
+    out
+}
+
+/// A reference answer as the texts it accepts.
+fn references(answer: &Value) -> Option<Vec<String>> {
+    let one = |v: &Value| match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    };
+    match answer {
+        Value::Array(list) if !list.is_empty() => list.iter().map(one).collect(),
+        other => one(other).map(|s| vec![s]),
+    }
+}
+
+fn pattern(answer: &Value) -> Result<Regex, String> {
+    let Value::String(text) = answer else {
+        return Err(
+            "\"answer\" must be a regular expression (a string) for the regex grader".into(),
+        );
+    };
+    regex::RegexBuilder::new(text)
+        .size_limit(PATTERN_SIZE_LIMIT)
+        .build()
+        .map_err(|e| format!("\"answer\" is not a regular expression the grader can run: {e}"))
+}
+
+fn reference_number(answer: &Value) -> Option<f64> {
+    match answer {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => {
+            let cleaned: String = s.trim().chars().filter(|c| *c != ',').collect();
+            cleaned.parse::<f64>().ok().filter(|n| n.is_finite())
+        }
+        _ => None,
+    }
+}
+
+/// The last number in `text` (thousands separators allowed).
+fn last_number(text: &str) -> Option<f64> {
+    static NUMBER: LazyLock<Option<Regex>> = LazyLock::new(|| {
+        Regex::new(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?").ok()
+    });
+    let re = NUMBER.as_ref()?;
+    re.find_iter(text)
+        .map(|m| m.as_str())
+        .filter(|s| s.chars().any(|c| c.is_ascii_digit()))
+        .filter_map(|s| s.replace(',', "").parse::<f64>().ok())
+        .filter(|n| n.is_finite())
+        .last()
+}
+
+/// A JSON answer inside a Markdown code fence, as some models write even when asked for
+/// JSON alone.
+fn strip_fence(text: &str) -> &str {
+    let t = text.trim();
+    let Some(inner) = t.strip_prefix("```") else {
+        return t;
+    };
+    let inner = inner.strip_prefix("json").unwrap_or(inner);
+    inner.strip_suffix("```").unwrap_or(inner).trim()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+mod tests {
+    use super::*;
+    use crate::eval::data::Prompt;
+    use serde_json::json;
+
+    fn item(answer: Value) -> Item {
+        Item {
+            id: "1".into(),
+            line: 1,
+            prompt: Prompt::Question("Q?".into()),
+            answer: Some(answer),
+        }
+    }
+
+    fn correct(grader: &Grader, answer: Value, text: &str) -> bool {
+        grader.grade(&item(answer), text).unwrap().correct
+    }
+
+    #[test]
+    fn extraction_takes_the_last_answer_line() {
+        assert_eq!(extract("Working...\nAnswer: 41\nwait\nAnswer: 42"), "42");
+        assert_eq!(
+            extract("so **Final answer:** Paris."),
+            "so **Final answer:** Paris."
+        );
+        assert_eq!(extract("**Final answer:** Paris."), "Paris.");
+        assert_eq!(extract("just Paris"), "just Paris");
+        assert_eq!(normalise("  **The  Eiffel Tower.** "), "the eiffel tower");
+    }
+
+    #[test]
+    fn exact_regex_and_numeric() {
+        let exact = Grader::Exact;
+        assert!(correct(
+            &exact,
+            json!("Paris"),
+            "It is Paris.\nAnswer: paris."
+        ));
+        assert!(correct(
+            &exact,
+            json!(["Lutetia", "Paris"]),
+            "Answer: PARIS"
+        ));
+        assert!(!correct(&exact, json!("Paris"), "Answer: Lyon"));
+        assert!(correct(&exact, json!(42), "Answer: 42"));
+        let re = Grader::Regex;
+        assert!(correct(&re, json!("^(?i)paris$"), "Answer: Paris"));
+        assert!(!correct(&re, json!("^paris$"), "Answer: Paris, France"));
+        let numeric = Grader::Numeric {
+            absolute: 0.01,
+            relative: 0.0,
+        };
+        assert!(correct(&numeric, json!(1234.5), "about 1,234.504 dollars"));
+        assert!(correct(&numeric, json!("-3"), "Answer: -3"));
+        assert!(!correct(&numeric, json!(10), "10 is close, but Answer: 11"));
+        assert!(!correct(&numeric, json!(10), "no number at all"));
+        assert_eq!(numeric.key("x = 2e3."), Some("2000".to_string()));
+    }
+
+    #[test]
+    fn json_schema_validates_and_compares() {
+        let g = Grader::json_schema(
+            r#"{"type":"object","properties":{"n":{"type":"integer"}},"required":["n"]}"#,
+        )
+        .unwrap();
+        assert!(correct(&g, json!({"n": 3}), "{\"n\": 3}"));
+        assert!(!correct(&g, json!({"n": 3}), "{\"n\": 4}"));
+        assert!(!correct(&g, json!({"n": 3}), "{\"m\": 3}"));
+        assert!(correct(&g, json!({"n": 3}), "```json\n{\"n\":3}\n```"));
+        let no_reference = Item {
+            answer: None,
+            ..item(json!(null))
+        };
+        assert!(g.grade(&no_reference, "{\"n\": 1}").unwrap().correct);
+        assert!(!g.grade(&no_reference, "not json").unwrap().correct);
+        assert!(Grader::json_schema("[1]").is_err());
+    }
+
+    #[test]
+    fn checks_name_the_line() {
+        let items = vec![item(json!({"a": 1}))];
+        assert!(
+            Grader::Exact
+                .check(&items)
+                .unwrap_err()
+                .starts_with("line 1:")
+        );
+        let items = vec![item(json!("(unclosed"))];
+        assert!(
+            Grader::Regex
+                .check(&items)
+                .unwrap_err()
+                .contains("regular expression")
+        );
+        let items = vec![item(json!("ten"))];
+        let numeric = Grader::Numeric {
+            absolute: 0.0,
+            relative: 0.0,
+        };
+        assert!(
+            numeric
+                .check(&items)
+                .unwrap_err()
+                .contains("must be a number")
+        );
+    }
+
+    #[test]
+    fn the_judge_prompt_and_verdict() {
+        let prompt = judge_prompt(&item(json!(["42", "forty-two"])), "Answer: 42");
+        assert!(prompt.contains("<reference_answer>42 | forty-two</reference_answer>"));
+        assert!(prompt.contains("<candidate_answer>\nAnswer: 42\n</candidate_answer>"));
+        assert_eq!(verdict("reasoning\nVERDICT: CORRECT"), Some(true));
+        assert_eq!(verdict("**Verdict:** incorrect"), Some(false));
+        assert_eq!(verdict("VERDICT: CORRECT\nVERDICT: INCORRECT"), Some(false));
+        assert_eq!(verdict("I think so"), None);
+    }
+}

@@ -1,0 +1,21 @@
+//! `massgen eval`: the panel, its agents alone and self-consistency of an agent, on the
+//! user's own questions, graded, with what each cost; see docs/eval.md.
+//!
+//! An edge like the doors: it turns items into the use case's asks (through the Chat
+//! Completions door's own parser) and reads the sessions' ends. `data` reads the
+//! questions, `arms` makes the panels each arm runs on, `session` runs one, `grade`
+//! judges an answer, `run` schedules it all (bounds, budget, resume), `files` and
+//! `records` keep the results, `report`, `stats` and `chart` sum them up.
+
+pub mod arms;
+pub mod chart;
+pub mod data;
+pub mod files;
+pub mod grade;
+pub mod item;
+mod progress;
+mod records;
+pub mod report;
+pub mod run;
+pub mod session;
+pub mod stats;

@@ -1,0 +1,621 @@
+//! The report of a run (`report.json`, `report.md`): per arm, accuracy with its 95%
+//! interval, what it cost, how long it took, and a paired test against the panel.
+//! Built from the graded items alone, so a report can be rebuilt from `items.jsonl`.
+
+use std::collections::HashMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::item::{ArmInfo, ArmKind, ItemResult};
+use super::stats::{mcnemar_exact, percentile, wilson};
+
+/// What was run, for the report's heading.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunInfo {
+    pub run_id: String,
+    /// Unix seconds.
+    pub created: u64,
+    /// The data file's path as the user gave it.
+    pub data: String,
+    pub grader: String,
+    pub questions: usize,
+    pub max_cost_usd: Option<f64>,
+    /// The budget ran out before every item was run on every arm.
+    pub stopped_by_budget: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Report {
+    pub run: RunInfo,
+    pub arms: Vec<ArmReport>,
+    /// Every arm's cost plus the judge's; `None` when an arm is unpriced.
+    pub total_cost_usd: Option<f64>,
+    /// The judge's cost over all arms; `None` when no item had one.
+    pub judge_cost_usd: Option<f64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ArmReport {
+    pub name: String,
+    pub kind: ArmKind,
+    pub samples: u32,
+    pub models: Vec<String>,
+    /// Items graded on the arm, failed ones included.
+    pub n: u64,
+    pub correct: u64,
+    /// `correct / n`; 0 when `n = 0`.
+    pub accuracy: f64,
+    /// Wilson 95% interval of the accuracy.
+    pub ci95: [f64; 2],
+    /// `None` when some item of the arm had a call without a price.
+    pub cost_usd: Option<f64>,
+    pub cost_per_item_usd: Option<f64>,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub latency_p50_s: Option<f64>,
+    pub latency_p95_s: Option<f64>,
+    pub failures: u64,
+    pub judge_cost_usd: Option<f64>,
+    /// This arm against the reference panel arm on the items both have; `None` for the
+    /// reference itself and when the run has no panel arm.
+    pub vs_panel: Option<Paired>,
+}
+
+/// A paired comparison of an arm against the reference arm.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Paired {
+    /// The reference arm's name.
+    pub against: String,
+    /// Items both arms have.
+    pub pairs: u64,
+    /// This arm right, the reference wrong.
+    pub wins: u64,
+    /// Both right or both wrong.
+    pub ties: u64,
+    /// This arm wrong, the reference right.
+    pub losses: u64,
+    pub p_value: f64,
+    /// The test behind `p_value`: `mcnemar_exact`.
+    pub test: String,
+}
+
+/// The items of one arm, one per item id: a rerun appends, so the last line counts.
+struct ArmItems<'a> {
+    list: Vec<&'a ItemResult>,
+    by_id: HashMap<&'a str, usize>,
+}
+
+impl<'a> ArmItems<'a> {
+    fn collect(arm: &str, items: &'a [ItemResult]) -> Self {
+        let mut out = Self {
+            list: Vec::new(),
+            by_id: HashMap::new(),
+        };
+        for it in items.iter().filter(|it| it.arm == arm) {
+            match out.by_id.get(it.item.as_str()) {
+                Some(&i) => out.list[i] = it,
+                None => {
+                    out.by_id.insert(it.item.as_str(), out.list.len());
+                    out.list.push(it);
+                }
+            }
+        }
+        out
+    }
+
+    fn get(&self, id: &str) -> Option<&'a ItemResult> {
+        self.by_id.get(id).map(|&i| self.list[i])
+    }
+}
+
+/// Right, counting a failed item as wrong whatever its `correct` says.
+fn is_correct(it: &ItemResult) -> bool {
+    it.correct && it.failed.is_none()
+}
+
+/// `Some(sum)` when every value is present (an empty list costs 0), else `None`.
+fn sum_all(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    values.sum()
+}
+
+/// The sum of the values present; `None` when none is.
+fn sum_present(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    values
+        .flatten()
+        .fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
+}
+
+fn paired(this: &ArmItems<'_>, reference: &ArmItems<'_>, against: &str) -> Paired {
+    let (mut pairs, mut wins, mut ties, mut losses) = (0, 0, 0, 0);
+    for it in &this.list {
+        let Some(other) = reference.get(&it.item) else {
+            continue;
+        };
+        pairs += 1;
+        match (is_correct(it), is_correct(other)) {
+            (true, false) => wins += 1,
+            (false, true) => losses += 1,
+            _ => ties += 1,
+        }
+    }
+    Paired {
+        against: against.to_string(),
+        pairs,
+        wins,
+        ties,
+        losses,
+        p_value: mcnemar_exact(wins, losses),
+        test: "mcnemar_exact".to_string(),
+    }
+}
+
+fn arm_report(arm: &ArmInfo, items: &ArmItems<'_>) -> ArmReport {
+    let list = &items.list;
+    let n = list.len() as u64;
+    let correct = list.iter().filter(|it| is_correct(it)).count() as u64;
+    let cost_usd = sum_all(list.iter().map(|it| it.cost_usd));
+    let mut latencies: Vec<f64> = list
+        .iter()
+        .map(|it| it.latency_s)
+        .filter(|l| l.is_finite())
+        .collect();
+    latencies.sort_by(f64::total_cmp);
+    let (lo, hi) = wilson(correct, n);
+    ArmReport {
+        name: arm.name.clone(),
+        kind: arm.kind,
+        samples: arm.samples,
+        models: arm.models.clone(),
+        n,
+        correct,
+        accuracy: if n == 0 {
+            0.0
+        } else {
+            correct as f64 / n as f64
+        },
+        ci95: [lo, hi],
+        cost_usd,
+        cost_per_item_usd: cost_usd.filter(|_| n > 0).map(|c| c / n as f64),
+        input_tokens: list.iter().map(|it| it.input_tokens).sum(),
+        output_tokens: list.iter().map(|it| it.output_tokens).sum(),
+        latency_p50_s: percentile(&latencies, 0.5),
+        latency_p95_s: percentile(&latencies, 0.95),
+        failures: list.iter().filter(|it| it.failed.is_some()).count() as u64,
+        judge_cost_usd: sum_present(list.iter().map(|it| it.judge_cost_usd)),
+        vs_panel: None,
+    }
+}
+
+/// The report of `arms` (in their order) over `items`. The reference of `vs_panel` is the
+/// first arm of kind `panel`.
+pub fn build(run: RunInfo, arms: &[ArmInfo], items: &[ItemResult]) -> Report {
+    let per_arm: Vec<ArmItems<'_>> = arms
+        .iter()
+        .map(|arm| ArmItems::collect(&arm.name, items))
+        .collect();
+    let reference = arms.iter().position(|arm| arm.kind == ArmKind::Panel);
+    let reports: Vec<ArmReport> = arms
+        .iter()
+        .zip(&per_arm)
+        .enumerate()
+        .map(|(i, (arm, its))| {
+            let mut r = arm_report(arm, its);
+            r.vs_panel = reference
+                .filter(|&ref_i| ref_i != i)
+                .map(|ref_i| paired(its, &per_arm[ref_i], &arms[ref_i].name));
+            r
+        })
+        .collect();
+    let judge_cost_usd = sum_present(reports.iter().map(|r| r.judge_cost_usd));
+    let shared = shared_cost(arms, items);
+    let total_cost_usd = sum_all(reports.iter().map(|r| r.cost_usd))
+        .map(|c| c - shared + judge_cost_usd.unwrap_or(0.0));
+    Report {
+        run,
+        arms: reports,
+        total_cost_usd,
+        judge_cost_usd,
+    }
+}
+
+/// What agent arms spent on sessions a self-consistency arm counts too (an agent's first
+/// sample is its agent-alone answer): the total counts every session once.
+fn shared_cost(arms: &[ArmInfo], items: &[ItemResult]) -> f64 {
+    use std::collections::{HashMap, HashSet};
+    let named: HashSet<&str> = arms.iter().map(|a| a.name.as_str()).collect();
+    let mut last: HashMap<(&str, &str), &ItemResult> = HashMap::new();
+    for r in items.iter().filter(|r| named.contains(r.arm.as_str())) {
+        last.insert((r.item.as_str(), r.arm.as_str()), r);
+    }
+    let sampled: HashSet<(&str, &str)> = last
+        .values()
+        .filter(|r| r.kind == ArmKind::SelfConsistency)
+        .flat_map(|r| r.session_ids.iter().map(|s| (r.item.as_str(), s.as_str())))
+        .collect();
+    last.values()
+        .filter(|r| r.kind == ArmKind::Agent && !r.session_ids.is_empty())
+        .filter(|r| {
+            r.session_ids
+                .iter()
+                .all(|s| sampled.contains(&(r.item.as_str(), s.as_str())))
+        })
+        .filter_map(|r| r.cost_usd)
+        .sum()
+}
+
+/// A name or path made safe for one Markdown table cell or line.
+fn md_escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('|', "\\|")
+        .replace(['\n', '\r'], " ")
+}
+
+/// USD with enough digits for per-item costs of a fraction of a cent.
+fn usd(v: f64) -> String {
+    if v == 0.0 {
+        "$0".to_string()
+    } else if v.abs() >= 0.01 {
+        format!("${v:.4}")
+    } else {
+        format!("${v:.6}")
+    }
+}
+
+fn p_value(p: f64) -> String {
+    if p < 0.001 {
+        "<0.001".to_string()
+    } else {
+        format!("{p:.3}")
+    }
+}
+
+fn latency(p50: Option<f64>, p95: Option<f64>) -> String {
+    match (p50, p95) {
+        (Some(a), Some(b)) => format!("{a:.1} / {b:.1}"),
+        _ => "-".to_string(),
+    }
+}
+
+const UNPRICED: &str = "n/a (unpriced)";
+
+fn arm_row(arm: &ArmReport, has_reference: bool) -> String {
+    let accuracy = format!(
+        "{:.3} [{:.3}, {:.3}]",
+        arm.accuracy, arm.ci95[0], arm.ci95[1]
+    );
+    let (cost, per_item) = match arm.cost_usd {
+        None => (UNPRICED.to_string(), UNPRICED.to_string()),
+        Some(c) => (
+            usd(c),
+            arm.cost_per_item_usd.map_or_else(|| "-".to_string(), usd),
+        ),
+    };
+    let vs = match &arm.vs_panel {
+        Some(p) => format!(
+            "{}/{}/{} p={}",
+            p.wins,
+            p.ties,
+            p.losses,
+            p_value(p.p_value)
+        ),
+        None if has_reference => "(reference)".to_string(),
+        None => "-".to_string(),
+    };
+    format!(
+        "| {} | {} | {} | {} | {} | {} | {} | {} | {} |\n",
+        md_escape(&arm.name),
+        arm.kind.as_str(),
+        arm.n,
+        accuracy,
+        cost,
+        per_item,
+        latency(arm.latency_p50_s, arm.latency_p95_s),
+        arm.failures,
+        vs,
+    )
+}
+
+/// The report as Markdown, for people: the run, one table row per arm, and the notes a
+/// reader needs to trust the numbers (budget stop, judge cost, what the columns mean).
+pub fn markdown(report: &Report) -> String {
+    let run = &report.run;
+    let mut out = format!("# massgen eval: {}\n\n", md_escape(&run.run_id));
+    out += &format!("- data: {}\n", md_escape(&run.data));
+    out += &format!("- grader: {}\n", md_escape(&run.grader));
+    out += &format!("- questions: {}\n", run.questions);
+    out += &format!("- created: {} (unix seconds)\n\n", run.created);
+
+    let reference = report.arms.iter().find(|a| a.kind == ArmKind::Panel);
+    out += "| arm | kind | n | accuracy [95% CI] | cost | cost/item | latency p50 / p95 (s) \
+            | failures | vs panel (W/T/L) |\n";
+    out += "|---|---|---:|---|---:|---:|---:|---:|---|\n";
+    for arm in &report.arms {
+        out += &arm_row(arm, reference.is_some());
+    }
+    out += "\n";
+
+    match report.total_cost_usd {
+        Some(c) => out += &format!("Total cost: {}", usd(c)),
+        None => out += &format!("Total cost: {UNPRICED}"),
+    }
+    match report.judge_cost_usd {
+        Some(j) => out += &format!(", of which the judge: {}.\n", usd(j)),
+        None => out += ".\n",
+    }
+    match (run.stopped_by_budget, run.max_cost_usd) {
+        (true, max) => {
+            let max = max.map_or_else(String::new, |m| format!(" ({})", usd(m)));
+            out += &format!(
+                "\n**Stopped by the budget{max}**: not every item ran on every arm, so the \
+                 arms may cover different items; compare them by the paired column.\n"
+            );
+        }
+        (false, Some(m)) => out += &format!("\nBudget: {} (not reached).\n", usd(m)),
+        (false, None) => {}
+    }
+
+    out += "\nAccuracy counts failed items as wrong; the interval is Wilson's. ";
+    match reference {
+        Some(r) => {
+            out += &format!(
+                "W/T/L: items this arm got right and `{}` wrong / the same / the reverse, on \
+                 the items both ran; p is the exact McNemar test.\n",
+                r.name.replace('`', "'").replace(['\n', '\r'], " ")
+            );
+        }
+        None => out += "No panel arm, so no paired comparison.\n",
+    }
+    let models: Vec<String> = report
+        .arms
+        .iter()
+        .filter(|a| !a.models.is_empty())
+        .map(|a| {
+            let models: Vec<String> = a.models.iter().map(|m| md_escape(m)).collect();
+            format!("- {}: {}\n", md_escape(&a.name), models.join(", "))
+        })
+        .collect();
+    if !models.is_empty() {
+        out += "\nModels:\n\n";
+        out += &models.concat();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn arm(name: &str, kind: ArmKind) -> ArmInfo {
+        ArmInfo {
+            name: name.into(),
+            kind,
+            samples: 1,
+            models: vec!["p/m".into()],
+        }
+    }
+
+    fn item(id: &str, arm: &str, correct: bool, cost: Option<f64>, latency: f64) -> ItemResult {
+        ItemResult {
+            item: id.into(),
+            arm: arm.into(),
+            kind: ArmKind::Agent,
+            correct,
+            failed: None,
+            answer: None,
+            extracted: None,
+            samples: vec![],
+            cost_usd: cost,
+            judge_cost_usd: None,
+            input_tokens: 10,
+            output_tokens: 5,
+            latency_s: latency,
+            session_ids: vec![],
+            judge_session_ids: vec![],
+        }
+    }
+
+    fn run() -> RunInfo {
+        RunInfo {
+            run_id: "r1".into(),
+            created: 1_700_000_000,
+            data: "q.jsonl".into(),
+            grader: "exact".into(),
+            questions: 4,
+            max_cost_usd: None,
+            stopped_by_budget: false,
+        }
+    }
+
+    /// Panel: right on 1-3, wrong on 4. Agent: right on 1 and 4, wrong on 2, failed on 3.
+    fn sample() -> (Vec<ArmInfo>, Vec<ItemResult>) {
+        let arms = vec![arm("agent:a", ArmKind::Agent), arm("panel", ArmKind::Panel)];
+        let mut items = vec![];
+        for (id, ok) in [("1", true), ("2", true), ("3", true), ("4", false)] {
+            items.push(item(
+                id,
+                "panel",
+                ok,
+                Some(0.5),
+                f64::from(id.parse::<u8>().unwrap()),
+            ));
+        }
+        items.push(item("1", "agent:a", true, Some(0.1), 1.0));
+        items.push(item("2", "agent:a", false, Some(0.1), 1.0));
+        let mut failed = item("3", "agent:a", true, None, 9.0);
+        failed.failed = Some("every session failed".into());
+        items.push(failed);
+        // A first try of item 4 that a rerun replaced.
+        items.push(item("4", "agent:a", false, None, 1.0));
+        items.push(item("4", "agent:a", true, Some(0.1), 1.0));
+        (arms, items)
+    }
+
+    #[test]
+    fn build_counts_costs_and_pairs() {
+        let (arms, items) = sample();
+        let r = build(run(), &arms, &items);
+        assert_eq!(r.arms.len(), 2);
+        let (agent, panel) = (&r.arms[0], &r.arms[1]);
+        assert_eq!(agent.name, "agent:a");
+        assert_eq!((agent.n, agent.correct, agent.failures), (4, 2, 1));
+        assert_eq!(agent.accuracy, 0.5);
+        let (lo, hi) = wilson(2, 4);
+        assert_eq!(agent.ci95, [lo, hi]);
+        // Item 3 had no price: the arm is unpriced.
+        assert_eq!(agent.cost_usd, None);
+        assert_eq!(agent.cost_per_item_usd, None);
+        assert_eq!((agent.input_tokens, agent.output_tokens), (40, 20));
+        assert_eq!(agent.latency_p50_s, Some(1.0));
+        let p95 = agent.latency_p95_s.unwrap();
+        assert!((p95 - 7.8).abs() < 1e-9, "{p95}");
+        let vs = agent.vs_panel.as_ref().unwrap();
+        assert_eq!(vs.against, "panel");
+        assert_eq!((vs.pairs, vs.wins, vs.ties, vs.losses), (4, 1, 1, 2));
+        assert_eq!(vs.p_value, 1.0);
+        assert_eq!(vs.test, "mcnemar_exact");
+
+        assert_eq!((panel.n, panel.correct, panel.failures), (4, 3, 0));
+        assert_eq!(panel.cost_usd, Some(2.0));
+        assert_eq!(panel.cost_per_item_usd, Some(0.5));
+        assert_eq!(panel.latency_p50_s, Some(2.5));
+        assert!(panel.vs_panel.is_none());
+        assert_eq!(r.total_cost_usd, None);
+        assert_eq!(r.judge_cost_usd, None);
+    }
+
+    #[test]
+    fn build_totals_judge_and_empty_arms() {
+        let arms = vec![
+            arm("panel", ArmKind::Panel),
+            arm("panel+majority", ArmKind::Panel),
+            arm("sc3:a", ArmKind::SelfConsistency),
+        ];
+        let mut a = item("1", "panel", true, Some(1.0), 1.0);
+        a.judge_cost_usd = Some(0.25);
+        let b = item("1", "panel+majority", false, Some(0.5), 1.0);
+        let mut c = item("2", "panel+majority", true, Some(0.5), 1.0);
+        c.judge_cost_usd = Some(0.5);
+        let r = build(run(), &arms, &[a, b, c]);
+        assert_eq!(r.arms[0].judge_cost_usd, Some(0.25));
+        assert_eq!(r.arms[1].judge_cost_usd, Some(0.5));
+        // Only item 1 is on both; the second panel arm is compared to the first.
+        let vs = r.arms[1].vs_panel.as_ref().unwrap();
+        assert_eq!((vs.against.as_str(), vs.pairs, vs.losses), ("panel", 1, 1));
+        let empty = &r.arms[2];
+        assert_eq!((empty.n, empty.accuracy, empty.ci95), (0, 0.0, [0.0, 1.0]));
+        assert_eq!((empty.cost_usd, empty.cost_per_item_usd), (Some(0.0), None));
+        assert_eq!((empty.latency_p50_s, empty.judge_cost_usd), (None, None));
+        assert_eq!(empty.vs_panel.as_ref().unwrap().pairs, 0);
+        assert_eq!(r.judge_cost_usd, Some(0.75));
+        assert_eq!(r.total_cost_usd, Some(2.75));
+    }
+
+    #[test]
+    fn the_total_counts_a_shared_first_sample_once() {
+        let arms = vec![
+            arm("agent:a", ArmKind::Agent),
+            arm("sc3:a", ArmKind::SelfConsistency),
+        ];
+        let mut alone = item("q1", "agent:a", true, Some(1.0), 1.0);
+        alone.session_ids = vec!["s1".into()];
+        let mut sc = item("q1", "sc3:a", true, Some(3.0), 1.0);
+        sc.kind = ArmKind::SelfConsistency;
+        sc.session_ids = vec!["s1".into(), "s2".into(), "s3".into()];
+        let r = build(run(), &arms, &[alone.clone(), sc.clone()]);
+        assert_eq!(r.arms[0].cost_usd, Some(1.0));
+        assert_eq!(r.arms[1].cost_usd, Some(3.0));
+        assert_eq!(r.total_cost_usd, Some(3.0));
+        // A session of its own (no self-consistency beside it) counts.
+        alone.session_ids = vec!["s9".into()];
+        assert_eq!(build(run(), &arms, &[alone, sc]).total_cost_usd, Some(4.0));
+    }
+
+    #[test]
+    fn no_panel_arm_means_no_pairs() {
+        let arms = vec![
+            arm("agent:a", ArmKind::Agent),
+            arm("agent:b", ArmKind::Agent),
+        ];
+        let items = [item("1", "agent:a", true, Some(0.1), 1.0)];
+        let r = build(run(), &arms, &items);
+        assert!(r.arms.iter().all(|a| a.vs_panel.is_none()));
+        assert_eq!(r.arms[1].n, 0);
+        assert!(markdown(&r).contains("No panel arm"));
+    }
+
+    #[test]
+    fn json_field_names_and_kind() {
+        let (arms, items) = sample();
+        let r = build(run(), &arms, &items);
+        let v = serde_json::to_value(&r).unwrap();
+        assert_eq!(v["run"]["run_id"], "r1");
+        assert_eq!(v["run"]["stopped_by_budget"], false);
+        assert!(v["total_cost_usd"].is_null());
+        let agent = &v["arms"][0];
+        assert_eq!(agent["kind"], "agent");
+        assert!(agent["cost_usd"].is_null());
+        assert_eq!(agent["vs_panel"]["against"], "panel");
+        assert_eq!(agent["ci95"].as_array().unwrap().len(), 2);
+        for key in [
+            "cost_per_item_usd",
+            "latency_p50_s",
+            "latency_p95_s",
+            "judge_cost_usd",
+        ] {
+            assert!(agent.get(key).is_some(), "{key}");
+        }
+        assert_eq!(v["arms"][1]["kind"], "panel");
+        let back: Report = serde_json::from_value(v).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn markdown_table_and_notes() {
+        let (mut arms, items) = sample();
+        arms[0].name = "agent|a".into();
+        let items: Vec<ItemResult> = items
+            .into_iter()
+            .map(|mut it| {
+                if it.arm == "agent:a" {
+                    it.arm = "agent|a".into();
+                }
+                it
+            })
+            .collect();
+        let mut info = run();
+        info.stopped_by_budget = true;
+        info.max_cost_usd = Some(5.0);
+        let md = markdown(&build(info, &arms, &items));
+        assert!(md.starts_with("# massgen eval: r1\n"), "{md}");
+        assert!(md.contains("q.jsonl") && md.contains("exact"));
+        assert!(md.contains("| agent\\|a | agent | 4 | 0.500 ["), "{md}");
+        assert!(md.contains("| n/a (unpriced) | n/a (unpriced) |"), "{md}");
+        assert!(md.contains("| 1/1/2 p=1.000 |"), "{md}");
+        assert!(md.contains("| panel | panel | 4 | 0.750 ["), "{md}");
+        assert!(
+            md.contains("| $2.0000 | $0.5000 | 2.5 / 3.8 | 0 | (reference) |"),
+            "{md}"
+        );
+        assert!(md.contains("Total cost: n/a (unpriced)"), "{md}");
+        assert!(md.contains("Stopped by the budget ($5.0000)"), "{md}");
+        // Every table row has the header's cell count (escaped pipes do not split).
+        let rows: Vec<&str> = md.lines().filter(|l| l.starts_with('|')).collect();
+        assert_eq!(rows.len(), 4);
+        for row in rows {
+            assert_eq!(row.replace("\\|", "").matches('|').count(), 10, "{row}");
+        }
+    }
+
+    #[test]
+    fn markdown_formats_small_costs_and_judge() {
+        let arms = vec![arm("panel", ArmKind::Panel)];
+        let mut it = item("1", "panel", true, Some(0.000_123), 1.0);
+        it.judge_cost_usd = Some(0.02);
+        let mut info = run();
+        info.max_cost_usd = Some(1.0);
+        let md = markdown(&build(info, &arms, &[it]));
+        assert!(md.contains("| $0.000123 | $0.000123 |"), "{md}");
+        assert!(md.contains("of which the judge: $0.0200."), "{md}");
+        assert!(md.contains("Budget: $1.0000 (not reached)."), "{md}");
+    }
+}

@@ -1,0 +1,229 @@
+//! The statistics of `massgen eval`: confidence intervals on an arm's accuracy, the paired
+//! test of an arm against the panel, latency percentiles and the self-consistency vote.
+//! Pure functions; nothing here allocates more than its input.
+
+/// The normal quantile of a two-sided 95% interval.
+const Z95: f64 = 1.959_963_984_540_054;
+
+/// The 95% Wilson score interval of `correct` successes out of `n` trials, as
+/// `(low, high)` within `[0, 1]`. Wilson rather than the normal approximation because eval
+/// runs are small and accuracies near 0 or 1 are common, where the latter leaves [0, 1].
+/// `n = 0` says nothing: `(0.0, 1.0)`. `correct > n` is treated as `correct = n`.
+pub fn wilson(correct: u64, n: u64) -> (f64, f64) {
+    if n == 0 {
+        return (0.0, 1.0);
+    }
+    let n_f = n as f64;
+    let p = correct.min(n) as f64 / n_f;
+    let z2 = Z95 * Z95;
+    let denom = 1.0 + z2 / n_f;
+    let center = (p + z2 / (2.0 * n_f)) / denom;
+    let half = Z95 / denom * (p * (1.0 - p) / n_f + z2 / (4.0 * n_f * n_f)).sqrt();
+    (
+        (center - half).clamp(0.0, 1.0),
+        (center + half).clamp(0.0, 1.0),
+    )
+}
+
+/// `ln C(n, i)` for `i = 0..=m`, one after the other, so that no factorial is ever formed
+/// (they overflow `f64` past n = 170).
+fn ln_binomials(n: u64, m: u64) -> impl Iterator<Item = f64> {
+    let mut acc = 0.0_f64;
+    (0..=m).map(move |i| {
+        if i > 0 {
+            acc += ((n - i + 1) as f64).ln() - (i as f64).ln();
+        }
+        acc
+    })
+}
+
+/// `ln(sum(exp(x)))` without overflow or underflow of the terms.
+fn log_sum_exp(terms: &[f64]) -> f64 {
+    let max = terms.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    if !max.is_finite() {
+        return max;
+    }
+    max + terms.iter().map(|t| (t - max).exp()).sum::<f64>().ln()
+}
+
+/// The two-sided exact McNemar p-value for `b` and `c` discordant pairs (pairs where only
+/// the first, or only the second, was right): a binomial test of `b` out of `b + c` at 1/2,
+/// `min(1, 2 * P(X <= min(b, c)))`. No discordant pair gives no evidence: 1.0. Computed in
+/// log space, so `b + c` in the hundreds of thousands stays finite.
+pub fn mcnemar_exact(b: u64, c: u64) -> f64 {
+    let n = b.saturating_add(c);
+    if n == 0 {
+        return 1.0;
+    }
+    let m = b.min(c);
+    let terms: Vec<f64> = ln_binomials(n, m).collect();
+    let ln_tail = log_sum_exp(&terms) - n as f64 * std::f64::consts::LN_2;
+    (2.0 * ln_tail.exp()).min(1.0)
+}
+
+/// The `q`-th quantile (`q` in [0, 1], clamped) of ascending `sorted` values, by linear
+/// interpolation between the closest ranks (the "type 7" definition of R and NumPy's
+/// default): `q = 0.5` of `[1, 2, 3, 4]` is 2.5. Empty input, or a NaN `q`: `None`.
+pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
+    if sorted.is_empty() || q.is_nan() {
+        return None;
+    }
+    let h = (sorted.len() - 1) as f64 * q.clamp(0.0, 1.0);
+    let lo = h.floor() as usize;
+    let hi = (lo + 1).min(sorted.len() - 1);
+    let frac = h - lo as f64;
+    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * frac)
+}
+
+/// The most frequent non-null value; a tie goes to the value that appears first, so the
+/// vote does not depend on hashing. All null (or empty): `None`.
+pub fn majority<'a>(values: &[Option<&'a str>]) -> Option<&'a str> {
+    // (value, count) in order of first appearance; k is small (the samples of one item).
+    let mut counts: Vec<(&'a str, usize)> = Vec::new();
+    for v in values.iter().flatten() {
+        match counts.iter_mut().find(|(seen, _)| seen == v) {
+            Some((_, count)) => *count += 1,
+            None => counts.push((v, 1)),
+        }
+    }
+    let mut best: Option<(&'a str, usize)> = None;
+    for (v, count) in counts {
+        // Strictly greater: an equal count later on does not displace the first.
+        if best.is_none_or(|(_, c)| count > c) {
+            best = Some((v, count));
+        }
+    }
+    best.map(|(v, _)| v)
+}
+
+/// The probability that more than `k / 2` of `k` independent Bernoulli(`p`) trials succeed
+/// (a strict majority: with `k` even a tie is not one). `p` is clamped to [0, 1]; `k = 0`
+/// gives 0. This is the accuracy self-consistency of `k` samples would reach if each sample
+/// were right with probability `p` and every wrong answer differed.
+pub fn binomial_majority(p: f64, k: u32) -> f64 {
+    if k == 0 || p.is_nan() || p <= 0.0 {
+        return 0.0;
+    }
+    if p >= 1.0 {
+        return 1.0;
+    }
+    let (ln_p, ln_q) = (p.ln(), (1.0 - p).ln());
+    let k64 = u64::from(k);
+    let first = k64 / 2 + 1;
+    let terms: Vec<f64> = ln_binomials(k64, k64)
+        .enumerate()
+        .skip(first as usize)
+        .map(|(i, ln_c)| ln_c + i as f64 * ln_p + (k64 - i as u64) as f64 * ln_q)
+        .collect();
+    log_sum_exp(&terms).exp().clamp(0.0, 1.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64, tol: f64) -> bool {
+        (a - b).abs() <= tol
+    }
+
+    #[test]
+    fn wilson_known_values() {
+        let (lo, hi) = wilson(7, 10);
+        assert!(close(lo, 0.3968, 1e-4), "{lo}");
+        assert!(close(hi, 0.8922, 1e-4), "{hi}");
+        let (lo, hi) = wilson(0, 10);
+        assert!(close(lo, 0.0, 1e-12), "{lo}");
+        assert!(close(hi, 0.2775, 1e-4), "{hi}");
+        let (lo, hi) = wilson(10, 10);
+        assert!(close(lo, 0.7225, 1e-4), "{lo}");
+        assert!(close(hi, 1.0, 1e-12), "{hi}");
+        // 78/100: the example of the report's format.
+        let (lo, hi) = wilson(78, 100);
+        assert!(close(lo, 0.6893, 1e-4), "{lo}");
+        assert!(close(hi, 0.8500, 1e-4), "{hi}");
+    }
+
+    #[test]
+    fn wilson_edge_cases() {
+        assert_eq!(wilson(0, 0), (0.0, 1.0));
+        assert_eq!(wilson(12, 10), wilson(10, 10));
+        let (lo, hi) = wilson(500_000, 1_000_000);
+        assert!(lo < 0.5 && hi > 0.5 && hi - lo < 0.002);
+    }
+
+    #[test]
+    fn mcnemar_known_values() {
+        assert!(close(mcnemar_exact(0, 5), 0.0625, 1e-12));
+        assert!(close(mcnemar_exact(5, 0), 0.0625, 1e-12));
+        assert_eq!(mcnemar_exact(10, 10), 1.0);
+        assert_eq!(mcnemar_exact(0, 0), 1.0);
+        assert_eq!(mcnemar_exact(1, 0), 1.0);
+        // 2 * (1 + 10 + 45) / 1024.
+        assert!(close(mcnemar_exact(2, 8), 112.0 / 1024.0, 1e-12));
+        // 2 * (1 + 12) / 4096.
+        assert!(close(mcnemar_exact(1, 11), 26.0 / 4096.0, 1e-12));
+    }
+
+    #[test]
+    fn mcnemar_large_counts_stay_finite() {
+        let p = mcnemar_exact(50_000, 50_000);
+        assert_eq!(p, 1.0);
+        let p = mcnemar_exact(49_000, 51_000);
+        // Reference values from ln-gamma sums in double precision.
+        assert!(close(p / 2.588_716_038_7e-10, 1.0, 1e-6), "{p}");
+        let p = mcnemar_exact(0, 100_000);
+        assert!(p.is_finite() && (0.0..1e-300).contains(&p), "{p}");
+        let p = mcnemar_exact(49_900, 50_100);
+        assert!(close(p, 0.529_157_294_2, 1e-6), "{p}");
+    }
+
+    #[test]
+    fn percentile_interpolates() {
+        assert_eq!(percentile(&[], 0.5), None);
+        assert_eq!(percentile(&[1.0], f64::NAN), None);
+        assert_eq!(percentile(&[3.0], 0.95), Some(3.0));
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.5), Some(2.5));
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 0.0), Some(1.0));
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 1.0), Some(4.0));
+        assert_eq!(percentile(&[1.0, 2.0, 3.0, 4.0], 7.0), Some(4.0));
+        let v: Vec<f64> = (1..=11).map(f64::from).collect();
+        let p95 = percentile(&v, 0.95).unwrap();
+        assert!(close(p95, 10.5, 1e-12), "{p95}");
+    }
+
+    #[test]
+    fn majority_votes_and_breaks_ties_by_first() {
+        assert_eq!(majority(&[]), None);
+        assert_eq!(majority(&[None, None]), None);
+        assert_eq!(majority(&[Some("a"), Some("b"), Some("b")]), Some("b"));
+        assert_eq!(
+            majority(&[Some("b"), Some("a"), Some("a"), Some("b")]),
+            Some("b")
+        );
+        assert_eq!(majority(&[None, Some("x"), None, Some("y")]), Some("x"));
+        assert_eq!(
+            majority(&[Some("a"), None, None, Some("c"), Some("c")]),
+            Some("c")
+        );
+    }
+
+    #[test]
+    fn binomial_majority_known_values() {
+        assert!(close(binomial_majority(0.7, 3), 0.784, 1e-12));
+        assert!(close(binomial_majority(0.7, 1), 0.7, 1e-12));
+        // k = 2: both must succeed.
+        assert!(close(binomial_majority(0.7, 2), 0.49, 1e-12));
+        // 10 p^3 q^2 + 5 p^4 q + p^5 at p = 0.6.
+        assert!(close(binomial_majority(0.6, 5), 0.68256, 1e-12));
+        assert!(close(binomial_majority(0.5, 101), 0.5, 1e-9));
+        assert_eq!(binomial_majority(0.0, 5), 0.0);
+        assert_eq!(binomial_majority(1.0, 5), 1.0);
+        assert_eq!(binomial_majority(f64::NAN, 5), 0.0);
+        assert_eq!(binomial_majority(0.9, 0), 0.0);
+        // Large k: the running sums of logs lose about 1e-10, nothing more.
+        let big = binomial_majority(0.6, 100_001);
+        assert!(close(big, 1.0, 1e-9), "{big}");
+        let half = binomial_majority(0.5, 100_001);
+        assert!(close(half, 0.5, 1e-9), "{half}");
+    }
+}
