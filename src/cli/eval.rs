@@ -18,6 +18,9 @@ use crate::eval::grade::Grader;
 use crate::eval::run::{Plan, run};
 use crate::server::AppState;
 
+/// Sessions in flight at most: each holds its agents' upstream connections and its events.
+const MAX_CONCURRENCY: usize = 1024;
+
 /// The answer format the exact, regex and numeric graders read best.
 pub const DEFAULT_INSTRUCTION: &str =
     "End your reply with a final line of the form `Answer: <answer>`.";
@@ -27,6 +30,21 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
     if let Some(url) = args.records_db.as_deref().filter(|u| !u.trim().is_empty()) {
         settings.production.records_db =
             RecordsDb::parse(url).map_err(|e| Fatal::usage(format!("--records-db: {e}")))?;
+    }
+    // The per-session limits of `serve` (its HTTP-side ones have nothing to limit here).
+    if let Some(usd) = args.max_session_cost_usd {
+        if !(usd.is_finite() && usd > 0.0) {
+            return Err(Fatal::usage(format!(
+                "--max-session-cost-usd must be above 0, got {usd}"
+            )));
+        }
+        settings.production.max_session_cost_usd = Some(usd);
+    }
+    if let Some(calls) = args.max_upstream_calls {
+        if calls == 0 {
+            return Err(Fatal::usage("--max-upstream-calls must be at least 1"));
+        }
+        settings.production.max_upstream_calls = Some(calls);
     }
     let plan = ServePlan {
         settings,
@@ -63,8 +81,11 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
         }
         (_, None) => None,
     };
-    if args.concurrency == 0 {
-        return Err(Fatal::usage("--concurrency must be at least 1"));
+    if !(1..=MAX_CONCURRENCY).contains(&args.concurrency) {
+        return Err(Fatal::usage(format!(
+            "--concurrency must be from 1 to {MAX_CONCURRENCY}, got {}",
+            args.concurrency
+        )));
     }
     if let Some(usd) = args.max_cost_usd {
         if !(usd.is_finite() && usd > 0.0) {
@@ -87,14 +108,34 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
             }
         }
     }
+    // Self-consistency counts the `Answer:` lines, so the judge's arms get it too; the
+    // JSON Schema grader's answers are the JSON itself.
     let instruction = match (&args.instruction, &grader) {
         (Some(text), _) => Some(text.clone()).filter(|t| !t.trim().is_empty()),
-        (None, Grader::Exact | Grader::Regex | Grader::Numeric { .. }) => {
-            Some(DEFAULT_INSTRUCTION.to_string())
-        }
-        (None, _) => None,
+        (None, Grader::JsonSchema { .. }) => None,
+        (None, _) => Some(DEFAULT_INSTRUCTION.to_string()),
     };
-    let records = crate::server::open_records(&plan.settings.production)
+    let schema = match &grader {
+        Grader::JsonSchema { schema, .. } => Some(schema.clone()),
+        _ => None,
+    };
+    let inputs = items
+        .iter()
+        .map(|item| crate::eval::session::input(item, instruction.as_deref(), schema.as_ref()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Fatal::usage(format!("--data {}: {e}", args.data.display())))?;
+    let settings_key = format!(
+        "{} tolerance={} relative={} schema={} judge={} instruction={:?}",
+        grader.name(),
+        args.tolerance,
+        args.relative_tolerance,
+        schema.as_ref().map(ToString::to_string).unwrap_or_default(),
+        judge.as_ref().map(|j| format!("{j:?}")).unwrap_or_default(),
+        instruction
+    );
+    // As `serve` does: every session holds a descriptor per HTTP/1.1 agent.
+    let _ = crate::app::descriptors::raise_open_file_limit();
+    let records = crate::server::open_records_keeping(&plan.settings.production)
         .await
         .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?;
     let http = massgen_providers::http_client()
@@ -122,6 +163,8 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
             max_cost_usd: args.max_cost_usd,
             out: args.out.clone(),
             caller: caller(),
+            inputs,
+            settings: settings_key,
         },
     )
     .await

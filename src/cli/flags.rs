@@ -128,6 +128,12 @@ pub struct EvalArgs {
     /// much; needs a price for every model
     #[arg(long, value_name = "USD", value_parser = Number::<f64>::new())]
     pub max_cost_usd: Option<f64>,
+    /// Most one session may spend, in USD (as `serve`'s) [default: no limit]
+    #[arg(long, value_name = "USD", env = "MASSGEN_SERVER_MAX_SESSION_COST_USD", value_parser = Number::<f64>::new())]
+    pub max_session_cost_usd: Option<f64>,
+    /// Upstream calls one session may make (as `serve`'s) [default: no limit]
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_UPSTREAM_CALLS", value_parser = Number::<u32>::new())]
+    pub max_upstream_calls: Option<u32>,
     /// Keep the run and its sessions in this records database (as `serve
     /// --records-db`), so the server's page shows them [default: sessions kept in memory
     /// only]

@@ -380,6 +380,7 @@ mod tests {
                 questions: 10,
                 max_cost_usd: None,
                 stopped_by_budget: false,
+                interrupted: false,
             },
             arms,
             total_cost_usd: None,

@@ -70,7 +70,9 @@ pub fn read(path: &Path, needs_answer: Option<&str>) -> Result<Vec<Item>, String
         ));
     }
     let text = std::fs::read_to_string(path).map_err(|e| format!("--data {shown}: {e}"))?;
-    parse(&text, needs_answer).map_err(|e| format!("--data {shown}: {e}"))
+    // Some editors start UTF-8 files with a byte-order mark; JSON has none.
+    let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
+    parse(text, needs_answer).map_err(|e| format!("--data {shown}: {e}"))
 }
 
 /// The items of `text`; blank lines are skipped (they keep their numbers).

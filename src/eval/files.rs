@@ -150,6 +150,7 @@ mod tests {
             latency_s: 0.5,
             session_ids: vec!["s1".into()],
             judge_session_ids: Vec::new(),
+            fingerprint: String::new(),
         }
     }
 

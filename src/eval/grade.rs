@@ -112,7 +112,7 @@ impl Grader {
     pub fn key(&self, text: &str) -> Option<String> {
         match self {
             Self::Exact | Self::Judge => Some(normalise(extract(text))),
-            Self::Regex => Some(extract(text).trim().to_string()),
+            Self::Regex => Some(unwrap_emphasis(extract(text)).to_string()),
             Self::Numeric { .. } => last_number(extract(text)).map(|n| n.to_string()),
             Self::JsonSchema { .. } => serde_json::from_str::<Value>(strip_fence(text))
                 .ok()
@@ -126,9 +126,7 @@ impl Grader {
         let correct = match (self, &key, &item.answer) {
             (Self::Judge, ..) => return None,
             (_, None, _) => false,
-            (Self::Exact, Some(key), Some(answer)) => {
-                references(answer).is_some_and(|refs| refs.iter().any(|r| normalise(r) == *key))
-            }
+            (Self::Exact, Some(key), Some(answer)) => exact(answer, key),
             (Self::Regex, Some(key), Some(answer)) => {
                 pattern(answer).is_ok_and(|re| re.is_match(key))
             }
@@ -144,7 +142,8 @@ impl Grader {
             (Self::JsonSchema { validator, .. }, Some(key), answer) => {
                 match serde_json::from_str::<Value>(key) {
                     Ok(got) => {
-                        validator.is_valid(&got) && answer.as_ref().is_none_or(|a| *a == got)
+                        validator.is_valid(&got)
+                            && answer.as_ref().is_none_or(|a| same_json(a, &got))
                     }
                     Err(_) => false,
                 }
@@ -178,10 +177,15 @@ pub fn judge_prompt(item: &Item, candidate: &str) -> String {
     )
 }
 
-/// The judge's verdict: its last `VERDICT:` line. `None`: it gave none.
+/// The judge's verdict: its last line that is only `VERDICT: CORRECT` or `VERDICT:
+/// INCORRECT` (emphasis allowed). `None`: it gave none (an echo of the instruction's "…
+/// CORRECT or VERDICT: INCORRECT" is none).
 pub fn verdict(text: &str) -> Option<bool> {
     static VERDICT: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r"(?i)verdict\s*[*_]*\s*[:：]\s*[*_]*\s*(incorrect|correct)").ok()
+        Regex::new(
+            r"(?im)^[\s>*#_]*verdict\s*[*_]*\s*[:：]\s*[*_]*\s*(incorrect|correct)\b[*_.!\s]*$",
+        )
+        .ok()
     });
     let re = VERDICT.as_ref()?;
     let last = re.captures_iter(text).last()?;
@@ -212,11 +216,7 @@ pub fn extract(text: &str) -> &str {
 /// Lower case, emphasis and quotes around it dropped, runs of white space as one space,
 /// one trailing period dropped.
 pub fn normalise(text: &str) -> String {
-    let trimmed = text
-        .trim()
-        .trim_matches(|c: char| matches!(c, '*' | '_' | '`' | '"' | '\''))
-        .trim();
-    let mut out = trimmed
+    let mut out = unwrap_emphasis(text)
         .split_whitespace()
         .collect::<Vec<_>>()
         .join(" ")
@@ -225,6 +225,41 @@ pub fn normalise(text: &str) -> String {
         out.pop();
     }
     out
+}
+
+/// `text` without white space and Markdown emphasis, code marks or quotes around it.
+fn unwrap_emphasis(text: &str) -> &str {
+    text.trim()
+        .trim_matches(|c: char| matches!(c, '*' | '_' | '`' | '"' | '\''))
+        .trim()
+}
+
+/// The exact grader: the key equals a reference after normalisation, or, for a reference
+/// given as a JSON number, is the same number (`24` for `24.0`).
+fn exact(answer: &Value, key: &str) -> bool {
+    let numbers = |v: &Value| match v {
+        Value::Array(list) => list.iter().filter_map(Value::as_f64).collect(),
+        other => other.as_f64().into_iter().collect::<Vec<f64>>(),
+    };
+    let as_number = key.replace(',', "").parse::<f64>().ok();
+    references(answer).is_some_and(|refs| refs.iter().any(|r| normalise(r) == key))
+        || as_number.is_some_and(|n| numbers(answer).contains(&n))
+}
+
+/// JSON equality with numbers compared by value (`3` and `3.0` are the same).
+fn same_json(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b))
+        }
+        (Value::Object(x), Value::Object(y)) => {
+            x.len() == y.len()
+                && x.iter()
+                    .all(|(k, v)| y.get(k).is_some_and(|w| same_json(v, w)))
+        }
+        _ => a == b,
+    }
 }
 
 /// A reference answer as the texts it accepts.
@@ -257,23 +292,42 @@ fn reference_number(answer: &Value) -> Option<f64> {
     match answer {
         Value::Number(n) => n.as_f64(),
         Value::String(s) => {
-            let cleaned: String = s.trim().chars().filter(|c| *c != ',').collect();
-            cleaned.parse::<f64>().ok().filter(|n| n.is_finite())
+            let text = s.trim().replace('\u{2212}', "-");
+            let whole = last_number(&text).filter(|_| {
+                NUMBER
+                    .as_ref()
+                    .and_then(|re| re.find(&text))
+                    .is_some_and(|m| m.start() == 0 && m.end() == text.len())
+            });
+            whole.filter(|n| n.is_finite())
         }
         _ => None,
     }
 }
 
-/// The last number in `text` (thousands separators allowed).
+/// A number: sign, digits (thousands separated by commas, or not), decimals, exponent.
+static NUMBER: LazyLock<Option<Regex>> = LazyLock::new(|| {
+    Regex::new(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?").ok()
+});
+
+/// The last number in `text`. A sign right after a letter or digit is a hyphen
+/// (`2023-2024`, `10-12`), not a minus; U+2212 is a minus.
 fn last_number(text: &str) -> Option<f64> {
-    static NUMBER: LazyLock<Option<Regex>> = LazyLock::new(|| {
-        Regex::new(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?").ok()
-    });
     let re = NUMBER.as_ref()?;
-    re.find_iter(text)
-        .map(|m| m.as_str())
-        .filter(|s| s.chars().any(|c| c.is_ascii_digit()))
-        .filter_map(|s| s.replace(',', "").parse::<f64>().ok())
+    let text = text.replace('\u{2212}', "-");
+    re.find_iter(&text)
+        .filter(|m| m.as_str().chars().any(|c| c.is_ascii_digit()))
+        .filter_map(|m| {
+            let mut number = m.as_str();
+            let after_word = text[..m.start()]
+                .chars()
+                .next_back()
+                .is_some_and(char::is_alphanumeric);
+            if after_word {
+                number = number.trim_start_matches(['-', '+']);
+            }
+            number.replace(',', "").parse::<f64>().ok()
+        })
         .filter(|n| n.is_finite())
         .last()
 }
@@ -348,6 +402,17 @@ mod tests {
         assert!(!correct(&numeric, json!(10), "10 is close, but Answer: 11"));
         assert!(!correct(&numeric, json!(10), "no number at all"));
         assert_eq!(numeric.key("x = 2e3."), Some("2000".to_string()));
+        assert_eq!(numeric.key("in 2023-2024"), Some("2024".to_string()));
+        assert_eq!(numeric.key("from 10-12"), Some("12".to_string()));
+        assert_eq!(numeric.key("it is \u{2212}5"), Some("-5".to_string()));
+        assert_eq!(numeric.key("so -.5"), Some("-0.5".to_string()));
+        assert!(correct(&numeric, json!("1,234"), "Answer: 1234"));
+        // A comma that is not a thousands separator makes no number.
+        let items = vec![item(json!("1,5"))];
+        assert!(numeric.check(&items).is_err());
+        // Exact on a number reference compares numbers; regex keys drop emphasis.
+        assert!(correct(&exact, json!(24.0), "Answer: 24"));
+        assert!(correct(&re, json!("^(?i)paris$"), "**Answer:** **Paris**"));
     }
 
     #[test]
@@ -360,6 +425,11 @@ mod tests {
         assert!(!correct(&g, json!({"n": 3}), "{\"n\": 4}"));
         assert!(!correct(&g, json!({"n": 3}), "{\"m\": 3}"));
         assert!(correct(&g, json!({"n": 3}), "```json\n{\"n\":3}\n```"));
+        assert!(same_json(
+            &json!({"a": [3, {"b": 1}]}),
+            &json!({"a": [3.0, {"b": 1.0}]})
+        ));
+        assert!(!same_json(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
         let no_reference = Item {
             answer: None,
             ..item(json!(null))
@@ -407,5 +477,11 @@ mod tests {
         assert_eq!(verdict("**Verdict:** incorrect"), Some(false));
         assert_eq!(verdict("VERDICT: CORRECT\nVERDICT: INCORRECT"), Some(false));
         assert_eq!(verdict("I think so"), None);
+        assert_eq!(verdict("Verdict: Correctness unclear"), None);
+        assert_eq!(
+            verdict("End with VERDICT: CORRECT or VERDICT: INCORRECT"),
+            None
+        );
+        assert_eq!(verdict("**VERDICT: CORRECT**"), Some(true));
     }
 }

@@ -74,4 +74,9 @@ pub struct ItemResult {
     pub session_ids: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judge_session_ids: Vec<String>,
+    /// What the result was graded from: a hash of the item's question and reference, the
+    /// arm's panel, the grader's settings and the instruction. A rerun redoes a result
+    /// whose fingerprint no longer matches (the data or a config changed).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub fingerprint: String,
 }

@@ -17,6 +17,9 @@ struct State {
     done: usize,
     /// Items finished by this invocation (the rate the time left is estimated from).
     done_now: usize,
+    /// Items not started (budget reached, or Ctrl-C), and why.
+    skipped: usize,
+    why: &'static str,
     started: Instant,
     printed: Option<Instant>,
 }
@@ -34,17 +37,25 @@ impl Progress {
             state: Mutex::new(State {
                 done,
                 done_now: 0,
+                skipped: 0,
+                why: "",
                 started: Instant::now(),
                 printed: None,
             }),
         }
     }
 
-    pub fn item_done(&self, spent_usd: f64, stopped: bool) {
+    /// An item has no job left: `graded` (else it was not started, for `why`).
+    pub fn item_done(&self, spent_usd: f64, graded: bool, why: &'static str) {
         let mut state = self
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !graded {
+            state.skipped += 1;
+            state.why = why;
+            return;
+        }
         state.done += 1;
         state.done_now += 1;
         let due = state.printed.is_none_or(|at| at.elapsed() >= EVERY);
@@ -53,9 +64,7 @@ impl Progress {
         }
         state.printed = Some(Instant::now());
         let left = self.total.saturating_sub(state.done);
-        let eta = if stopped {
-            " (budget reached: no new items)".to_string()
-        } else if left == 0 || state.done_now == 0 {
+        let eta = if left == 0 || state.done_now == 0 {
             String::new()
         } else {
             let per_item = state.started.elapsed().as_secs_f64() / state.done_now as f64;
@@ -72,8 +81,13 @@ impl Progress {
             .state
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let skipped = if state.skipped > 0 {
+            format!(" ({} not started: {})", state.skipped, state.why)
+        } else {
+            String::new()
+        };
         line(&format!(
-            "eval: done: {}/{} items graded, ${spent_usd:.4} spent in {}",
+            "eval: done: {}/{} items graded{skipped}, ${spent_usd:.4} spent in {}",
             state.done,
             self.total,
             clock(state.started.elapsed().as_secs_f64())

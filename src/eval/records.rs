@@ -28,9 +28,17 @@ impl Records {
             run_id: run.run_id.clone(),
             owner: owner.to_string(),
         };
+        // A resumed run's rows are there already: only a new row gets the earlier items
+        // (a folder whose run was not recorded, or another database).
+        let known = match &records.db {
+            Some(db) => db.eval_run(&run.run_id).await.ok().flatten().is_some(),
+            None => true,
+        };
         records.save(run, "running", None).await;
-        for item in earlier {
-            records.item(item).await;
+        if !known {
+            for item in earlier {
+                records.item(item).await;
+            }
         }
         records
     }
@@ -46,7 +54,7 @@ impl Records {
     }
 
     pub async fn finish(&self, run: &RunFile, report: &Report) {
-        let status = if report.run.stopped_by_budget {
+        let status = if report.run.stopped_by_budget || report.run.interrupted {
             "stopped"
         } else {
             "finished"

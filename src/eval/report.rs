@@ -22,6 +22,9 @@ pub struct RunInfo {
     pub max_cost_usd: Option<f64>,
     /// The budget ran out before every item was run on every arm.
     pub stopped_by_budget: bool,
+    /// Ctrl-C stopped the run before every item started (a rerun continues it).
+    #[serde(default)]
+    pub interrupted: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -118,13 +121,6 @@ fn sum_all(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
     values.sum()
 }
 
-/// The sum of the values present; `None` when none is.
-fn sum_present(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
-    values
-        .flatten()
-        .fold(None, |acc, v| Some(acc.unwrap_or(0.0) + v))
-}
-
 fn paired(this: &ArmItems<'_>, reference: &ArmItems<'_>, against: &str) -> Paired {
     let (mut pairs, mut wins, mut ties, mut losses) = (0, 0, 0, 0);
     for it in &this.list {
@@ -147,6 +143,17 @@ fn paired(this: &ArmItems<'_>, reference: &ArmItems<'_>, against: &str) -> Paire
         p_value: mcnemar_exact(wins, losses),
         test: "mcnemar_exact".to_string(),
     }
+}
+
+/// What the judge cost over `items`: `None` when none was judged, or when a judged one has
+/// no price (unknown, never free).
+fn judge_cost<'a>(items: impl Iterator<Item = &'a ItemResult>) -> Option<f64> {
+    let mut judged = items
+        .filter(|it| !it.judge_session_ids.is_empty() || it.judge_cost_usd.is_some())
+        .map(|it| it.judge_cost_usd)
+        .peekable();
+    judged.peek()?;
+    sum_all(judged)
 }
 
 fn arm_report(arm: &ArmInfo, items: &ArmItems<'_>) -> ArmReport {
@@ -181,7 +188,7 @@ fn arm_report(arm: &ArmInfo, items: &ArmItems<'_>) -> ArmReport {
         latency_p50_s: percentile(&latencies, 0.5),
         latency_p95_s: percentile(&latencies, 0.95),
         failures: list.iter().filter(|it| it.failed.is_some()).count() as u64,
-        judge_cost_usd: sum_present(list.iter().map(|it| it.judge_cost_usd)),
+        judge_cost_usd: judge_cost(list.iter().copied()),
         vs_panel: None,
     }
 }
@@ -206,9 +213,14 @@ pub fn build(run: RunInfo, arms: &[ArmInfo], items: &[ItemResult]) -> Report {
             r
         })
         .collect();
-    let judge_cost_usd = sum_present(reports.iter().map(|r| r.judge_cost_usd));
+    let judge_cost_usd = judge_cost(per_arm.iter().flat_map(|its| its.list.iter().copied()));
     let shared = shared_cost(arms, items);
+    let judged_unpriced = per_arm
+        .iter()
+        .flat_map(|its| its.list.iter())
+        .any(|it| !it.judge_session_ids.is_empty() && it.judge_cost_usd.is_none());
     let total_cost_usd = sum_all(reports.iter().map(|r| r.cost_usd))
+        .filter(|_| !judged_unpriced)
         .map(|c| c - shared + judge_cost_usd.unwrap_or(0.0));
     Report {
         run,
@@ -346,12 +358,16 @@ pub fn markdown(report: &Report) -> String {
         (true, max) => {
             let max = max.map_or_else(String::new, |m| format!(" ({})", usd(m)));
             out += &format!(
-                "\n**Stopped by the budget{max}**: not every item ran on every arm, so the \
-                 arms may cover different items; compare them by the paired column.\n"
+                "\n**Stopped by the budget{max}**: no new item started once it was reached; \
+                 every item that started ran on every arm.\n"
             );
         }
         (false, Some(m)) => out += &format!("\nBudget: {} (not reached).\n", usd(m)),
         (false, None) => {}
+    }
+    if run.interrupted {
+        out += "\n**Interrupted** (Ctrl-C): not every item started; a rerun with the same \
+                `--out` continues the run.\n";
     }
 
     out += "\nAccuracy counts failed items as wrong; the interval is Wilson's. ";
@@ -411,6 +427,7 @@ mod tests {
             latency_s: latency,
             session_ids: vec![],
             judge_session_ids: vec![],
+            fingerprint: String::new(),
         }
     }
 
@@ -423,6 +440,7 @@ mod tests {
             questions: 4,
             max_cost_usd: None,
             stopped_by_budget: false,
+            interrupted: false,
         }
     }
 

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use massgen_core::coordination::SessionInput;
@@ -20,6 +20,7 @@ use super::item::{ArmInfo, ItemResult};
 use super::progress::Progress;
 use super::records::Records;
 use super::report::{self, Report, RunInfo};
+use super::resume::{self, Fingerprints, Job};
 use super::session::{self, Label, Outcome};
 use crate::app::Caller;
 use crate::config::PanelConfig;
@@ -43,6 +44,11 @@ pub struct Plan {
     pub out: PathBuf,
     /// Whose run it is: the records file it and its sessions under this caller's owner id.
     pub caller: Caller,
+    /// Each item's session input (built and checked before the run: see
+    /// [`session::input`]).
+    pub inputs: Vec<SessionInput>,
+    /// The grader's settings and the instruction, as the fingerprints take them.
+    pub settings: String,
 }
 
 /// What the run left: its report and where the files are.
@@ -51,33 +57,21 @@ pub struct Finished {
     pub markdown: String,
 }
 
-/// One unit of work: an item on a panel arm, or an item on an agent's baselines.
-#[derive(Clone, Copy)]
-enum Job {
-    Panel { item: usize, arm: usize },
-    Agent { item: usize, agent: usize },
-}
-
-impl Job {
-    fn item(self) -> usize {
-        match self {
-            Self::Panel { item, .. } | Self::Agent { item, .. } => item,
-        }
-    }
-}
-
 struct Run {
     state: AppState,
     plan: Plan,
     run_id: String,
-    inputs: Vec<SessionInput>,
+    fingerprints: Fingerprints,
     sessions: Semaphore,
     out: Mutex<OutDir>,
     records: Records,
-    /// USD spent by this invocation (arms and judge).
+    /// USD the run has spent (arms and judge), earlier invocations' results included.
     spent: Mutex<f64>,
     started: Mutex<HashSet<usize>>,
+    /// The budget was reached: no new item starts.
     stopped: AtomicBool,
+    /// Ctrl-C: no new item starts.
+    interrupted: Arc<AtomicBool>,
     /// Jobs left per item, for the progress line.
     left: Vec<AtomicUsize>,
     progress: Progress,
@@ -88,55 +82,57 @@ struct Run {
 pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
     let (out, previous) = OutDir::open(&plan.out)?;
     let arm_infos = plan.arms.infos();
-    let created = now_secs();
     let run_file = match &previous.run {
-        Some(run) if run.grader != plan.grader.name() => {
-            return Err(format!(
-                "--out {}: it holds run {} graded by {}; grade with the same grader or use another folder",
-                plan.out.display(),
-                run.run_id,
-                run.grader
-            ));
-        }
         Some(run) => RunFile {
             arms: arm_infos.clone(),
             data: plan.data.clone(),
+            grader: plan.grader.name().to_string(),
             ..run.clone()
         },
         None => RunFile {
             run_id: format!("eval_{}", uuid::Uuid::now_v7().simple()),
-            created,
+            created: now_secs(),
             data: plan.data.clone(),
             grader: plan.grader.name().to_string(),
             arms: arm_infos.clone(),
         },
     };
     out.write_run(&run_file)?;
-    let schema = match &plan.grader {
-        Grader::JsonSchema { schema, .. } => Some(schema.clone()),
-        _ => None,
-    };
-    let inputs = plan
+    let fingerprints = Fingerprints::new(&plan.items, &plan.arms, &plan.settings);
+    // Earlier results graded from what the run holds now; the others are redone.
+    let earlier: Vec<ItemResult> = previous
         .items
+        .into_iter()
+        .filter(|r| fingerprints.current(r))
+        .collect();
+    let done: HashSet<(&str, &str)> = earlier
         .iter()
-        .map(|item| session::input(item, plan.instruction.as_deref(), schema.as_ref()))
-        .collect::<Result<Vec<_>, _>>()?;
-    let done = previous.done();
-    let jobs = jobs(&plan, &done);
+        .map(|r| (r.item.as_str(), r.arm.as_str()))
+        .collect();
+    let jobs = resume::jobs(&plan.items, &plan.arms, &|item, arm| {
+        done.contains(&(item.id.as_str(), arm.name.as_str()))
+    });
     let mut left: Vec<usize> = vec![0; plan.items.len()];
     for job in &jobs {
         left[job.item()] += 1;
     }
     let pending_items = left.iter().filter(|n| **n > 0).count();
-    let records = Records::new(&state, plan.caller.owner(), &run_file, &previous.items).await;
+    // The budget counts what earlier invocations of the run spent.
+    let spent_before = report::build(info(&run_file, &plan, false, false), &arm_infos, &earlier)
+        .total_cost_usd
+        .unwrap_or(0.0);
+    let records = Records::new(&state, plan.caller.owner(), &run_file, &earlier).await;
+    let interrupted = Arc::new(AtomicBool::new(false));
+    let watcher = tokio::spawn(watch_interrupt(Arc::clone(&interrupted)));
     let run = Arc::new(Run {
-        inputs,
+        fingerprints,
         sessions: Semaphore::new(plan.concurrency.max(1)),
         out: Mutex::new(out),
         records,
-        spent: Mutex::new(0.0),
+        spent: Mutex::new(spent_before),
         started: Mutex::default(),
         stopped: AtomicBool::new(false),
+        interrupted,
         left: left.into_iter().map(AtomicUsize::new).collect(),
         progress: Progress::new(plan.items.len(), plan.items.len() - pending_items),
         results: Mutex::default(),
@@ -151,6 +147,7 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
             async move { run.job(job).await }
         })
         .await;
+    watcher.abort();
     run.progress.finish(run.spent());
     // Every session's record is written before the run says it is done.
     let tasks = run.state.sessions.tasks();
@@ -161,17 +158,14 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
         .records()
         .close(Duration::from_secs(10))
         .await;
-    let mut all: Vec<ItemResult> = previous.items;
+    let mut all = earlier;
     all.extend(lock(&run.results).drain(..));
-    let info = RunInfo {
-        run_id: run_file.run_id.clone(),
-        created: run_file.created,
-        data: run_file.data.clone(),
-        grader: run_file.grader.clone(),
-        questions: run.plan.items.len(),
-        max_cost_usd: run.plan.max_cost_usd,
-        stopped_by_budget: run.stopped.load(Ordering::Relaxed),
-    };
+    let info = info(
+        &run_file,
+        &run.plan,
+        run.stopped.load(Ordering::Relaxed),
+        run.interrupted.load(Ordering::Relaxed),
+    );
     let report = report::build(info, &arm_infos, &all);
     let markdown = report::markdown(&report);
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
@@ -185,28 +179,32 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
     Ok(Finished { report, markdown })
 }
 
-/// Item-major, so a budget stop leaves whole items behind it; finished pairs are skipped.
-fn jobs(plan: &Plan, done: &HashSet<(String, String)>) -> Vec<Job> {
-    let finished = |item: &Item, arm: &ArmInfo| done.contains(&(item.id.clone(), arm.name.clone()));
-    let mut jobs = Vec::new();
-    for (index, item) in plan.items.iter().enumerate() {
-        for (arm, panel) in plan.arms.panels.iter().enumerate() {
-            if !finished(item, &panel.info) {
-                jobs.push(Job::Panel { item: index, arm });
-            }
-        }
-        for (agent, arms) in plan.arms.agents.iter().enumerate() {
-            let missing = arms
-                .alone
-                .iter()
-                .chain(arms.consistency.iter())
-                .any(|info| !finished(item, info));
-            if missing {
-                jobs.push(Job::Agent { item: index, agent });
-            }
-        }
+fn info(run: &RunFile, plan: &Plan, stopped_by_budget: bool, interrupted: bool) -> RunInfo {
+    RunInfo {
+        run_id: run.run_id.clone(),
+        created: run.created,
+        data: run.data.clone(),
+        grader: run.grader.clone(),
+        questions: plan.items.len(),
+        max_cost_usd: plan.max_cost_usd,
+        stopped_by_budget,
+        interrupted,
     }
-    jobs
+}
+
+/// Ctrl-C stops new items (those running finish, the report is written); a second one
+/// ends the process at once (what is in `items.jsonl` stays).
+async fn watch_interrupt(flag: Arc<AtomicBool>) {
+    if tokio::signal::ctrl_c().await.is_err() {
+        return;
+    }
+    flag.store(true, Ordering::Relaxed);
+    eprintln!(
+        "eval: interrupted: no new items; the running ones finish and the report is written (Ctrl-C again to quit now; a rerun with the same --out continues)"
+    );
+    if tokio::signal::ctrl_c().await.is_ok() {
+        std::process::exit(130);
+    }
 }
 
 impl Run {
@@ -220,6 +218,9 @@ impl Run {
         if started.contains(&item) {
             return true;
         }
+        if self.interrupted.load(Ordering::Relaxed) {
+            return false;
+        }
         if let Some(limit) = self.plan.max_cost_usd
             && self.spent() >= limit
         {
@@ -232,21 +233,38 @@ impl Run {
 
     async fn job(&self, job: Job) {
         let item = job.item();
-        if self.admit(item) {
+        let admitted = self.admit(item);
+        if admitted {
             let results = match job {
                 Job::Panel { item, arm } => {
                     vec![self.panel(item, &self.plan.arms.panels[arm]).await]
                 }
-                Job::Agent { item, agent } => self.agent(item, &self.plan.arms.agents[agent]).await,
+                Job::Agent {
+                    item,
+                    agent,
+                    alone,
+                    consistency,
+                } => {
+                    let arms = &self.plan.arms.agents[agent];
+                    self.agent(item, arms, alone, consistency).await
+                }
             };
             for result in results {
                 self.keep(result).await;
             }
         }
         if self.left[item].fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.progress
-                .item_done(self.spent(), self.stopped.load(Ordering::Relaxed));
+            let why = if self.interrupted.load(Ordering::Relaxed) {
+                "interrupted"
+            } else {
+                "budget reached"
+            };
+            self.progress.item_done(self.spent(), admitted, why);
         }
+    }
+
+    fn blank(&self, item: &Item, info: &ArmInfo) -> ItemResult {
+        blank(&self.fingerprints, item, info)
     }
 
     async fn keep(&self, result: ItemResult) {
@@ -288,9 +306,14 @@ impl Run {
     async fn panel(&self, index: usize, arm: &PanelArm) -> ItemResult {
         let item = &self.plan.items[index];
         let outcome = self
-            .session(&arm.panel, self.inputs[index].clone(), item, &arm.info.name)
+            .session(
+                &arm.panel,
+                self.plan.inputs[index].clone(),
+                item,
+                &arm.info.name,
+            )
             .await;
-        let mut result = blank(item, &arm.info);
+        let mut result = self.blank(item, &arm.info);
         result.cost_usd = outcome.cost_usd;
         result.input_tokens = outcome.input_tokens;
         result.output_tokens = outcome.output_tokens;
@@ -303,25 +326,40 @@ impl Run {
         result
     }
 
-    /// `samples` one-call sessions at once: the first is the agent alone, all of them its
-    /// self-consistency.
-    async fn agent(&self, index: usize, arms: &AgentArms) -> Vec<ItemResult> {
+    /// One-call sessions at once, `samples` of them for self-consistency (the first is
+    /// also the agent alone), one when only the agent alone is wanted.
+    async fn agent(
+        &self,
+        index: usize,
+        arms: &AgentArms,
+        alone: bool,
+        consistency: bool,
+    ) -> Vec<ItemResult> {
         let item = &self.plan.items[index];
-        let name = arms
-            .consistency
-            .as_ref()
-            .or(arms.alone.as_ref())
-            .map_or("agent", |a| a.name.as_str());
-        let started = Instant::now();
+        let (alone, consistency) = (
+            arms.alone.as_ref().filter(|_| alone),
+            arms.consistency.as_ref().filter(|_| consistency),
+        );
+        let name = consistency.or(alone).map_or("agent", |a| a.name.as_str());
+        let count = if consistency.is_some() {
+            arms.samples.max(1)
+        } else {
+            1
+        };
         let samples: Vec<Outcome> = futures::future::join_all(
-            (0..arms.samples.max(1))
-                .map(|_| self.session(&arms.panel, self.inputs[index].clone(), item, name)),
+            (0..count)
+                .map(|_| self.session(&arms.panel, self.plan.inputs[index].clone(), item, name)),
         )
         .await;
-        let wall = started.elapsed().as_secs_f64();
+        // Samples run at once: the item took as long as the slowest (its wait for a
+        // session slot apart, as for every arm).
+        let wall = samples
+            .iter()
+            .map(|s| s.elapsed.as_secs_f64())
+            .fold(0.0, f64::max);
         let mut out = Vec::new();
-        if let (Some(info), Some(first)) = (&arms.alone, samples.first()) {
-            let mut result = blank(item, info);
+        if let (Some(info), Some(first)) = (alone, samples.first()) {
+            let mut result = self.blank(item, info);
             result.cost_usd = first.cost_usd;
             result.input_tokens = first.input_tokens;
             result.output_tokens = first.output_tokens;
@@ -336,8 +374,8 @@ impl Run {
             }
             out.push(result);
         }
-        if let Some(info) = &arms.consistency {
-            let mut result = blank(item, info);
+        if let Some(info) = consistency {
+            let mut result = self.blank(item, info);
             result.cost_usd = samples.iter().map(|s| s.cost_usd).sum();
             result.input_tokens = samples.iter().map(|s| s.input_tokens).sum();
             result.output_tokens = samples.iter().map(|s| s.output_tokens).sum();
@@ -413,8 +451,9 @@ impl Run {
     }
 }
 
-fn blank(item: &Item, info: &ArmInfo) -> ItemResult {
+fn blank(fingerprints: &Fingerprints, item: &Item, info: &ArmInfo) -> ItemResult {
     ItemResult {
+        fingerprint: fingerprints.of(&item.id, &info.name),
         item: item.id.clone(),
         arm: info.name.clone(),
         kind: info.kind,

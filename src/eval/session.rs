@@ -93,8 +93,10 @@ pub async fn run(
     let mut opened = match state.use_case().open_on(ask, panel).await {
         Ok(opened) => opened,
         Err(refusal) => {
+            // Refused before any upstream call: it cost nothing.
             return Outcome {
                 error: Some(ApiError::from(refusal).message()),
+                cost_usd: Some(0.0),
                 elapsed: started.elapsed(),
                 ..Outcome::default()
             };

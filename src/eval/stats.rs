@@ -98,8 +98,9 @@ pub fn majority<'a>(values: &[Option<&'a str>]) -> Option<&'a str> {
 
 /// The probability that more than `k / 2` of `k` independent Bernoulli(`p`) trials succeed
 /// (a strict majority: with `k` even a tie is not one). `p` is clamped to [0, 1]; `k = 0`
-/// gives 0. This is the accuracy self-consistency of `k` samples would reach if each sample
-/// were right with probability `p` and every wrong answer differed.
+/// gives 0. This is the accuracy of self-consistency over `k` samples right with
+/// probability `p` when every wrong sample gives the same wrong answer (the simulator's
+/// one distractor); wrong answers that differ make the plurality right more often.
 pub fn binomial_majority(p: f64, k: u32) -> f64 {
     if k == 0 || p.is_nan() || p <= 0.0 {
         return 0.0;

@@ -270,6 +270,7 @@ mod tests {
             latency_s: 0.0,
             session_ids: Vec::new(),
             judge_session_ids: Vec::new(),
+            fingerprint: String::new(),
         }
     }
 

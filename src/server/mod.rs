@@ -414,6 +414,21 @@ fn memory_records(settings: &crate::config::ProductionSettings) -> RecordStore {
 pub async fn open_records(
     settings: &crate::config::ProductionSettings,
 ) -> Result<RecordStore, String> {
+    open_records_with(settings, true).await
+}
+
+/// As [`open_records`], never deleting old records: for a process that only adds to a
+/// database a server owns (`massgen eval`), whose retention is the server's to apply.
+pub async fn open_records_keeping(
+    settings: &crate::config::ProductionSettings,
+) -> Result<RecordStore, String> {
+    open_records_with(settings, false).await
+}
+
+async fn open_records_with(
+    settings: &crate::config::ProductionSettings,
+    retain: bool,
+) -> Result<RecordStore, String> {
     if settings.records_db == crate::config::RecordsDb::Memory {
         return Ok(memory_records(settings));
     }
@@ -424,6 +439,7 @@ pub async fn open_records(
         interrupted_after: settings.records_interrupted_after,
         max_age: settings.records_max_age,
         max_sessions: settings.records_max_sessions,
+        retain,
     };
     Ok(RecordStore::with_db(
         db,

@@ -92,6 +92,7 @@ fn item(n: usize, arm: &ArmInfo) -> ItemResult {
         latency_s: 1.25,
         session_ids: vec![format!("sess_{n}_{}", arm.name.replace(':', "_"))],
         judge_session_ids: Vec::new(),
+        fingerprint: String::new(),
     }
 }
 

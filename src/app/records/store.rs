@@ -336,6 +336,7 @@ pub(super) mod tests {
             interrupted_after: Duration::from_secs(60),
             max_age: Duration::from_secs(3600),
             max_sessions: 100,
+            retain: true,
         };
         let store = RecordStore::with_db(Arc::clone(&db), upkeep, 10, None);
         let side = store.db.as_ref().unwrap();

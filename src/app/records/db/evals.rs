@@ -135,7 +135,7 @@ impl RecordDb {
         let sessions = serde_json::to_string(&item.session_ids).map_err(encode_error)?;
         sqlx::query(
             "INSERT INTO eval_items (run_id, item_id, arm, correct, failed, cost_usd, latency_ms, session_ids, result) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             VALUES ($1, $2, $3, $4, $5, CAST($6 AS DOUBLE PRECISION), $7, $8, $9) \
              ON CONFLICT (run_id, item_id, arm) DO UPDATE SET correct = excluded.correct, \
              failed = excluded.failed, cost_usd = excluded.cost_usd, latency_ms = excluded.latency_ms, \
              session_ids = excluded.session_ids, result = excluded.result",
@@ -145,7 +145,10 @@ impl RecordDb {
         .bind(&*text(&item.arm))
         .bind(i64::from(item.correct))
         .bind(item.failed.as_deref().map(text).map(|f| f.into_owned()))
-        .bind(item.cost_usd.filter(|c| c.is_finite()))
+        // As text, cast by the database: through sqlx's Any driver a null f64 after a
+        // non-null one on the same PostgreSQL connection fails ("incorrect binary data
+        // format in bind parameter"); a text parameter is one type either way.
+        .bind(item.cost_usd.filter(|c| c.is_finite()).map(|c| c.to_string()))
         .bind(latency_ms(item.latency_s))
         .bind(sessions)
         .bind(result)
@@ -288,6 +291,7 @@ mod tests {
             latency_s: 2.25,
             session_ids: vec![format!("sess_{id}_{arm}")],
             judge_session_ids: Vec::new(),
+            fingerprint: String::new(),
         }
     }
 

@@ -37,6 +37,7 @@ fn upkeep() -> Upkeep {
         interrupted_after: Duration::from_secs(60),
         max_age: Duration::from_secs(3600),
         max_sessions: 100,
+        retain: true,
     }
 }
 

@@ -27,6 +27,10 @@ pub struct Upkeep {
     pub max_age: Duration,
     /// Beyond this many sessions, the oldest finished ones are deleted.
     pub max_sessions: usize,
+    /// Enforce `max_age` and `max_sessions`. Off for a process that only adds to a
+    /// database a server owns (`massgen eval`): the server's retention is the one that
+    /// counts, and the eval's own defaults must not delete what the server keeps.
+    pub retain: bool,
 }
 
 impl RecordDb {
@@ -159,7 +163,10 @@ impl RecordDb {
                     .await
                     .map(drop);
             }
-            if result.is_ok() && last_retention.is_none_or(|at| at.elapsed() >= RETENTION_EVERY) {
+            if upkeep.retain
+                && result.is_ok()
+                && last_retention.is_none_or(|at| at.elapsed() >= RETENTION_EVERY)
+            {
                 last_retention = Some(tokio::time::Instant::now());
                 result = self.retain(upkeep.max_age, upkeep.max_sessions).await;
                 if result.is_ok() {
