@@ -11,11 +11,12 @@ use super::commands::start_tools;
 use super::fatal::Fatal;
 use super::flags::{EvalArgs, GraderName};
 use super::resolve::ServePlan;
+use super::signals::Signals;
 use crate::app::{Caller, HttpProviders, KeyId, Owner};
 use crate::config::{Env, PanelCatalog, PanelConfig, RecordsDb, ServerSettings, process_env};
 use crate::eval::arms::{self, Baselines, Variant};
 use crate::eval::grade::Grader;
-use crate::eval::run::{Plan, run};
+use crate::eval::run::{Interrupt, Plan, run};
 use crate::server::AppState;
 
 /// Sessions in flight at most: each holds its agents' upstream connections and its events.
@@ -130,7 +131,10 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
         args.tolerance,
         args.relative_tolerance,
         schema.as_ref().map(ToString::to_string).unwrap_or_default(),
-        judge.as_ref().map(|j| format!("{j:?}")).unwrap_or_default(),
+        judge
+            .as_deref()
+            .map(crate::eval::resume::comparable)
+            .unwrap_or_default(),
         instruction
     );
     // As `serve` does: every session holds a descriptor per HTTP/1.1 agent.
@@ -140,6 +144,7 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
         .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?;
     let http = massgen_providers::http_client()
         .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
+    let interrupt = watch_signals()?;
     let tools = start_tools(&catalog);
     let state = AppState::with_records(
         catalog,
@@ -165,6 +170,7 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
             caller: caller(),
             inputs,
             settings: settings_key,
+            interrupt,
         },
     )
     .await
@@ -175,6 +181,30 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
     let _ = writeln!(out, "\nFiles: {}", args.out.display());
     let _ = out.flush();
     Ok(())
+}
+
+/// Ctrl-C (or SIGTERM) stops new items; the running ones finish and the report is
+/// written. A second one, or one once every item has ended, exits at once: what
+/// `items.jsonl` holds stays, and a rerun continues. The handler stays installed for the
+/// process's life, so no signal is lost while the run writes its report.
+fn watch_signals() -> Result<Arc<Interrupt>, Fatal> {
+    let mut signals =
+        Signals::install().map_err(|e| Fatal::runtime(format!("cannot listen for Ctrl-C: {e}")))?;
+    let interrupt = Arc::new(Interrupt::default());
+    let asked = Arc::clone(&interrupt);
+    tokio::spawn(async move {
+        signals.next().await;
+        if asked.ask() {
+            std::process::exit(130);
+        }
+        eprintln!(
+            "eval: interrupted: no new items; the running ones finish and the report is written \
+             (Ctrl-C again to quit now; a rerun with the same --out continues)"
+        );
+        signals.next().await;
+        std::process::exit(130);
+    });
+    Ok(interrupt)
 }
 
 /// `MASSGEN_EVAL_KEY`: the API key whose owner the run and its sessions are filed under,

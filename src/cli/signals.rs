@@ -27,14 +27,14 @@ pub(super) fn spawn_signal_watcher(stop: watch::Sender<bool>) -> Result<(), Fata
 }
 
 #[cfg(unix)]
-struct Signals {
+pub(super) struct Signals {
     interrupt: tokio::signal::unix::Signal,
     terminate: tokio::signal::unix::Signal,
 }
 
 #[cfg(unix)]
 impl Signals {
-    fn install() -> std::io::Result<Self> {
+    pub(super) fn install() -> std::io::Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
         Ok(Self {
             interrupt: signal(SignalKind::interrupt())?,
@@ -42,7 +42,7 @@ impl Signals {
         })
     }
 
-    async fn next(&mut self) {
+    pub(super) async fn next(&mut self) {
         tokio::select! {
             _ = self.interrupt.recv() => {}
             _ = self.terminate.recv() => {}
@@ -51,15 +51,15 @@ impl Signals {
 }
 
 #[cfg(not(unix))]
-struct Signals;
+pub(super) struct Signals;
 
 #[cfg(not(unix))]
 impl Signals {
-    fn install() -> std::io::Result<Self> {
+    pub(super) fn install() -> std::io::Result<Self> {
         Ok(Self)
     }
 
-    async fn next(&mut self) {
+    pub(super) async fn next(&mut self) {
         let _ = tokio::signal::ctrl_c().await;
     }
 }

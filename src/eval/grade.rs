@@ -183,7 +183,7 @@ pub fn judge_prompt(item: &Item, candidate: &str) -> String {
 pub fn verdict(text: &str) -> Option<bool> {
     static VERDICT: LazyLock<Option<Regex>> = LazyLock::new(|| {
         Regex::new(
-            r"(?im)^[\s>*#_]*verdict\s*[*_]*\s*[:：]\s*[*_]*\s*(incorrect|correct)\b[*_.!\s]*$",
+            r"(?im)^[\s>*#_]*(?:final\s+)?verdict\s*[*_]*\s*[:：]\s*[*_]*\s*(incorrect|correct)\b[*_.!\s]*$",
         )
         .ok()
     });
@@ -229,9 +229,11 @@ pub fn normalise(text: &str) -> String {
 
 /// `text` without white space and Markdown emphasis, code marks or quotes around it.
 fn unwrap_emphasis(text: &str) -> &str {
-    text.trim()
-        .trim_matches(|c: char| matches!(c, '*' | '_' | '`' | '"' | '\''))
-        .trim()
+    let marks = |c: char| matches!(c, '*' | '_' | '`' | '"' | '\'');
+    let text = text.trim();
+    // `**Paris**.`: the period after the emphasis goes first.
+    let text = text.strip_suffix('.').unwrap_or(text).trim_end();
+    text.trim_matches(marks).trim()
 }
 
 /// The exact grader: the key equals a reference after normalisation, or, for a reference
@@ -241,7 +243,7 @@ fn exact(answer: &Value, key: &str) -> bool {
         Value::Array(list) => list.iter().filter_map(Value::as_f64).collect(),
         other => other.as_f64().into_iter().collect::<Vec<f64>>(),
     };
-    let as_number = key.replace(',', "").parse::<f64>().ok();
+    let as_number = whole_number(key);
     references(answer).is_some_and(|refs| refs.iter().any(|r| normalise(r) == key))
         || as_number.is_some_and(|n| numbers(answer).contains(&n))
 }
@@ -249,7 +251,10 @@ fn exact(answer: &Value, key: &str) -> bool {
 /// JSON equality with numbers compared by value (`3` and `3.0` are the same).
 fn same_json(a: &Value, b: &Value) -> bool {
     match (a, b) {
-        (Value::Number(x), Value::Number(y)) => x == y || x.as_f64() == y.as_f64(),
+        // Integers exactly (above 2^53 an f64 cannot tell neighbours apart); otherwise
+        // by value, so `3` and `3.0` are one number.
+        (Value::Number(x), Value::Number(y)) if !(x.is_f64() || y.is_f64()) => x == y,
+        (Value::Number(x), Value::Number(y)) => x.as_f64() == y.as_f64(),
         (Value::Array(x), Value::Array(y)) => {
             x.len() == y.len() && x.iter().zip(y).all(|(a, b)| same_json(a, b))
         }
@@ -291,18 +296,22 @@ fn pattern(answer: &Value) -> Result<Regex, String> {
 fn reference_number(answer: &Value) -> Option<f64> {
     match answer {
         Value::Number(n) => n.as_f64(),
-        Value::String(s) => {
-            let text = s.trim().replace('\u{2212}', "-");
-            let whole = last_number(&text).filter(|_| {
-                NUMBER
-                    .as_ref()
-                    .and_then(|re| re.find(&text))
-                    .is_some_and(|m| m.start() == 0 && m.end() == text.len())
-            });
-            whole.filter(|n| n.is_finite())
-        }
+        Value::String(s) => whole_number(s),
         _ => None,
     }
+}
+
+/// `text` when it is one number and nothing else (commas only as thousands separators).
+fn whole_number(text: &str) -> Option<f64> {
+    let text = text.trim().replace('\u{2212}', "-");
+    let whole = NUMBER
+        .as_ref()?
+        .find(&text)
+        .is_some_and(|m| m.start() == 0 && m.end() == text.len() && !text.is_empty());
+    whole
+        .then(|| text.replace(',', "").parse::<f64>().ok())
+        .flatten()
+        .filter(|n| n.is_finite())
 }
 
 /// A number: sign, digits (thousands separated by commas, or not), decimals, exponent.
@@ -413,6 +422,9 @@ mod tests {
         // Exact on a number reference compares numbers; regex keys drop emphasis.
         assert!(correct(&exact, json!(24.0), "Answer: 24"));
         assert!(correct(&re, json!("^(?i)paris$"), "**Answer:** **Paris**"));
+        assert!(correct(&re, json!("^(?i)paris$"), "Answer: **Paris**."));
+        assert!(!correct(&exact, json!(15), "Answer: 1,5"));
+        assert!(correct(&exact, json!(1234), "Answer: 1,234"));
     }
 
     #[test]
@@ -430,6 +442,10 @@ mod tests {
             &json!({"a": [3.0, {"b": 1.0}]})
         ));
         assert!(!same_json(&json!({"a": 1}), &json!({"a": 1, "b": 2})));
+        assert!(!same_json(
+            &json!(9_007_199_254_740_993_u64),
+            &json!(9_007_199_254_740_992_u64)
+        ));
         let no_reference = Item {
             answer: None,
             ..item(json!(null))
@@ -483,5 +499,6 @@ mod tests {
             None
         );
         assert_eq!(verdict("**VERDICT: CORRECT**"), Some(true));
+        assert_eq!(verdict("Final verdict: INCORRECT"), Some(false));
     }
 }

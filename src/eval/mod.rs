@@ -16,7 +16,7 @@ pub mod item;
 mod progress;
 mod records;
 pub mod report;
-mod resume;
+pub mod resume;
 pub mod run;
 pub mod session;
 pub mod stats;

@@ -28,17 +28,19 @@ impl Records {
             run_id: run.run_id.clone(),
             owner: owner.to_string(),
         };
-        // A resumed run's rows are there already: only a new row gets the earlier items
-        // (a folder whose run was not recorded, or another database).
-        let known = match &records.db {
-            Some(db) => db.eval_run(&run.run_id).await.ok().flatten().is_some(),
-            None => true,
-        };
         records.save(run, "running", None).await;
-        if !known {
-            for item in earlier {
-                records.item(item).await;
-            }
+        // The rows are rewritten from what counts now: a result that no longer does (its
+        // item changed, or left the data) must not stay listed.
+        if let Some(db) = &records.db
+            && let Err(e) = db.delete_eval_items(&run.run_id).await
+        {
+            warn(&format!(
+                "cannot clear the earlier items of run {}: {e}",
+                run.run_id
+            ));
+        }
+        for item in earlier {
+            records.item(item).await;
         }
         records
     }

@@ -214,7 +214,7 @@ pub fn build(run: RunInfo, arms: &[ArmInfo], items: &[ItemResult]) -> Report {
         })
         .collect();
     let judge_cost_usd = judge_cost(per_arm.iter().flat_map(|its| its.list.iter().copied()));
-    let shared = shared_cost(arms, items);
+    let shared = shared_cost(newest(arms, items).into_iter());
     let judged_unpriced = per_arm
         .iter()
         .flat_map(|its| its.list.iter())
@@ -230,21 +230,37 @@ pub fn build(run: RunInfo, arms: &[ArmInfo], items: &[ItemResult]) -> Report {
     }
 }
 
-/// What agent arms spent on sessions a self-consistency arm counts too (an agent's first
-/// sample is its agent-alone answer): the total counts every session once.
-fn shared_cost(arms: &[ArmInfo], items: &[ItemResult]) -> f64 {
+/// What `items` spent, as far as it is known (arms and judge; every session once):
+/// what a resumed run's budget starts from.
+pub fn known_spend(items: &[ItemResult]) -> f64 {
+    let known: f64 = items
+        .iter()
+        .map(|it| it.cost_usd.unwrap_or(0.0) + it.judge_cost_usd.unwrap_or(0.0))
+        .sum();
+    known - shared_cost(items.iter())
+}
+
+/// The newest result of each (item, arm) of `arms` in `items`.
+fn newest<'a>(arms: &[ArmInfo], items: &'a [ItemResult]) -> Vec<&'a ItemResult> {
     use std::collections::{HashMap, HashSet};
     let named: HashSet<&str> = arms.iter().map(|a| a.name.as_str()).collect();
     let mut last: HashMap<(&str, &str), &ItemResult> = HashMap::new();
     for r in items.iter().filter(|r| named.contains(r.arm.as_str())) {
         last.insert((r.item.as_str(), r.arm.as_str()), r);
     }
-    let sampled: HashSet<(&str, &str)> = last
-        .values()
+    last.into_values().collect()
+}
+
+/// What agent arms spent on sessions a self-consistency arm counts too (an agent's first
+/// sample is its agent-alone answer): the total counts every session once.
+fn shared_cost<'a>(items: impl Iterator<Item = &'a ItemResult> + Clone) -> f64 {
+    use std::collections::HashSet;
+    let sampled: HashSet<(&str, &str)> = items
+        .clone()
         .filter(|r| r.kind == ArmKind::SelfConsistency)
         .flat_map(|r| r.session_ids.iter().map(|s| (r.item.as_str(), s.as_str())))
         .collect();
-    last.values()
+    items
         .filter(|r| r.kind == ArmKind::Agent && !r.session_ids.is_empty())
         .filter(|r| {
             r.session_ids

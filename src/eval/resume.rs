@@ -104,6 +104,15 @@ pub fn jobs(items: &[Item], arms: &Arms, done: &dyn Fn(&Item, &ArmInfo) -> bool)
     jobs
 }
 
+/// The panel as loaded (agents, models, options, retry policy), without the path it was
+/// read from (`team.yaml` and `./team.yaml` are one panel). Secrets print redacted, and a
+/// hash of them reveals nothing either way.
+pub fn comparable(panel: &PanelConfig) -> String {
+    let mut panel = panel.clone();
+    panel.source = std::path::PathBuf::new();
+    format!("{panel:?}")
+}
+
 fn fingerprint(item: &Item, arm: &ArmInfo, panel: &PanelConfig, settings: &str) -> String {
     let mut hash = Sha256::new();
     let prompt = match &item.prompt {
@@ -117,9 +126,7 @@ fn fingerprint(item: &Item, arm: &ArmInfo, panel: &PanelConfig, settings: &str) 
             .map(ToString::to_string)
             .unwrap_or_default(),
         format!("{arm:?}"),
-        // The panel as loaded (agents, models, options, retry policy); secrets print
-        // redacted, and a hash of it reveals nothing either way.
-        format!("{panel:?}"),
+        comparable(panel),
         settings.to_string(),
     ] {
         hash.update((part.len() as u64).to_le_bytes());
@@ -170,6 +177,11 @@ mod tests {
         other.orchestrator.max_attempts_per_turn = 1;
         let other = arms(&[Arc::new(other)], &[], both).unwrap();
         assert_ne!(of(&Fingerprints::new(&items, &other, "exact")), of(&base));
+        // Where the config was read from is not part of it.
+        let mut moved = (*panel).clone();
+        moved.source = "./elsewhere/demo.yaml".into();
+        let moved = arms(&[Arc::new(moved)], &[], both).unwrap();
+        assert_eq!(of(&Fingerprints::new(&items, &moved, "exact")), of(&base));
         // The alone and self-consistency arms of one agent differ too.
         assert_ne!(
             base.of("1", "agent:sim-analyst"),

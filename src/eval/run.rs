@@ -49,6 +49,27 @@ pub struct Plan {
     pub inputs: Vec<SessionInput>,
     /// The grader's settings and the instruction, as the fingerprints take them.
     pub settings: String,
+    /// Set by the command's signal handler (Ctrl-C, SIGTERM).
+    pub interrupt: Arc<Interrupt>,
+}
+
+/// A stop asked for from outside (the command's signal handler): no new item starts.
+#[derive(Debug, Default)]
+pub struct Interrupt {
+    asked: AtomicBool,
+    /// Every job has ended (the run is writing its report, the records, shutting down).
+    jobs_done: AtomicBool,
+    /// An item was not started because of it.
+    skipped: AtomicBool,
+}
+
+impl Interrupt {
+    /// Asks the run to stop; whether there is nothing left to stop gracefully (the caller
+    /// then exits at once).
+    pub fn ask(&self) -> bool {
+        self.asked.store(true, Ordering::Relaxed);
+        self.jobs_done.load(Ordering::Relaxed)
+    }
 }
 
 /// What the run left: its report and where the files are.
@@ -70,8 +91,7 @@ struct Run {
     started: Mutex<HashSet<usize>>,
     /// The budget was reached: no new item starts.
     stopped: AtomicBool,
-    /// Ctrl-C: no new item starts.
-    interrupted: Arc<AtomicBool>,
+
     /// Jobs left per item, for the progress line.
     left: Vec<AtomicUsize>,
     progress: Progress,
@@ -99,11 +119,14 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
     };
     out.write_run(&run_file)?;
     let fingerprints = Fingerprints::new(&plan.items, &plan.arms, &plan.settings);
-    // Earlier results graded from what the run holds now; the others are redone.
+    // The budget counts what earlier invocations of the run spent, on anything.
+    let spent_before = report::known_spend(&previous.items);
+    // Earlier results graded from what the run holds now; the others, and the failed
+    // ones, run again.
     let earlier: Vec<ItemResult> = previous
         .items
         .into_iter()
-        .filter(|r| fingerprints.current(r))
+        .filter(|r| fingerprints.current(r) && r.failed.is_none())
         .collect();
     let done: HashSet<(&str, &str)> = earlier
         .iter()
@@ -117,13 +140,7 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
         left[job.item()] += 1;
     }
     let pending_items = left.iter().filter(|n| **n > 0).count();
-    // The budget counts what earlier invocations of the run spent.
-    let spent_before = report::build(info(&run_file, &plan, false, false), &arm_infos, &earlier)
-        .total_cost_usd
-        .unwrap_or(0.0);
     let records = Records::new(&state, plan.caller.owner(), &run_file, &earlier).await;
-    let interrupted = Arc::new(AtomicBool::new(false));
-    let watcher = tokio::spawn(watch_interrupt(Arc::clone(&interrupted)));
     let run = Arc::new(Run {
         fingerprints,
         sessions: Semaphore::new(plan.concurrency.max(1)),
@@ -132,7 +149,6 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
         spent: Mutex::new(spent_before),
         started: Mutex::default(),
         stopped: AtomicBool::new(false),
-        interrupted,
         left: left.into_iter().map(AtomicUsize::new).collect(),
         progress: Progress::new(plan.items.len(), plan.items.len() - pending_items),
         results: Mutex::default(),
@@ -147,7 +163,7 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
             async move { run.job(job).await }
         })
         .await;
-    watcher.abort();
+    run.plan.interrupt.jobs_done.store(true, Ordering::Relaxed);
     run.progress.finish(run.spent());
     // Every session's record is written before the run says it is done.
     let tasks = run.state.sessions.tasks();
@@ -164,7 +180,7 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
         &run_file,
         &run.plan,
         run.stopped.load(Ordering::Relaxed),
-        run.interrupted.load(Ordering::Relaxed),
+        run.plan.interrupt.skipped.load(Ordering::Relaxed),
     );
     let report = report::build(info, &arm_infos, &all);
     let markdown = report::markdown(&report);
@@ -192,21 +208,6 @@ fn info(run: &RunFile, plan: &Plan, stopped_by_budget: bool, interrupted: bool) 
     }
 }
 
-/// Ctrl-C stops new items (those running finish, the report is written); a second one
-/// ends the process at once (what is in `items.jsonl` stays).
-async fn watch_interrupt(flag: Arc<AtomicBool>) {
-    if tokio::signal::ctrl_c().await.is_err() {
-        return;
-    }
-    flag.store(true, Ordering::Relaxed);
-    eprintln!(
-        "eval: interrupted: no new items; the running ones finish and the report is written (Ctrl-C again to quit now; a rerun with the same --out continues)"
-    );
-    if tokio::signal::ctrl_c().await.is_ok() {
-        std::process::exit(130);
-    }
-}
-
 impl Run {
     fn spent(&self) -> f64 {
         *lock(&self.spent)
@@ -218,7 +219,8 @@ impl Run {
         if started.contains(&item) {
             return true;
         }
-        if self.interrupted.load(Ordering::Relaxed) {
+        if self.plan.interrupt.asked.load(Ordering::Relaxed) {
+            self.plan.interrupt.skipped.store(true, Ordering::Relaxed);
             return false;
         }
         if let Some(limit) = self.plan.max_cost_usd
@@ -254,7 +256,7 @@ impl Run {
             }
         }
         if self.left[item].fetch_sub(1, Ordering::AcqRel) == 1 {
-            let why = if self.interrupted.load(Ordering::Relaxed) {
+            let why = if self.plan.interrupt.asked.load(Ordering::Relaxed) {
                 "interrupted"
             } else {
                 "budget reached"

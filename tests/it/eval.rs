@@ -347,26 +347,24 @@ async fn a_rerun_skips_what_was_graded_and_redoes_what_was_not() {
 async fn the_budget_stops_new_items_and_keeps_started_ones_whole() {
     let (mock, dir, config, data) = setup(40, true);
     let out = dir.path().join("run");
-    let output = eval(
-        dir.path(),
-        &[
-            "--data",
-            data.to_str().unwrap(),
-            "--config",
-            config.to_str().unwrap(),
-            "--out",
-            out.to_str().unwrap(),
-            "--baselines",
-            "agents",
-            "--concurrency",
-            "2",
-            "--max-cost-usd",
-            "0.02",
-        ],
-    );
+    let budget_args = [
+        "--data",
+        data.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--baselines",
+        "agents",
+        "--concurrency",
+        "2",
+        "--max-cost-usd",
+        "0.02",
+    ];
+    let output = eval(dir.path(), &budget_args);
     ok(&output);
-    let report = report(&out);
-    assert_eq!(report["run"]["stopped_by_budget"], true, "{report}");
+    let first = report(&out);
+    assert_eq!(first["run"]["stopped_by_budget"], true, "{first}");
     let lines = items(&out);
     let graded: std::collections::BTreeSet<&str> =
         lines.iter().map(|l| l["item"].as_str().unwrap()).collect();
@@ -378,7 +376,7 @@ async fn the_budget_stops_new_items_and_keeps_started_ones_whole() {
     assert!(!graded.is_empty());
     // Every item that began has every arm: the paired comparison stays paired.
     assert_eq!(lines.len(), graded.len() * 4);
-    let spent = report["total_cost_usd"].as_f64().unwrap();
+    let spent = first["total_cost_usd"].as_f64().unwrap();
     assert!(spent >= 0.02, "{spent}");
     // At most the items in flight when it was reached go past it.
     let per_item = spent / graded.len() as f64;
@@ -386,7 +384,13 @@ async fn the_budget_stops_new_items_and_keeps_started_ones_whole() {
         spent < 0.02 + 3.0 * per_item,
         "{spent} ({per_item} an item)"
     );
-    assert!(requests(&mock).await < 40 * 10);
+    let calls = requests(&mock).await;
+    assert!(calls < 40 * 10);
+    // The budget is the run's: a rerun of it, having spent it already, starts nothing.
+    let again = eval(dir.path(), &budget_args);
+    ok(&again);
+    assert_eq!(requests(&mock).await, calls, "a spent run makes no call");
+    assert_eq!(report(&out)["run"]["stopped_by_budget"], true);
     // Unpriced models cannot keep a budget: refused before any call.
     let (mock, dir, config, data) = setup(3, false);
     let refused = eval(
@@ -633,4 +637,84 @@ async fn runs_in_the_records_are_served_to_their_key() {
             assert_eq!(record["status"], "completed", "{record}");
         }
     }
+}
+
+#[test]
+fn ctrl_c_stops_new_items_and_a_rerun_finishes_them() {
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let models = [
+        "a:accuracy=0.7,seed=1,ttft_ms=150,token_ms=1,words=5",
+        "b:accuracy=0.7,seed=2,ttft_ms=150,token_ms=1,words=5",
+    ];
+    let config = write(dir.path(), "pair.yaml", &panel_yaml(&mock.url, &models, ""));
+    let data = write(dir.path(), "questions.jsonl", &questions(30));
+    let out = dir.path().join("run");
+    let args = [
+        "--data",
+        data.to_str().unwrap(),
+        "--config",
+        config.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--baselines",
+        "agents",
+        "--concurrency",
+        "1",
+    ];
+    let mut cmd = Command::new(bin());
+    offline(&mut cmd);
+    let log = dir.path().join("stderr.log");
+    let mut child = cmd
+        .arg("eval")
+        .args(args)
+        .env("RUST_LOG", "error")
+        .env_remove("MASSGEN_SERVER_RECORDS_DB")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    // Once a few items are graded, Ctrl-C.
+    let lines = |out: &Path| {
+        std::fs::read_to_string(out.join("items.jsonl"))
+            .map(|t| t.lines().count())
+            .unwrap_or(0)
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while lines(&out) < 6 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let interrupted = Command::new("kill")
+        .args(["-INT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(interrupted.success());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("eval still running 60 s after Ctrl-C");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stderr = std::fs::read_to_string(&log).unwrap();
+    assert!(status.success(), "{status:?}: {stderr}");
+    assert!(stderr.contains("eval: interrupted"), "{stderr}");
+    let report_now = report(&out);
+    assert_eq!(report_now["run"]["interrupted"], true, "{report_now}");
+    let graded = items(&out).len();
+    assert!(graded < 30 * 3, "{graded}");
+    // Every item that started ran on every arm (a panel and two agents alone).
+    assert_eq!(graded % 3, 0, "{graded}");
+    // A rerun does the rest.
+    let output = eval(dir.path(), &args);
+    ok(&output);
+    assert_eq!(items(&out).len(), 30 * 3);
+    let finished = report(&out);
+    assert_eq!(finished["run"]["interrupted"], false);
+    assert_eq!(arm(&finished, "pair")["n"], 30);
 }

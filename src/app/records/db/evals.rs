@@ -229,6 +229,16 @@ impl RecordDb {
             .await?;
         Ok(from_db(row.try_get(0)?))
     }
+
+    /// Forgets every item row of run `run_id` (a resumed run writes its current ones
+    /// again: a result that no longer counts must not stay listed).
+    pub async fn delete_eval_items(&self, run_id: &str) -> Result<(), sqlx::Error> {
+        sqlx::query("DELETE FROM eval_items WHERE run_id = $1")
+            .bind(&*text(run_id))
+            .execute(self.pool())
+            .await?;
+        Ok(())
+    }
 }
 
 #[cfg(test)]
