@@ -239,7 +239,7 @@ function renderEvalChart(arms) {
     $("e-chart").replaceChildren(el("p", { class: "hint", text: "No arm has both an accuracy and a price yet." }));
     return;
   }
-  const W = 560, H = 280, L = 56, R = 24, T = 14, B = 40;
+  const W = 560, H = 280, L = 56, R = 48, T = 14, B = 40;
   const maxCost = Math.max(...points.map(perItem)) * 1.15 || 1;
   const x = (c) => L + ((W - L - R) * c) / maxCost;
   const y = (p) => T + (H - T - B) * (1 - p);
@@ -256,19 +256,22 @@ function renderEvalChart(arms) {
   chart.append(svg("line", { class: "axis", x1: L, x2: L, y1: T, y2: y(0) }));
   chart.append(svg("text", { class: "label", x: (L + W - R) / 2, y: H - 4, "text-anchor": "middle" }, "cost per item (USD)"));
   chart.append(svg("text", { class: "label", x: 12, y: (T + H - B) / 2, "text-anchor": "middle", transform: `rotate(-90 12 ${(T + H - B) / 2})` }, "accuracy"));
-  // Labels go beside their point where they overlap no point and no earlier label
-  // (right, then left; above, then below); a label is about 7 px per character by 14 px.
+  // Labels go beside their point where they overlap no point, no earlier label and no
+  // axis (right, then left; above, then below); a label is about 7 px per character by
+  // 14 px.
   const placed = points.map((a) => {
     const cx = x(perItem(a)), cy = y(a.accuracy);
     return { left: cx - 6, right: cx + 6, top: cy - 6, bottom: cy + 6 };
   });
   const place = (cx, cy, name) => {
     const w = 7 * name.length + 4, h = 14;
-    const tries = [[cx + 8, cy - 6, "start"], [cx + 8, cy + 16, "start"], [cx - 8, cy - 6, "end"], [cx - 8, cy + 16, "end"]];
+    const tries = [[cx + 8, cy - 6, "start"], [cx + 8, cy + 16, "start"], [cx - 8, cy - 6, "end"], [cx - 8, cy + 16, "end"],
+      [cx + 8, cy - 20, "start"], [cx + 8, cy + 30, "start"], [cx + 8, cy - 34, "start"], [cx + 8, cy + 44, "start"]];
     for (const [tx, ty, anchor] of tries) {
       const left = anchor === "start" ? tx : tx - w;
       const box = { left, right: left + w, top: ty - h, bottom: ty };
-      if (!placed.some((b) => box.left < b.right && b.left < box.right && box.top < b.bottom && b.top < box.bottom)) {
+      const inside = box.left >= L + 2 && box.right <= W;
+      if (inside && !placed.some((b) => box.left < b.right && b.left < box.right && box.top < b.bottom && b.top < box.bottom)) {
         placed.push(box);
         return [tx, ty, anchor];
       }
