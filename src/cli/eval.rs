@@ -128,8 +128,8 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
     let settings_key = format!(
         "{} tolerance={} relative={} schema={} judge={} instruction={:?}",
         grader.name(),
-        args.tolerance,
-        args.relative_tolerance,
+        tolerance(&args),
+        relative_tolerance(&args),
         schema.as_ref().map(ToString::to_string).unwrap_or_default(),
         judge
             .as_deref()
@@ -225,7 +225,7 @@ fn grader(args: &EvalArgs) -> Result<Grader, Fatal> {
             "--schema is read by --grader json-schema only",
         ));
     }
-    let numeric = args.tolerance != 1e-6 || args.relative_tolerance != 0.0;
+    let numeric = args.tolerance.is_some() || args.relative_tolerance.is_some();
     if numeric && args.grader != GraderName::Numeric {
         return Err(Fatal::usage(
             "--tolerance and --relative-tolerance are read by --grader numeric only",
@@ -237,8 +237,8 @@ fn grader(args: &EvalArgs) -> Result<Grader, Fatal> {
         GraderName::Judge => Grader::Judge,
         GraderName::Numeric => {
             for (flag, value) in [
-                ("--tolerance", args.tolerance),
-                ("--relative-tolerance", args.relative_tolerance),
+                ("--tolerance", tolerance(args)),
+                ("--relative-tolerance", relative_tolerance(args)),
             ] {
                 if !(value.is_finite() && value >= 0.0) {
                     return Err(Fatal::usage(format!(
@@ -247,8 +247,8 @@ fn grader(args: &EvalArgs) -> Result<Grader, Fatal> {
                 }
             }
             Grader::Numeric {
-                absolute: args.tolerance,
-                relative: args.relative_tolerance,
+                absolute: tolerance(args),
+                relative: relative_tolerance(args),
             }
         }
         GraderName::JsonSchema => {
@@ -278,7 +278,20 @@ fn read_small(path: &Path, flag: &str) -> Result<String, Fatal> {
     std::fs::read_to_string(path).map_err(|e| Fatal::usage(format!("{flag} {shown}: {e}")))
 }
 
+/// The numeric grader's absolute tolerance: what `--tolerance` says, else 1e-6.
+fn tolerance(args: &EvalArgs) -> f64 {
+    args.tolerance.unwrap_or(1e-6)
+}
+
+fn relative_tolerance(args: &EvalArgs) -> f64 {
+    args.relative_tolerance.unwrap_or(0.0)
+}
+
+/// Self-consistency samples when `--samples` is not given.
+const DEFAULT_SAMPLES: u32 = 5;
+
 fn baselines(args: &EvalArgs) -> Result<Baselines, Fatal> {
+    let samples = args.samples.unwrap_or(DEFAULT_SAMPLES);
     let mut baselines = Baselines {
         agents: false,
         self_consistency: None,
@@ -291,7 +304,7 @@ fn baselines(args: &EvalArgs) -> Result<Baselines, Fatal> {
     {
         match word {
             "agents" => baselines.agents = true,
-            "self-consistency" | "sc" => baselines.self_consistency = Some(args.samples),
+            "self-consistency" | "sc" => baselines.self_consistency = Some(samples),
             "none" => {}
             other => {
                 return Err(Fatal::usage(format!(
@@ -300,16 +313,19 @@ fn baselines(args: &EvalArgs) -> Result<Baselines, Fatal> {
             }
         }
     }
-    if baselines.self_consistency.is_some() && args.samples < 2 {
+    if args.samples.is_some() && baselines.self_consistency.is_none() {
+        return Err(Fatal::usage(
+            "--samples is read by the self-consistency baseline only (--baselines self-consistency)",
+        ));
+    }
+    if baselines.self_consistency.is_some() && samples < 2 {
         return Err(Fatal::usage(format!(
-            "--samples must be at least 2 for self-consistency, got {}",
-            args.samples
+            "--samples must be at least 2 for self-consistency, got {samples}"
         )));
     }
-    if args.samples > 64 {
+    if samples > 64 {
         return Err(Fatal::usage(format!(
-            "--samples is at most 64, got {}",
-            args.samples
+            "--samples is at most 64, got {samples}"
         )));
     }
     Ok(baselines)

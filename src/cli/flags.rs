@@ -94,20 +94,22 @@ pub struct EvalArgs {
     #[arg(long, value_name = "LIST", default_value = "agents,self-consistency")]
     pub baselines: String,
     /// Samples per item for self-consistency (its first sample is the agent-alone answer)
-    #[arg(long, value_name = "K", default_value_t = 5, value_parser = Number::<u32>::new())]
-    pub samples: u32,
+    /// [default: 5]
+    #[arg(long, value_name = "K", value_parser = Number::<u32>::new())]
+    pub samples: Option<u32>,
     /// Settings of the panel to compare too, comma-separated: `majority` (voting_quorum:
     /// majority), `synthesize` (final_answer_strategy: synthesize)
     #[arg(long, value_name = "LIST")]
     pub variants: Option<String>,
     #[arg(long, value_enum, default_value_t = GraderName::Exact)]
     pub grader: GraderName,
-    /// Numeric grader: the largest absolute difference that counts as right
-    #[arg(long, value_name = "X", default_value_t = 1e-6, value_parser = Number::<f64>::new())]
-    pub tolerance: f64,
+    /// Numeric grader: the largest absolute difference that counts as right [default: 1e-6]
+    #[arg(long, value_name = "X", value_parser = Number::<f64>::new())]
+    pub tolerance: Option<f64>,
     /// Numeric grader: the largest difference relative to the answer that counts as right
-    #[arg(long, value_name = "X", default_value_t = 0.0, value_parser = Number::<f64>::new())]
-    pub relative_tolerance: f64,
+    /// [default: 0]
+    #[arg(long, value_name = "X", value_parser = Number::<f64>::new())]
+    pub relative_tolerance: Option<f64>,
     /// JSON Schema grader: the schema (a JSON file); every session asks for it as
     /// structured output
     #[arg(long, value_name = "FILE")]

@@ -214,7 +214,7 @@ pub fn build(run: RunInfo, arms: &[ArmInfo], items: &[ItemResult]) -> Report {
         })
         .collect();
     let judge_cost_usd = judge_cost(per_arm.iter().flat_map(|its| its.list.iter().copied()));
-    let shared = shared_cost(newest(arms, items).into_iter());
+    let shared = shared_cost(per_arm.iter().flat_map(|its| its.list.iter().copied()));
     let judged_unpriced = per_arm
         .iter()
         .flat_map(|its| its.list.iter())
@@ -238,17 +238,6 @@ pub fn known_spend(items: &[ItemResult]) -> f64 {
         .map(|it| it.cost_usd.unwrap_or(0.0) + it.judge_cost_usd.unwrap_or(0.0))
         .sum();
     known - shared_cost(items.iter())
-}
-
-/// The newest result of each (item, arm) of `arms` in `items`.
-fn newest<'a>(arms: &[ArmInfo], items: &'a [ItemResult]) -> Vec<&'a ItemResult> {
-    use std::collections::{HashMap, HashSet};
-    let named: HashSet<&str> = arms.iter().map(|a| a.name.as_str()).collect();
-    let mut last: HashMap<(&str, &str), &ItemResult> = HashMap::new();
-    for r in items.iter().filter(|r| named.contains(r.arm.as_str())) {
-        last.insert((r.item.as_str(), r.arm.as_str()), r);
-    }
-    last.into_values().collect()
 }
 
 /// What agent arms spent on sessions a self-consistency arm counts too (an agent's first

@@ -41,21 +41,22 @@ pub struct Fingerprints(HashMap<(String, String), String>);
 impl Fingerprints {
     /// `settings` describes the grader's settings and the instruction.
     pub fn new(items: &[Item], arms: &Arms, settings: &str) -> Self {
-        let mut map = HashMap::new();
-        let mut add = |item: &Item, info: &ArmInfo, panel: &PanelConfig| {
-            map.insert(
-                (item.id.clone(), info.name.clone()),
-                fingerprint(item, info, panel, settings),
-            );
-        };
-        for item in items {
-            for arm in &arms.panels {
-                add(item, &arm.info, &arm.panel);
+        // Each arm's and each item's parts are written once, not once per pair.
+        let mut arm_parts: Vec<(&str, [String; 3])> = Vec::new();
+        for arm in &arms.panels {
+            arm_parts.push((&arm.info.name, arm_part(&arm.info, &arm.panel, settings)));
+        }
+        for agent in &arms.agents {
+            for info in agent.alone.iter().chain(agent.consistency.iter()) {
+                arm_parts.push((&info.name, arm_part(info, &agent.panel, settings)));
             }
-            for agent in &arms.agents {
-                for info in agent.alone.iter().chain(agent.consistency.iter()) {
-                    add(item, info, &agent.panel);
-                }
+        }
+        let mut map = HashMap::with_capacity(items.len() * arm_parts.len());
+        for item in items {
+            let item_part = item_part(item);
+            for (name, arm_part) in &arm_parts {
+                let parts = item_part.iter().chain(arm_part.iter());
+                map.insert((item.id.clone(), (*name).to_string()), fingerprint(parts));
             }
         }
         Self(map)
@@ -113,22 +114,28 @@ pub fn comparable(panel: &PanelConfig) -> String {
     format!("{panel:?}")
 }
 
-fn fingerprint(item: &Item, arm: &ArmInfo, panel: &PanelConfig, settings: &str) -> String {
-    let mut hash = Sha256::new();
+/// What an item contributes: its question (or messages) and its reference.
+fn item_part(item: &Item) -> [String; 2] {
     let prompt = match &item.prompt {
-        Prompt::Question(q) => serde_json::Value::String(q.clone()),
-        Prompt::Messages(m) => serde_json::Value::Array(m.clone()),
+        Prompt::Question(q) => serde_json::Value::String(q.clone()).to_string(),
+        Prompt::Messages(m) => serde_json::to_string(m).unwrap_or_default(),
     };
-    for part in [
-        prompt.to_string(),
-        item.answer
-            .as_ref()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-        format!("{arm:?}"),
-        comparable(panel),
-        settings.to_string(),
-    ] {
+    let answer = item
+        .answer
+        .as_ref()
+        .map(ToString::to_string)
+        .unwrap_or_default();
+    [prompt, answer]
+}
+
+/// What an arm contributes: its name and kind, its panel, the grader's settings.
+fn arm_part(arm: &ArmInfo, panel: &PanelConfig, settings: &str) -> [String; 3] {
+    [format!("{arm:?}"), comparable(panel), settings.to_string()]
+}
+
+fn fingerprint<'a>(parts: impl Iterator<Item = &'a String>) -> String {
+    let mut hash = Sha256::new();
+    for part in parts {
         hash.update((part.len() as u64).to_le_bytes());
         hash.update(part.as_bytes());
     }

@@ -22,7 +22,7 @@ const EVALS_JS: &str = include_str!("ui/assets/evals.js");
 /// Runs listed when the request names no `limit`.
 const LIST_DEFAULT: usize = 50;
 /// Items of a run returned when the request names no `limit`.
-const ITEMS_DEFAULT: usize = 1_000;
+const ITEMS_DEFAULT: usize = 200;
 
 /// The caller's runs, newest first, each with its arms and their headline numbers.
 pub async fn list_evals(

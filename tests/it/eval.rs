@@ -510,6 +510,16 @@ async fn bad_data_and_flags_are_refused_before_any_call() {
             vec!["--concurrency", "5000"],
             "--concurrency must be from 1 to 1024",
         ),
+        (
+            "{\"question\": \"Q\", \"answer\": \"1\"}\n".into(),
+            vec!["--baselines", "agents", "--samples", "3"],
+            "--samples is read by the self-consistency baseline only",
+        ),
+        (
+            "{\"question\": \"Q\", \"answer\": \"1\"}\n".into(),
+            vec!["--tolerance", "0.000001"],
+            "--tolerance and --relative-tolerance are read by --grader numeric only",
+        ),
     ];
     for (data, extra, wanted) in cases {
         let data = write(dir.path(), "data.jsonl", &data);

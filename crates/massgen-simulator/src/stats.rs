@@ -41,6 +41,18 @@ struct Inner {
     draws: HashMap<String, u64>,
 }
 
+/// Keys a counter map holds at most: the keys are chosen by requests (model strings,
+/// questions), and `serve --demo` runs the simulator behind a server anyone may ask.
+pub const MAX_COUNTER_KEYS: usize = 100_000;
+
+/// Makes room for `key` in `counts`: at the bound a new key starts the counts afresh (as
+/// `/mock/reset` does) rather than growing the map.
+fn bound(counts: &mut HashMap<String, u64>, key: &str) {
+    if counts.len() >= MAX_COUNTER_KEYS && !counts.contains_key(key) {
+        counts.clear();
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Stats {
     inner: Mutex<Inner>,
@@ -71,6 +83,7 @@ impl Stats {
     /// Whether a request with this exact model string should fault, given `fault_times`.
     pub fn should_fault(&self, model: &str, times: Option<u64>) -> bool {
         let mut inner = self.lock();
+        bound(&mut inner.fault_seen, model);
         let seen = inner.fault_seen.entry(model.to_string()).or_default();
         *seen += 1;
         times.is_none_or(|n| *seen <= n)
@@ -81,6 +94,7 @@ impl Stats {
     /// which the same requests draw the same sequence again.
     pub fn next_draw(&self, key: &str) -> u64 {
         let mut inner = self.lock();
+        bound(&mut inner.draws, key);
         let made = inner.draws.entry(key.to_string()).or_default();
         let n = *made;
         *made += 1;
@@ -227,6 +241,22 @@ mod tests {
         drop(old);
         let s = stats.snapshot();
         assert_eq!(s.totals, Counters::default());
+    }
+
+    #[test]
+    fn counter_maps_stay_bounded() {
+        let stats = Stats::default();
+        for n in 0..MAX_COUNTER_KEYS + 10 {
+            stats.next_draw(&n.to_string());
+        }
+        assert!(stats.lock().draws.len() <= MAX_COUNTER_KEYS);
+        // A key already counted keeps its count at the bound.
+        let mut full: HashMap<String, u64> =
+            (0..MAX_COUNTER_KEYS).map(|n| (n.to_string(), 1)).collect();
+        bound(&mut full, "7");
+        assert_eq!(full.len(), MAX_COUNTER_KEYS);
+        bound(&mut full, "new");
+        assert!(full.is_empty());
     }
 
     #[test]

@@ -15,7 +15,7 @@ use crate::eval::item::{ArmInfo, ItemResult};
 
 /// Items one read returns at most: a run may hold many thousands (questions × arms), each
 /// with its answer text, so they are read a page at a time.
-pub const MAX_ITEMS_PAGE: usize = 5_000;
+pub const MAX_ITEMS_PAGE: usize = 1_000;
 /// Runs one list returns at most.
 pub const MAX_RUNS: usize = 1_000;
 

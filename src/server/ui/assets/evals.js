@@ -8,7 +8,7 @@
 const EVALS_POLL_MS = 5000;
 const EVAL_ITEMS_PAGE = 1000;
 /** The server's largest page of items (MAX_ITEMS_PAGE). */
-const EVAL_ITEMS_MAX = 5000;
+const EVAL_ITEMS_MAX = 1000;
 const SVG_NS = "http://www.w3.org/2000/svg";
 
 /** `token` changes whenever the view does: an answer for an earlier view is dropped. */
