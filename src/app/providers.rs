@@ -27,7 +27,7 @@ pub struct HttpProviders {
 }
 
 impl HttpProviders {
-    pub fn new(http: reqwest::Client) -> Self {
+    pub fn new(http: massgen_providers::HttpClient) -> Self {
         let upstreams = Upstreams::new(http).on_retry(Arc::new(crate::telemetry::record_retry));
         Self { upstreams }
     }

@@ -11,7 +11,8 @@ use massgen_providers::UpstreamHttp;
 use serde_json::{Value, json};
 
 use crate::support::{
-    Setup, chat, env_of, mock_stats, question, run_bounded, simulator_in_process, write,
+    Setup, chat, env_of, mock_stats, mock_stats_at, question, run_bounded, simulator_in_process,
+    write,
 };
 
 fn parse(yaml: &str) -> Result<massgen::config::PanelConfig, massgen::config::ConfigError> {
@@ -262,4 +263,71 @@ async fn one_h2c_connection_carries_hundreds_of_calls_and_shuts_down() {
         let status = call.await.unwrap().unwrap();
         assert_eq!(status, 503);
     }
+}
+
+/// Calls cancelled while their tokens are still on the way (the protocol cancels an agent's
+/// call whenever a newer answer restarts it) leave the one h2c connection working. Before
+/// massgen set h2's reset limits, a frame for a cancelled stream h2 had forgotten (it
+/// remembers 50, for 1 s) was answered with a reset of its own, and past 1,024 of those h2
+/// closed the connection with every call on it: 8,266 of 10,000 sessions failed that way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_cancelled_mid_stream_leave_the_h2c_connection_working() {
+    use futures::StreamExt;
+    use massgen_providers::{
+        CallPolicy, Message, ProviderChunk, ProviderRequest, UpstreamConfig, Upstreams, Wire,
+    };
+    const ROUNDS: usize = 6;
+    const CALLS: usize = 600;
+    let (base, stop, task) = simulator_in_process().await;
+    let upstreams = Upstreams::new(massgen_providers::http_client().unwrap());
+    let provider = |model: &str| {
+        let config = UpstreamConfig {
+            provider_name: "chatcompletion".into(),
+            model: model.into(),
+            base_url: format!("{base}/v1"),
+            api_key: None,
+            params: serde_json::Map::new(),
+            policy: CallPolicy::default(),
+        };
+        upstreams
+            .build(Wire::ChatCompletions, config, None, UpstreamHttp::H2c)
+            .unwrap()
+    };
+    let request = || ProviderRequest {
+        messages: std::sync::Arc::new(vec![Message::user("hi")]),
+        ..ProviderRequest::default()
+    };
+    // Three seconds of tokens, a frame every millisecond: each call is dropped after its
+    // first token, with the rest still coming.
+    let long = provider("long:ttft_ms=0,token_ms=1,words=3000");
+    for round in 0..ROUNDS {
+        let calls = (0..CALLS).map(|_| {
+            let mut stream = long.stream(request());
+            async move {
+                let first = tokio::time::timeout(Duration::from_secs(30), stream.next()).await;
+                matches!(first, Ok(Some(Ok(ProviderChunk::Text(_)))))
+            }
+        });
+        let firsts = futures::future::join_all(calls).await;
+        let failed = firsts.iter().filter(|ok| !**ok).count();
+        assert_eq!(failed, 0, "round {round}: {failed} of {CALLS} calls failed");
+    }
+    let short = provider("short:ttft_ms=0,token_ms=0,words=5");
+    let mut stream = short.stream(request());
+    let mut finished = false;
+    while let Ok(Some(chunk)) = tokio::time::timeout(Duration::from_secs(30), stream.next()).await {
+        if matches!(chunk.unwrap(), ProviderChunk::Finish(_)) {
+            finished = true;
+        }
+    }
+    assert!(finished);
+    let stats = mock_stats_at(&base).await;
+    assert_eq!(
+        stats["http_versions"],
+        json!({"HTTP/2.0": ROUNDS * CALLS + 1}),
+        "{stats}"
+    );
+    stop.send(()).unwrap();
+    let ended = tokio::time::timeout(Duration::from_secs(10), task).await;
+    assert!(matches!(ended, Ok(Ok(Ok(())))), "{ended:?}");
 }

@@ -17,7 +17,9 @@ fn app(production: ProductionSettings) -> axum::Router {
         production,
         ..ServerSettings::default()
     };
-    let providers = Arc::new(HttpProviders::new(reqwest::Client::new()));
+    let providers = Arc::new(HttpProviders::new(
+        massgen_providers::http_client().unwrap(),
+    ));
     let tools = Arc::new(ToolRegistry::new(Arc::new(RmcpConnector)));
     let env: Arc<massgen::config::Env> = Arc::new(|_: &str| None);
     router(AppState::new(

@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::support::simulator_in_process;
+use crate::support::{mock_stats_at, simulator_in_process};
 
 async fn post(url: &str, body: &Value) -> reqwest::Response {
     reqwest::Client::new()
@@ -25,15 +25,6 @@ fn payloads(text: &str) -> Vec<Value> {
 fn vote_schema() -> Value {
     json!({"type": "object", "properties": {"agent_id": {"type": "string",
         "enum": ["agent1", "agent3"]}, "reason": {"type": "string"}}})
-}
-
-async fn stats(base: &str) -> Value {
-    reqwest::get(format!("{base}/mock/stats"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
 }
 
 #[tokio::test]
@@ -60,7 +51,7 @@ async fn responses_stream_votes_with_exact_usage() {
     );
     let usage = &events.last().unwrap()["response"]["usage"];
     assert_eq!(usage["input_tokens"], 3);
-    let s = stats(&base).await;
+    let s = mock_stats_at(&base).await;
     assert_eq!(s["prompt_tokens"], 3);
     assert_eq!(s["completion_tokens"], usage["output_tokens"]);
 }

@@ -1,21 +1,44 @@
-//! The process's HTTP clients: one connection pool for every upstream, and a second one for
-//! the backends that speak HTTP/2 over cleartext with prior knowledge (h2c).
+//! The process's HTTP clients, and which one a configured upstream is called over.
+//!
+//! - `https://` (and `http://` when the environment names an HTTP proxy): reqwest, for TLS,
+//!   ALPN (HTTP/2 where the upstream agrees) and the proxy variables.
+//! - `http://` otherwise (vLLM, Ollama, SGLang, a local gateway, the simulator): hyper's own
+//!   HTTP/1.1 client with a small fixed read buffer. reqwest grows every connection's read
+//!   buffer to 16 KiB and adds ~7 KiB of its own state per call; with three agents per
+//!   session and every session in flight, that was the largest share of a session's memory.
+//! - A backend's `h2c: true`: hyper's HTTP/2 client with prior knowledge, whose reset-stream
+//!   limits massgen sets (see [`H2C_RESET_MEMORY`]).
 
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
+use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+
+use crate::connect::{H2C_NEEDS_HTTP, UpstreamHttp};
 use crate::retry::CallPolicy;
+use crate::sse::error_chain;
 use crate::{ProviderError, ProviderErrorKind};
 
 /// How long an idle pooled connection is kept for reuse.
 const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Idle connections kept per upstream host. Unbounded, a burst of 10,000 sessions × 3
-/// agents left 30,000 idle HTTP/1.1 connections (a descriptor and ~25 KiB of buffers each)
+/// agents left 30,000 idle HTTP/1.1 connections (a descriptor and their buffers each)
 /// for [`POOL_IDLE_TIMEOUT`]. 256 still lets a steady load of ~85 three-agent sessions per
 /// host reuse every connection; past it a finished call's connection is closed at once and
 /// the next burst pays a handshake instead of holding descriptors. An HTTP/2 host needs one.
 pub const MAX_IDLE_PER_HOST: usize = 256;
+
+/// The read buffer of a plain HTTP/1.1 upstream connection, fixed. An SSE event is a few
+/// hundred bytes and is parsed as it arrives, so a bigger buffer only saves read calls when
+/// many events wait at once; hyper's adaptive default grows to 16 KiB per connection and
+/// keeps it while the connection lives. (Its 8 KiB write buffer is not configurable.)
+const PLAIN_READ_BUFFER: usize = 4 * 1024;
 
 /// HTTP/2 PING period and how long an unanswered PING may wait. One h2c connection carries
 /// every call to its host: if it silently dies (a restarted server behind a dropped
@@ -24,65 +47,317 @@ pub const MAX_IDLE_PER_HOST: usize = 256;
 const HTTP2_PING_INTERVAL: Duration = Duration::from_secs(20);
 const HTTP2_PING_TIMEOUT: Duration = Duration::from_secs(20);
 
-/// The receive window of an h2c connection, shared by every call to its host. h2 closes a
-/// connection whose peer sends more small DATA frames than it has read (its budget is half
-/// this window), and an SSE token is a small frame: with hyper's 5 MiB, a loaded server
-/// with thousands of calls on one connection would close it on its own upstream. The
-/// window is credit, not a buffer: memory follows only what arrives unread.
+/// The receive window of an h2c connection, shared by every call to its host. The window
+/// is credit, not a buffer: memory follows only what arrives unread.
 const H2C_CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
 
-/// The process-wide HTTP client: HTTP/1.1 over `http://`; over `https://`, HTTP/2 where TLS
-/// (ALPN) agrees on it, else HTTP/1.1.
-///
-/// Its connect timeout is [`CallPolicy::default`]'s: reqwest sets it per client, not per
-/// request. A per-call policy still bounds connecting through `first_byte_timeout`.
-pub fn http_client() -> Result<reqwest::Client, ProviderError> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    shared(&CLIENT, base)
+/// How many of its own reset streams an h2c connection remembers. The protocol cancels
+/// calls (an agent restarted by a newer answer) while their tokens are still on the way;
+/// a frame for a stream h2 no longer remembers is a protocol error it answers with another
+/// reset, and past 1,024 of those (h2's default guard against a hostile peer) it closes
+/// the connection, failing every call on it: 10,000 sessions at once lost 8,266 that way.
+/// Remembered streams are ignored quietly; an entry is a few hundred bytes, kept for h2's
+/// reset duration, so this bounds that memory to a few MiB. The guard itself is lifted: the
+/// peer is the operator's own upstream, not a client.
+const H2C_RESET_MEMORY: usize = 10_000;
+
+type Plain = HyperClient<HttpConnector, Full<Bytes>>;
+
+/// The process's HTTP clients ([`http_client`]). Cheap to clone.
+#[derive(Clone)]
+pub struct HttpClient {
+    inner: Arc<Clients>,
 }
 
-/// The process-wide client for `http://` upstreams that speak HTTP/2 with prior knowledge
-/// (h2c, a backend's `h2c: true`): every call to one host is a stream of one connection,
-/// where [`http_client`] holds one connection per in-flight call.
+struct Clients {
+    tls: reqwest::Client,
+    plain: Plain,
+    h2c: Plain,
+    /// The environment names a proxy for `http://`: those calls go through reqwest, which
+    /// honours it (and `NO_PROXY`) as it always did.
+    http_proxy: bool,
+}
+
+impl std::fmt::Debug for HttpClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("http_proxy", &self.inner.http_proxy)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The process-wide HTTP clients.
 ///
-/// Never for `https://`: there it would skip the TLS negotiation that picks HTTP/2 already.
-pub fn h2c_client() -> Result<reqwest::Client, ProviderError> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    shared(&CLIENT, || {
-        base()
-            .http2_prior_knowledge()
+/// The connect timeout is [`CallPolicy::default`]'s: it is set per client, not per
+/// request. A per-call policy still bounds connecting through `first_byte_timeout`.
+pub fn http_client() -> Result<HttpClient, ProviderError> {
+    static CLIENT: OnceLock<HttpClient> = OnceLock::new();
+    if let Some(client) = CLIENT.get() {
+        return Ok(client.clone());
+    }
+    let client = HttpClient::build()?;
+    // A concurrent first call may have won the race; either is fine, keep one.
+    Ok(CLIENT.get_or_init(|| client).clone())
+}
+
+impl HttpClient {
+    fn build() -> Result<Self, ProviderError> {
+        let tls = reqwest::Client::builder()
+            .connect_timeout(CallPolicy::default().connect_timeout)
+            .pool_idle_timeout(POOL_IDLE_TIMEOUT)
+            .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
+            .tcp_keepalive(Duration::from_secs(30))
+            .user_agent(USER_AGENT)
+            .build()
+            .map_err(|error| {
+                ProviderError::new(
+                    ProviderErrorKind::Connection,
+                    "http",
+                    format!("cannot build the HTTP client: {}", error_chain(&error)),
+                )
+            })?;
+        let plain = hyper_builder()
+            .http1_read_buf_exact_size(PLAIN_READ_BUFFER)
+            .build(connector());
+        let h2c = hyper_builder()
+            .http2_only(true)
+            .timer(TokioTimer::new())
             .http2_keep_alive_interval(HTTP2_PING_INTERVAL)
             .http2_keep_alive_timeout(HTTP2_PING_TIMEOUT)
             .http2_initial_connection_window_size(H2C_CONNECTION_WINDOW)
-    })
+            .http2_max_concurrent_reset_streams(H2C_RESET_MEMORY)
+            .http2_max_local_error_reset_streams(None)
+            .build(connector());
+        let http_proxy = names_http_proxy(|name| std::env::var_os(name));
+        Ok(Self {
+            inner: Arc::new(Clients {
+                tls,
+                plain,
+                h2c,
+                http_proxy,
+            }),
+        })
+    }
+
+    /// How `url` is called with `http`: an error for h2c on a URL that is not `http://`,
+    /// or a URL hyper cannot read.
+    pub(crate) fn route(&self, url: &str, http: UpstreamHttp) -> Result<Route, String> {
+        let plain = url
+            .get(..7)
+            .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
+        let hyper = match http {
+            UpstreamHttp::H2c if !plain => return Err(H2C_NEEDS_HTTP.to_string()),
+            UpstreamHttp::H2c => &self.inner.h2c,
+            UpstreamHttp::Negotiated if plain && !self.inner.http_proxy => &self.inner.plain,
+            UpstreamHttp::Negotiated => return Ok(Route::Reqwest(self.inner.tls.clone())),
+        };
+        let uri: Uri = url
+            .parse()
+            .map_err(|error| format!("the upstream URL cannot be read: {error}"))?;
+        Ok(Route::Hyper(Box::new(hyper.clone()), uri))
+    }
 }
 
-fn base() -> reqwest::ClientBuilder {
-    reqwest::Client::builder()
-        .connect_timeout(CallPolicy::default().connect_timeout)
+/// Whether the environment (`var`) names a proxy that reqwest would use for `http://`.
+fn names_http_proxy(var: impl Fn(&str) -> Option<std::ffi::OsString>) -> bool {
+    ["http_proxy", "HTTP_PROXY", "all_proxy", "ALL_PROXY"]
+        .iter()
+        .any(|name| var(name).is_some_and(|value| !value.is_empty()))
+}
+
+const USER_AGENT: &str = concat!("massgen/", env!("CARGO_PKG_VERSION"));
+
+fn hyper_builder() -> hyper_util::client::legacy::Builder {
+    let mut builder = HyperClient::builder(TokioExecutor::new());
+    builder
         .pool_idle_timeout(POOL_IDLE_TIMEOUT)
         .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
-        .tcp_keepalive(Duration::from_secs(30))
-        .user_agent(concat!("massgen/", env!("CARGO_PKG_VERSION")))
+        .pool_timer(TokioTimer::new());
+    builder
 }
 
-fn shared(
-    cell: &OnceLock<reqwest::Client>,
-    builder: impl FnOnce() -> reqwest::ClientBuilder,
-) -> Result<reqwest::Client, ProviderError> {
-    if let Some(client) = cell.get() {
-        return Ok(client.clone());
+fn connector() -> HttpConnector {
+    let mut connector = HttpConnector::new();
+    connector.set_connect_timeout(Some(CallPolicy::default().connect_timeout));
+    connector.set_keepalive(Some(Duration::from_secs(30)));
+    connector.set_nodelay(true);
+    connector
+}
+
+/// Which client one upstream's calls go over ([`HttpClient::route`]).
+#[derive(Clone)]
+pub(crate) enum Route {
+    Reqwest(reqwest::Client),
+    /// Boxed: hyper's client handle is ~400 bytes, reqwest's one pointer.
+    Hyper(Box<Plain>, Uri),
+}
+
+/// A response's status and headers, and its body still to read.
+pub(crate) struct Response {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Body,
+}
+
+/// A response body, whichever client read it.
+pub(crate) type Body =
+    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, BodyError>> + Send>>;
+
+/// Why a response body broke off.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BodyError {
+    #[error(transparent)]
+    Reqwest(#[from] reqwest::Error),
+    #[error(transparent)]
+    Hyper(#[from] hyper::Error),
+}
+
+/// Why a request got no response: a timeout (connecting) or anything else.
+pub(crate) struct SendError {
+    pub timeout: bool,
+    pub message: String,
+}
+
+impl Route {
+    /// POSTs `body` (JSON) asking for an event stream, with `headers` besides.
+    pub(crate) async fn post(
+        &self,
+        url: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Response, SendError> {
+        match self {
+            Route::Reqwest(client) => {
+                let sent = client
+                    .post(url)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .header(http::header::ACCEPT, "text/event-stream")
+                    .headers(headers.clone())
+                    .body(body)
+                    .send()
+                    .await;
+                match sent {
+                    Ok(response) => Ok(Response {
+                        status: response.status(),
+                        headers: response.headers().clone(),
+                        body: Box::pin(futures::StreamExt::map(response.bytes_stream(), |item| {
+                            item.map_err(BodyError::from)
+                        })),
+                    }),
+                    Err(error) => Err(SendError {
+                        timeout: error.is_timeout(),
+                        // reqwest names the URL; the error reaches clients.
+                        message: error_chain(&error.without_url()),
+                    }),
+                }
+            }
+            Route::Hyper(client, uri) => {
+                let mut request = http::Request::post(uri.clone())
+                    .body(Full::new(body))
+                    .map_err(|error| SendError {
+                        timeout: false,
+                        message: format!("cannot build the request: {error}"),
+                    })?;
+                let fields = request.headers_mut();
+                fields.insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                fields.insert(
+                    http::header::ACCEPT,
+                    HeaderValue::from_static("text/event-stream"),
+                );
+                fields.insert(
+                    http::header::USER_AGENT,
+                    HeaderValue::from_static(USER_AGENT),
+                );
+                // As reqwest's `headers`: a name given here replaces the defaults above.
+                fields.extend(headers.clone());
+                match client.request(request).await {
+                    Ok(response) => {
+                        let (parts, body) = response.into_parts();
+                        Ok(Response {
+                            status: parts.status,
+                            headers: parts.headers,
+                            body: Box::pin(futures::StreamExt::map(
+                                body.into_data_stream(),
+                                |item| item.map_err(BodyError::from),
+                            )),
+                        })
+                    }
+                    Err(error) => Err(SendError {
+                        timeout: timed_out(&error),
+                        message: error_chain(&error),
+                    }),
+                }
+            }
+        }
     }
-    let client = builder().build().map_err(|error| {
-        ProviderError::new(
-            ProviderErrorKind::Connection,
-            "http",
-            format!(
-                "cannot build the HTTP client: {}",
-                crate::sse::error_chain(&error)
-            ),
-        )
-    })?;
-    // A concurrent first call may have won the race; either client is fine, keep one.
-    Ok(cell.get_or_init(|| client).clone())
+}
+
+/// Whether connecting timed out (hyper reports it as an I/O error of kind `TimedOut`).
+fn timed_out(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::TimedOut)
+        {
+            return true;
+        }
+        source = cause.source();
+    }
+    false
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+mod tests {
+    use super::*;
+
+    fn kind(route: Result<Route, String>) -> Result<&'static str, String> {
+        route.map(|route| match route {
+            Route::Reqwest(_) => "reqwest",
+            Route::Hyper(..) => "hyper",
+        })
+    }
+
+    #[tokio::test]
+    async fn http_goes_over_hyper_https_over_reqwest_h2c_over_http_only() {
+        let client = http_client().unwrap();
+        let route = |url: &str, http| kind(client.route(url, http));
+        let plain = UpstreamHttp::Negotiated;
+        assert_eq!(route("https://api.example/v1/x", plain), Ok("reqwest"));
+        // Without a proxy in the environment (as in CI), plain HTTP is hyper's.
+        if !client.inner.http_proxy {
+            assert_eq!(route("http://127.0.0.1:8000/v1/x", plain), Ok("hyper"));
+            assert_eq!(route("HTTP://vllm:8000/v1/x", plain), Ok("hyper"));
+        }
+        assert_eq!(route("http://vllm/v1/x", UpstreamHttp::H2c), Ok("hyper"));
+        assert_eq!(
+            route("https://api.example/v1/x", UpstreamHttp::H2c),
+            Err(H2C_NEEDS_HTTP.to_string())
+        );
+        assert!(
+            route("http://bad host/v1", UpstreamHttp::H2c)
+                .unwrap_err()
+                .starts_with("the upstream URL cannot be read")
+        );
+    }
+
+    #[test]
+    fn an_http_proxy_in_the_environment_keeps_plain_http_on_reqwest() {
+        let env = |set: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                set.iter()
+                    .find(|(key, _)| *key == name)
+                    .map(|(_, value)| std::ffi::OsString::from(value))
+            }
+        };
+        assert!(!names_http_proxy(env(&[])));
+        assert!(!names_http_proxy(env(&[("HTTPS_PROXY", "http://p:3128")])));
+        assert!(!names_http_proxy(env(&[("HTTP_PROXY", "")])));
+        assert!(names_http_proxy(env(&[("HTTP_PROXY", "http://p:3128")])));
+        assert!(names_http_proxy(env(&[("all_proxy", "socks5://p")])));
+    }
 }

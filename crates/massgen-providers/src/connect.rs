@@ -5,6 +5,7 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::client::HttpClient;
 use crate::retry::RetryObserver;
 use crate::{HttpProvider, Provider, UpstreamConfig, WireFormat};
 
@@ -31,7 +32,7 @@ macro_rules! wire_formats {
                 upstreams: &Upstreams,
                 config: UpstreamConfig,
                 api_version: Option<&str>,
-                http: reqwest::Client,
+                http: UpstreamHttp,
             ) -> Result<Arc<dyn Provider>, String> {
                 match self {
                     $(Wire::$variant => upstreams.finish::<$format>(config, api_version, http),)*
@@ -70,12 +71,12 @@ pub enum UpstreamHttp {
 /// [`RetryObserver`] (when set) of its retries. Cheap to clone.
 #[derive(Clone)]
 pub struct Upstreams {
-    http: reqwest::Client,
+    http: HttpClient,
     on_retry: Option<RetryObserver>,
 }
 
 impl Upstreams {
-    pub fn new(http: reqwest::Client) -> Self {
+    pub fn new(http: HttpClient) -> Self {
         Self {
             http,
             on_retry: None,
@@ -99,28 +100,16 @@ impl Upstreams {
         api_version: Option<&str>,
         http: UpstreamHttp,
     ) -> Result<Arc<dyn Provider>, String> {
-        let client = match http {
-            UpstreamHttp::Negotiated => self.http.clone(),
-            UpstreamHttp::H2c => {
-                if !config.base_url.starts_with("http://") {
-                    return Err(H2C_NEEDS_HTTP.to_string());
-                }
-                crate::client::h2c_client().map_err(|error| error.message)?
-            }
-        };
-        wire.build(self, config, api_version, client)
+        wire.build(self, config, api_version, http)
     }
 
     fn finish<W: WireFormat>(
         &self,
         config: UpstreamConfig,
         api_version: Option<&str>,
-        http: reqwest::Client,
+        mode: UpstreamHttp,
     ) -> Result<Arc<dyn Provider>, String> {
-        let provider = match api_version {
-            Some(version) => HttpProvider::<W>::with_api_version(config, version, http),
-            None => HttpProvider::<W>::new(config, http),
-        }?;
+        let provider = HttpProvider::<W>::connect(config, api_version, &self.http, mode)?;
         Ok(match &self.on_retry {
             Some(observer) => Arc::new(provider.on_retry(Arc::clone(observer))),
             None => Arc::new(provider),

@@ -4,8 +4,8 @@
 //! Gemini) turns its stream into [`ProviderChunk`]s and its failures into [`ProviderError`],
 //! over the shared SSE loop (`sse`) and send-and-retry loop (`transport`). [`Upstreams`]
 //! builds the provider for a wire format ([`Wire`], the registry) and an [`UpstreamConfig`],
-//! over the process's shared HTTP client ([`http_client`], or [`h2c_client`] for an
-//! upstream that speaks HTTP/2 over cleartext).
+//! over the process's shared HTTP clients ([`http_client`]: reqwest for `https://`, hyper's
+//! own lean HTTP/1.1 and h2c clients for `http://`).
 //! A wire format is one [`WireFormat`] implementation in its module plus one line in that
 //! registry.
 //!
@@ -38,7 +38,7 @@ pub use massgen_core::provider::{
     ToolChoice, ToolSpec, Usage,
 };
 
-pub use client::{MAX_IDLE_PER_HOST, h2c_client, http_client};
+pub use client::{HttpClient, MAX_IDLE_PER_HOST, http_client};
 pub use connect::{H2C_NEEDS_HTTP, UpstreamHttp, Upstreams, Wire};
 pub use presets::check_model;
 pub use retry::{CallPolicy, RetryObserver};

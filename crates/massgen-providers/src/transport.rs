@@ -4,27 +4,24 @@
 //! Nothing is spawned: the returned stream owns the in-flight request (and later the
 //! response body), so dropping it aborts the HTTP call.
 
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
-use futures::{Stream, StreamExt};
+use futures::StreamExt;
 use http::HeaderMap;
-use http::header::{ACCEPT, CONTENT_TYPE};
 use massgen_core::Secret;
 use serde_json::Value;
 
 use super::errors::{retryable_before_first_byte, truncate};
 use super::retry::{self, AttemptFailure, CallPolicy, RetryObserver, RetryStep};
-use super::sse::error_chain;
 use super::{ChunkStream, ProviderError, ProviderErrorKind};
 
 /// Error bodies longer than this are cut: we only quote them.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
-/// A successful response body.
-pub(crate) type Body = Pin<Box<dyn Stream<Item = Result<Bytes, reqwest::Error>> + Send>>;
+pub(crate) use super::client::Body;
+use super::client::{Response, Route};
 
 /// Where and how one configured upstream is called.
 #[derive(Clone)]
@@ -40,7 +37,7 @@ pub(crate) struct Endpoint {
     /// Redacted from every error message.
     pub key: Option<Secret>,
     pub policy: CallPolicy,
-    pub http: reqwest::Client,
+    pub http: Route,
     /// The wire format's reading of a non-2xx response: status, headers (for retry hints),
     /// body text.
     pub http_error: fn(&str, u16, &HeaderMap, &str) -> ProviderError,
@@ -85,7 +82,7 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
             Ok(response) => {
                 return Ok((endpoint.decode)(
                     provider.clone(),
-                    Box::pin(response.bytes_stream()),
+                    response.body,
                     policy.idle_timeout,
                 ));
             }
@@ -132,27 +129,22 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
 async fn attempt(
     endpoint: &Endpoint,
     body: &Bytes,
-) -> Result<reqwest::Response, (ProviderError, AttemptFailure)> {
+) -> Result<Response, (ProviderError, AttemptFailure)> {
     let policy = &endpoint.policy;
     let provider = endpoint.provider.as_str();
     let request = endpoint
         .http
-        .post(&endpoint.url)
-        .header(CONTENT_TYPE, "application/json")
-        .header(ACCEPT, "text/event-stream")
-        .headers(endpoint.headers.clone())
-        .body(body.clone());
-    let sent = tokio::time::timeout(policy.first_byte_timeout, request.send()).await;
+        .post(&endpoint.url, &endpoint.headers, body.clone());
+    let sent = tokio::time::timeout(policy.first_byte_timeout, request).await;
     let response = match sent {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => {
-            let kind = if error.is_timeout() {
+            let kind = if error.timeout {
                 ProviderErrorKind::Timeout
             } else {
                 ProviderErrorKind::Connection
             };
-            // reqwest names the URL; the error reaches clients (the log has the URL).
-            let error = ProviderError::new(kind, provider, error_chain(&error.without_url()));
+            let error = ProviderError::new(kind, provider, error.message);
             return Err(failed(error, None));
         }
         Err(_) => {
@@ -164,14 +156,13 @@ async fn attempt(
             return Err(failed(error, None));
         }
     };
-    let status = response.status();
+    let status = response.status;
     if status.is_success() {
         return Ok(response);
     }
-    let headers = response.headers().clone();
-    let should_retry = retry::parse_should_retry(&headers);
-    let text = read_error_body(response, policy.idle_timeout).await;
-    let error = (endpoint.http_error)(provider, status.as_u16(), &headers, &text);
+    let should_retry = retry::parse_should_retry(&response.headers);
+    let text = read_error_body(response.body, policy.idle_timeout).await;
+    let error = (endpoint.http_error)(provider, status.as_u16(), &response.headers, &text);
     Err(failed(error, should_retry))
 }
 
@@ -191,8 +182,7 @@ fn failed(error: ProviderError, should_retry: Option<bool>) -> (ProviderError, A
 
 /// The (start of the) body of an error response; a broken or stalled body yields what
 /// arrived, since the status already tells the story.
-async fn read_error_body(response: reqwest::Response, idle_timeout: Duration) -> String {
-    let mut body = std::pin::pin!(response.bytes_stream());
+async fn read_error_body(mut body: Body, idle_timeout: Duration) -> String {
     let mut bytes = Vec::new();
     while bytes.len() < MAX_ERROR_BODY_BYTES {
         match tokio::time::timeout(idle_timeout, body.next()).await {

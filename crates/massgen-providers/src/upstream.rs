@@ -14,6 +14,8 @@ use http::{HeaderMap, HeaderValue};
 use massgen_core::Secret;
 use serde_json::{Map, Value};
 
+use super::client::HttpClient;
+use super::connect::UpstreamHttp;
 use super::retry::{CallPolicy, RetryObserver};
 use super::sse::{self, EventDecoder};
 use super::transport::{self, Endpoint};
@@ -92,25 +94,28 @@ pub struct HttpProvider<W> {
 
 impl<W: WireFormat> HttpProvider<W> {
     /// The provider for `config`; an error when the key cannot be sent as a header.
-    pub fn new(config: UpstreamConfig, http: reqwest::Client) -> Result<Self, String> {
-        Self::connect(config, None, http)
+    pub fn new(config: UpstreamConfig, http: HttpClient) -> Result<Self, String> {
+        Self::connect(config, None, &http, UpstreamHttp::default())
     }
 
     /// As [`Self::new`], with the `api-version` of the formats that take one (Azure).
     pub fn with_api_version(
         config: UpstreamConfig,
         api_version: &str,
-        http: reqwest::Client,
+        http: HttpClient,
     ) -> Result<Self, String> {
-        Self::connect(config, Some(api_version), http)
+        Self::connect(config, Some(api_version), &http, UpstreamHttp::default())
     }
 
-    fn connect(
+    /// The provider for `config`, called over `http` as `mode` says.
+    pub(crate) fn connect(
         config: UpstreamConfig,
         api_version: Option<&str>,
-        http: reqwest::Client,
+        http: &HttpClient,
+        mode: UpstreamHttp,
     ) -> Result<Self, String> {
         let EndpointParts { url, headers } = W::endpoint(&config, api_version)?;
+        let http = http.route(&url, mode)?;
         let endpoint = Endpoint {
             provider: config.provider_name.clone(),
             model: config.model.clone(),

@@ -466,8 +466,13 @@ pub async fn get_json(url: &str) -> Value {
 
 /// The simulator's request and token counters (`GET /mock/stats`).
 pub async fn mock_stats(mock: &Proc) -> Value {
+    mock_stats_at(&mock.url).await
+}
+
+/// The `/mock/stats` of the simulator at `base`.
+pub async fn mock_stats_at(base: &str) -> Value {
     client()
-        .get(format!("{}/mock/stats", mock.url))
+        .get(format!("{base}/mock/stats"))
         .send()
         .await
         .expect("stats")
