@@ -17,7 +17,10 @@ fn weather_tools() -> ClientTools {
         parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}}),
     };
     ClientTools {
-        tools: vec![spec("get_weather"), spec("get_time")],
+        tools: vec![
+            std::sync::Arc::new(spec("get_weather")),
+            std::sync::Arc::new(spec("get_time")),
+        ],
         choice: None,
         parallel: None,
     }

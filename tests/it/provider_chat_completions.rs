@@ -401,11 +401,11 @@ async fn request_shape_and_authorization() {
     let provider = provider(&url, fast_policy(1), Some("sk-test-123456789"));
     let request = ProviderRequest {
         messages: Arc::new(vec![Message::user("hi")]),
-        tools: vec![ToolSpec {
+        tools: vec![Arc::new(ToolSpec {
             name: "vote".into(),
             description: "Vote for an answer".into(),
             parameters: json!({"type": "object", "properties": {"agent_id": {"type": "string"}}}),
-        }],
+        })],
         tool_choice: Some(ToolChoice::Required),
         parallel_tool_calls: Some(false),
         ..ProviderRequest::default()

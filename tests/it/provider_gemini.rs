@@ -97,13 +97,13 @@ async fn request_snapshots() {
     let p = provider(&format!("{url}/v1beta"), params, 1);
     let opaque = json!({"gemini": {"thought_signature": "c2ln"}});
     let mut strict_tools = coordination_turn();
-    strict_tools.tools.push(ToolSpec {
+    strict_tools.tools.push(std::sync::Arc::new(ToolSpec {
         name: "lookup".into(),
         description: "A client tool with a strict schema.".into(),
         parameters: json!({"$schema": "http://json-schema.org/draft-07/schema#", "type": "object",
             "additionalProperties": false, "properties": {"q": {"type": ["string", "null"]}},
             "required": ["q"]}),
-    });
+    }));
     let scenarios: [(&str, ProviderRequest); 6] = [
         ("request_coordination", coordination_turn()),
         ("request_presentation", presentation_turn()),

@@ -154,7 +154,9 @@ pub enum ToolChoice {
 pub struct ProviderRequest {
     /// Shared with the turn, so an upstream call does not copy a prompt it only reads.
     pub messages: Arc<Vec<Message>>,
-    pub tools: Vec<ToolSpec>,
+    /// Shared: the same schemas go out with every agent's call of a session (the workflow
+    /// tools with every call of the process).
+    pub tools: Vec<Arc<ToolSpec>>,
     pub tool_choice: Option<ToolChoice>,
     pub parallel_tool_calls: Option<bool>,
     /// The shape the reply must have, in the provider's native structured-output form.

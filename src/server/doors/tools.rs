@@ -114,7 +114,7 @@ pub fn client_tools(
         )));
     }
     Ok(ClientTools {
-        tools,
+        tools: tools.into_iter().map(std::sync::Arc::new).collect(),
         choice,
         parallel,
     })

@@ -2,6 +2,7 @@
 //! only sees this seam: what to offer, how to call, and the loop's limits.
 
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::future::BoxFuture;
@@ -65,8 +66,8 @@ pub struct ToolCallRecord {
 /// presentation, which gets both.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SplitTools {
-    pub turns: Vec<ToolSpec>,
-    pub held: Vec<ToolSpec>,
+    pub turns: Vec<Arc<ToolSpec>>,
+    pub held: Vec<Arc<ToolSpec>>,
 }
 
 impl SplitTools {
@@ -75,7 +76,7 @@ impl SplitTools {
         let (turns, held): (Vec<OwnTool>, Vec<OwnTool>) = tools
             .into_iter()
             .partition(|t| !planning_mode || t.read_only);
-        let specs = |v: Vec<OwnTool>| v.into_iter().map(|t| t.spec).collect();
+        let specs = |v: Vec<OwnTool>| v.into_iter().map(|t| Arc::new(t.spec)).collect();
         Self {
             turns: specs(turns),
             held: specs(held),

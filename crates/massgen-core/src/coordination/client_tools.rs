@@ -3,6 +3,8 @@
 //! calls, and a winning set of calls goes back to the client (see docs/doors.md, "Client
 //! tools").
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::provider::{ToolCall, ToolChoice, ToolSpec};
@@ -10,7 +12,9 @@ use crate::provider::{ToolCall, ToolChoice, ToolSpec};
 /// What the client offered. `choice: None` means the client sent no `tool_choice` (auto).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct ClientTools {
-    pub tools: Vec<ToolSpec>,
+    /// Shared: every agent's request of every turn offers them, and a client's tools can be
+    /// tens of KiB of schemas (coding agents send dozens).
+    pub tools: Vec<Arc<ToolSpec>>,
     pub choice: Option<ToolChoice>,
     /// `parallel_tool_calls` as sent; `Some(false)` allows one call per answer.
     pub parallel: Option<bool>,
@@ -19,7 +23,7 @@ pub struct ClientTools {
 impl ClientTools {
     /// The tools agents may call (`tool_choice: none` hides them all; a named function
     /// offers only that one).
-    pub fn offered(&self) -> Vec<ToolSpec> {
+    pub fn offered(&self) -> Vec<Arc<ToolSpec>> {
         match &self.choice {
             Some(ToolChoice::None) => Vec::new(),
             Some(ToolChoice::Function(name)) => self
@@ -132,7 +136,7 @@ mod tests {
             parameters: serde_json::json!({"type": "object"}),
         };
         let mut t = ClientTools {
-            tools: vec![spec("a"), spec("b")],
+            tools: vec![Arc::new(spec("a")), Arc::new(spec("b"))],
             ..Default::default()
         };
         assert_eq!(t.offered().len(), 2);

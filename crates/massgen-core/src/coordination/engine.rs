@@ -82,7 +82,7 @@ struct Turn {
     deadline: Instant,
     /// Shared with each attempt's request, so an upstream call does not copy the prompt.
     messages: Arc<Vec<Message>>,
-    tools: Vec<ToolSpec>,
+    tools: Vec<Arc<ToolSpec>>,
     vote_labels: Vec<String>,
     offer_new_answer: bool,
     /// Names of the client tools offered in this turn.

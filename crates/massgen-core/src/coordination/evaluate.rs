@@ -144,9 +144,9 @@ fn verdict(gathered: &Gathered) -> Verdict {
     }
 }
 
-fn tools() -> Vec<ToolSpec> {
+fn tools() -> Vec<Arc<ToolSpec>> {
     vec![
-        ToolSpec {
+        Arc::new(ToolSpec {
             name: SUBMIT.into(),
             description:
                 "Accept the answer: it fully and correctly addresses the original message.".into(),
@@ -155,8 +155,8 @@ fn tools() -> Vec<ToolSpec> {
                 "properties": {"confirmed": {"type": "boolean"}},
                 "required": ["confirmed"]
             }),
-        },
-        ToolSpec {
+        }),
+        Arc::new(ToolSpec {
             name: RESTART.into(),
             description: "Reject the answer and start the deliberation again, with what is wrong \
                           and what the next attempt must do."
@@ -169,7 +169,7 @@ fn tools() -> Vec<ToolSpec> {
                 },
                 "required": ["reason", "instructions"]
             }),
-        },
+        }),
     ]
 }
 

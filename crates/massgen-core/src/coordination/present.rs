@@ -36,7 +36,7 @@ pub(super) struct Presenter<'a> {
     pub agent: &'a SessionAgent,
     /// The agent's own tools offered to the plain-text presentation (planning mode: all
     /// of them; otherwise none), run by the same tool loop as in turns.
-    pub own_tools: Vec<ToolSpec>,
+    pub own_tools: Vec<Arc<ToolSpec>>,
     /// Of those, the ones held back during coordination (named in the instruction).
     pub held_tools: Vec<String>,
     pub options: &'a OrchestratorOptions,

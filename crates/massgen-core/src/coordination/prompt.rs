@@ -2,6 +2,8 @@
 //! final presentation"). The block delimiters of the user message are a contract: the simulated
 //! upstream (`massgen-simulator`) parses them, so change them in both places or not at all.
 
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::SystemTime;
 
 use serde_json::json;
@@ -60,23 +62,55 @@ pub fn order_for_voter(answers: &mut [ShownAnswer], voter_label: &str, voter_num
 }
 
 /// `new_answer`, then `vote` (only when `vote_labels` is not empty).
-pub fn workflow_tools(offer_new_answer: bool, vote_labels: &[String]) -> Vec<ToolSpec> {
-    let mut tools = Vec::new();
+pub fn workflow_tools(offer_new_answer: bool, vote_labels: &[String]) -> Vec<Arc<ToolSpec>> {
+    let mut tools = Vec::with_capacity(2);
     if offer_new_answer {
-        tools.push(ToolSpec {
-            name: NEW_ANSWER.into(),
-            description:
-                "Submit a new answer to the original message that improves on the current answers."
-                    .into(),
-            parameters: json!({
-                "type": "object",
-                "properties": {"content": {"type": "string"}},
-                "required": ["content"]
-            }),
-        });
+        tools.push(Arc::clone(&NEW_ANSWER_TOOL));
     }
     if !vote_labels.is_empty() {
-        tools.push(ToolSpec {
+        tools.push(vote_tool(vote_labels));
+    }
+    tools
+}
+
+/// Built once: every turn of every session offers it. (Per turn, the schemas of the two
+/// workflow tools were ~4 KiB of JSON maps per agent in flight: 13 MB of a 187 MB peak
+/// with 1,000 sessions.)
+static NEW_ANSWER_TOOL: LazyLock<Arc<ToolSpec>> = LazyLock::new(|| {
+    Arc::new(ToolSpec {
+        name: NEW_ANSWER.into(),
+        description:
+            "Submit a new answer to the original message that improves on the current answers."
+                .into(),
+        parameters: json!({
+            "type": "object",
+            "properties": {"content": {"type": "string"}},
+            "required": ["content"]
+        }),
+    })
+});
+
+/// How many `vote` schemas are kept for reuse. Their enums are sets of `agentN` labels in
+/// config order, so a process sees few; past this many the cache starts over.
+const VOTE_TOOLS_KEPT: usize = 256;
+
+/// The `vote` tool for `labels`, built once per set of labels.
+fn vote_tool(labels: &[String]) -> Arc<ToolSpec> {
+    static KEPT: LazyLock<VoteTools> = LazyLock::new(VoteTools::default);
+    KEPT.get(labels)
+}
+
+/// The `vote` tools built so far, by their labels (at most [`VOTE_TOOLS_KEPT`]).
+#[derive(Default)]
+struct VoteTools(Mutex<HashMap<Vec<String>, Arc<ToolSpec>>>);
+
+impl VoteTools {
+    fn get(&self, labels: &[String]) -> Arc<ToolSpec> {
+        let mut kept = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(tool) = kept.get(labels) {
+            return Arc::clone(tool);
+        }
+        let tool = Arc::new(ToolSpec {
             name: VOTE.into(),
             description:
                 "Vote for the agent whose current answer should be presented as the final answer."
@@ -84,14 +118,23 @@ pub fn workflow_tools(offer_new_answer: bool, vote_labels: &[String]) -> Vec<Too
             parameters: json!({
                 "type": "object",
                 "properties": {
-                    "agent_id": {"type": "string", "enum": vote_labels},
+                    "agent_id": {"type": "string", "enum": labels},
                     "reason": {"type": "string"}
                 },
                 "required": ["agent_id", "reason"]
             }),
         });
+        if kept.len() >= VOTE_TOOLS_KEPT {
+            kept.clear();
+        }
+        kept.insert(labels.to_vec(), Arc::clone(&tool));
+        tool
     }
-    tools
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
 }
 
 /// Settings that shape the coordination instructions.
@@ -641,5 +684,28 @@ mod tests {
             tools[0].parameters["properties"]["agent_id"]["enum"],
             json!(["agent1", "agent3"])
         );
+    }
+
+    /// Built once and shared by every turn that offers them; the kept `vote` tools are
+    /// bounded.
+    #[test]
+    fn workflow_tools_are_shared_not_rebuilt() {
+        let labels = ["agent1".to_string(), "agent2".to_string()];
+        let first = workflow_tools(true, &labels);
+        let again = workflow_tools(true, &labels);
+        assert_eq!(first.len(), 2);
+        assert!(Arc::ptr_eq(&first[0], &again[0]));
+
+        let kept = VoteTools::default();
+        let vote = kept.get(&labels);
+        assert!(Arc::ptr_eq(&vote, &kept.get(&labels)));
+        assert_eq!(
+            vote.parameters["properties"]["agent_id"]["enum"],
+            json!(labels)
+        );
+        for n in 0..VOTE_TOOLS_KEPT + 10 {
+            kept.get(&[format!("agent{n}")]);
+            assert!(kept.len() <= VOTE_TOOLS_KEPT);
+        }
     }
 }

@@ -185,11 +185,11 @@ mod tests {
     fn with_tools(choice: Option<ToolChoice>, parallel: Option<bool>) -> ProviderRequest {
         ProviderRequest {
             messages: Arc::new(vec![Message::user("q")]),
-            tools: vec![ToolSpec {
+            tools: vec![std::sync::Arc::new(ToolSpec {
                 name: "vote".into(),
                 description: "d".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            })],
             tool_choice: choice,
             parallel_tool_calls: parallel,
             ..ProviderRequest::default()

@@ -188,11 +188,11 @@ mod tests {
                 },
                 Message::tool_result("c1", "ok"),
             ]),
-            tools: vec![ToolSpec {
+            tools: vec![std::sync::Arc::new(ToolSpec {
                 name: "vote".into(),
                 description: "Vote".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            })],
             tool_choice: Some(ToolChoice::Function("vote".into())),
             parallel_tool_calls: Some(false),
             ..ProviderRequest::default()

@@ -297,11 +297,11 @@ mod tests {
         params.insert("model".into(), json!("ignored"));
         let request = ProviderRequest {
             messages: Arc::new(vec![Message::user("q")]),
-            tools: vec![ToolSpec {
+            tools: vec![std::sync::Arc::new(ToolSpec {
                 name: "vote".into(),
                 description: "d".into(),
                 parameters: json!({"type": "object", "additionalProperties": false}),
-            }],
+            })],
             tool_choice: Some(ToolChoice::Function("vote".into())),
             parallel_tool_calls: None,
             ..ProviderRequest::default()

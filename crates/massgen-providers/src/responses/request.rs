@@ -184,11 +184,11 @@ mod tests {
         assert!(body.get("max_tokens").is_none());
         assert!(body.get("tool_choice").is_none() && body.get("tools").is_none());
         let forced = ProviderRequest {
-            tools: vec![ToolSpec {
+            tools: vec![std::sync::Arc::new(ToolSpec {
                 name: "vote".into(),
                 description: "d".into(),
                 parameters: json!({"type": "object"}),
-            }],
+            })],
             tool_choice: Some(ToolChoice::Function("vote".into())),
             parallel_tool_calls: Some(false),
             ..plain
