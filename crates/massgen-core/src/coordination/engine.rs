@@ -219,7 +219,7 @@ impl Session {
         } else {
             Vec::new()
         };
-        let presented = Presenter {
+        let presenter = Presenter {
             state: &mut self.state,
             winner,
             agent: &self.agents[winner],
@@ -230,9 +230,10 @@ impl Session {
             clock: self.clock.as_ref(),
             em,
             cancel,
-        }
-        .present()
-        .await?;
+        };
+        // Boxed: the presentation's future is twice the deliberation's, and inline it
+        // would size the session's future for the whole deliberation (~3 KB per session).
+        let presented = Box::pin(presenter.present()).await?;
         Ok(SessionSummary {
             winner: self.state.who(winner).clone(),
             consensus_reason: reason,
