@@ -71,8 +71,10 @@ pub struct HttpClient {
 
 struct Clients {
     tls: reqwest::Client,
-    plain: Plain,
-    h2c: Plain,
+    /// Shared by every provider built over them: hyper's client handle is ~400 bytes, and
+    /// providers are built per session.
+    plain: Arc<Plain>,
+    h2c: Arc<Plain>,
     /// The environment names a proxy for `http://`: those calls go through reqwest, which
     /// honours it (and `NO_PROXY`) as it always did.
     http_proxy: bool,
@@ -132,8 +134,8 @@ impl HttpClient {
         Ok(Self {
             inner: Arc::new(Clients {
                 tls,
-                plain,
-                h2c,
+                plain: Arc::new(plain),
+                h2c: Arc::new(h2c),
                 http_proxy,
             }),
         })
@@ -154,7 +156,7 @@ impl HttpClient {
         let uri: Uri = url
             .parse()
             .map_err(|error| format!("the upstream URL cannot be read: {error}"))?;
-        Ok(Route::Hyper(Box::new(hyper.clone()), uri))
+        Ok(Route::Hyper(Arc::clone(hyper), uri))
     }
 }
 
@@ -188,8 +190,7 @@ fn connector() -> HttpConnector {
 #[derive(Clone)]
 pub(crate) enum Route {
     Reqwest(reqwest::Client),
-    /// Boxed: hyper's client handle is ~400 bytes, reqwest's one pointer.
-    Hyper(Box<Plain>, Uri),
+    Hyper(Arc<Plain>, Uri),
 }
 
 /// A response's status and headers, and its body still to read.
