@@ -74,3 +74,4 @@ mod security_schema;
 mod security_urls;
 mod structured_output;
 mod ui_e2e;
+mod upstream_connections;

@@ -2,10 +2,11 @@
 //!
 //! - `https://` (and `http://` when the environment names an HTTP proxy): reqwest, for TLS,
 //!   ALPN (HTTP/2 where the upstream agrees) and the proxy variables.
-//! - `http://` otherwise (vLLM, Ollama, SGLang, a local gateway, the simulator): hyper's own
-//!   HTTP/1.1 client with a small fixed read buffer. reqwest grows every connection's read
-//!   buffer to 16 KiB and adds ~7 KiB of its own state per call; with three agents per
-//!   session and every session in flight, that was the largest share of a session's memory.
+//! - `http://` otherwise (vLLM, Ollama, SGLang, a local gateway, the simulator): massgen's
+//!   own HTTP/1.1 client ([`crate::h1`]), whose connections have no task, channel or write
+//!   buffer of their own. With three agents per session and every session in flight, the
+//!   per-connection state of reqwest's and then hyper's client was the largest share of a
+//!   session's memory.
 //! - A backend's `h2c: true`: hyper's HTTP/2 client with prior knowledge, whose reset-stream
 //!   limits massgen sets (see [`H2C_RESET_MEMORY`]).
 
@@ -20,12 +21,13 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::connect::{H2C_NEEDS_HTTP, UpstreamHttp};
+use crate::h1::{H1Client, Target};
 use crate::retry::CallPolicy;
 use crate::sse::error_chain;
 use crate::{ProviderError, ProviderErrorKind};
 
 /// How long an idle pooled connection is kept for reuse.
-const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+pub(crate) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// Idle connections kept per upstream host. Unbounded, a burst of 10,000 sessions × 3
 /// agents left 30,000 idle HTTP/1.1 connections (a descriptor and their buffers each)
@@ -34,11 +36,8 @@ const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
 /// the next burst pays a handshake instead of holding descriptors. An HTTP/2 host needs one.
 pub const MAX_IDLE_PER_HOST: usize = 256;
 
-/// The read buffer of a plain HTTP/1.1 upstream connection, fixed. An SSE event is a few
-/// hundred bytes and is parsed as it arrives, so a bigger buffer only saves read calls when
-/// many events wait at once; hyper's adaptive default grows to 16 KiB per connection and
-/// keeps it while the connection lives. (Its 8 KiB write buffer is not configurable.)
-const PLAIN_READ_BUFFER: usize = 4 * 1024;
+/// TCP keepalive on upstream connections: a dead peer is noticed while a call waits.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
 
 /// HTTP/2 PING period and how long an unanswered PING may wait. One h2c connection carries
 /// every call to its host: if it silently dies (a restarted server behind a dropped
@@ -61,7 +60,7 @@ const H2C_CONNECTION_WINDOW: u32 = 32 * 1024 * 1024;
 /// peer is the operator's own upstream, not a client.
 const H2C_RESET_MEMORY: usize = 10_000;
 
-type Plain = HyperClient<HttpConnector, Full<Bytes>>;
+type H2c = HyperClient<HttpConnector, Full<Bytes>>;
 
 /// The process's HTTP clients ([`http_client`]). Cheap to clone.
 #[derive(Clone)]
@@ -71,10 +70,9 @@ pub struct HttpClient {
 
 struct Clients {
     tls: reqwest::Client,
-    /// Shared by every provider built over them: hyper's client handle is ~400 bytes, and
-    /// providers are built per session.
-    plain: Arc<Plain>,
-    h2c: Arc<Plain>,
+    /// Shared by every provider built over them: providers are built per session.
+    plain: Arc<H1Client>,
+    h2c: Arc<H2c>,
     /// The environment names a proxy for `http://`: those calls go through reqwest, which
     /// honours it (and `NO_PROXY`) as it always did.
     http_proxy: bool,
@@ -108,7 +106,7 @@ impl HttpClient {
             .connect_timeout(CallPolicy::default().connect_timeout)
             .pool_idle_timeout(POOL_IDLE_TIMEOUT)
             .pool_max_idle_per_host(MAX_IDLE_PER_HOST)
-            .tcp_keepalive(Duration::from_secs(30))
+            .tcp_keepalive(TCP_KEEPALIVE)
             .user_agent(USER_AGENT)
             .build()
             .map_err(|error| {
@@ -118,9 +116,11 @@ impl HttpClient {
                     format!("cannot build the HTTP client: {}", error_chain(&error)),
                 )
             })?;
-        let plain = hyper_builder()
-            .http1_read_buf_exact_size(PLAIN_READ_BUFFER)
-            .build(connector());
+        let plain = H1Client::new(
+            CallPolicy::default().connect_timeout,
+            TCP_KEEPALIVE,
+            USER_AGENT,
+        );
         let h2c = hyper_builder()
             .http2_only(true)
             .timer(TokioTimer::new())
@@ -147,16 +147,20 @@ impl HttpClient {
         let plain = url
             .get(..7)
             .is_some_and(|scheme| scheme.eq_ignore_ascii_case("http://"));
-        let hyper = match http {
-            UpstreamHttp::H2c if !plain => return Err(H2C_NEEDS_HTTP.to_string()),
-            UpstreamHttp::H2c => &self.inner.h2c,
-            UpstreamHttp::Negotiated if plain && !self.inner.http_proxy => &self.inner.plain,
-            UpstreamHttp::Negotiated => return Ok(Route::Reqwest(self.inner.tls.clone())),
-        };
-        let uri: Uri = url
-            .parse()
-            .map_err(|error| format!("the upstream URL cannot be read: {error}"))?;
-        Ok(Route::Hyper(Arc::clone(hyper), uri))
+        match http {
+            UpstreamHttp::H2c if !plain => Err(H2C_NEEDS_HTTP.to_string()),
+            UpstreamHttp::H2c => {
+                let uri: Uri = url
+                    .parse()
+                    .map_err(|error| format!("the upstream URL cannot be read: {error}"))?;
+                Ok(Route::H2c(Arc::clone(&self.inner.h2c), uri))
+            }
+            UpstreamHttp::Negotiated if plain && !self.inner.http_proxy => Ok(Route::Plain(
+                Arc::clone(&self.inner.plain),
+                Target::parse(url)?,
+            )),
+            UpstreamHttp::Negotiated => Ok(Route::Reqwest(self.inner.tls.clone())),
+        }
     }
 }
 
@@ -181,7 +185,7 @@ fn hyper_builder() -> hyper_util::client::legacy::Builder {
 fn connector() -> HttpConnector {
     let mut connector = HttpConnector::new();
     connector.set_connect_timeout(Some(CallPolicy::default().connect_timeout));
-    connector.set_keepalive(Some(Duration::from_secs(30)));
+    connector.set_keepalive(Some(TCP_KEEPALIVE));
     connector.set_nodelay(true);
     connector
 }
@@ -190,7 +194,8 @@ fn connector() -> HttpConnector {
 #[derive(Clone)]
 pub(crate) enum Route {
     Reqwest(reqwest::Client),
-    Hyper(Arc<Plain>, Uri),
+    Plain(Arc<H1Client>, Target),
+    H2c(Arc<H2c>, Uri),
 }
 
 /// A response's status and headers, and its body still to read.
@@ -211,6 +216,8 @@ pub(crate) enum BodyError {
     Reqwest(#[from] reqwest::Error),
     #[error(transparent)]
     Hyper(#[from] hyper::Error),
+    #[error(transparent)]
+    Plain(#[from] std::io::Error),
 }
 
 /// Why a request got no response: a timeout (connecting) or anything else.
@@ -252,7 +259,8 @@ impl Route {
                     }),
                 }
             }
-            Route::Hyper(client, uri) => {
+            Route::Plain(client, target) => client.post(target, headers, body).await,
+            Route::H2c(client, uri) => {
                 let mut request = http::Request::post(uri.clone())
                     .body(Full::new(body))
                     .map_err(|error| SendError {
@@ -319,7 +327,8 @@ mod tests {
     fn kind(route: Result<Route, String>) -> Result<&'static str, String> {
         route.map(|route| match route {
             Route::Reqwest(_) => "reqwest",
-            Route::Hyper(..) => "hyper",
+            Route::Plain(..) => "plain",
+            Route::H2c(..) => "h2c",
         })
     }
 
@@ -331,10 +340,10 @@ mod tests {
         assert_eq!(route("https://api.example/v1/x", plain), Ok("reqwest"));
         // Without a proxy in the environment (as in CI), plain HTTP is hyper's.
         if !client.inner.http_proxy {
-            assert_eq!(route("http://127.0.0.1:8000/v1/x", plain), Ok("hyper"));
-            assert_eq!(route("HTTP://vllm:8000/v1/x", plain), Ok("hyper"));
+            assert_eq!(route("http://127.0.0.1:8000/v1/x", plain), Ok("plain"));
+            assert_eq!(route("HTTP://vllm:8000/v1/x", plain), Ok("plain"));
         }
-        assert_eq!(route("http://vllm/v1/x", UpstreamHttp::H2c), Ok("hyper"));
+        assert_eq!(route("http://vllm/v1/x", UpstreamHttp::H2c), Ok("h2c"));
         assert_eq!(
             route("https://api.example/v1/x", UpstreamHttp::H2c),
             Err(H2C_NEEDS_HTTP.to_string())

@@ -19,6 +19,7 @@ mod client;
 mod connect;
 pub(crate) mod errors;
 pub mod gemini;
+mod h1;
 pub mod model_name;
 pub mod presets;
 pub mod pricing;

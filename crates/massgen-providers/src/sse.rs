@@ -72,7 +72,8 @@ pub(crate) fn json_payload<T: serde::de::DeserializeOwned>(
 
 /// Drives `decoder` over an SSE byte stream. The stream ends after `Done` or the first
 /// error; `idle_timeout` bounds the silence between two pieces of the body (SSE comments
-/// count as life: OpenRouter sends them while a slow model thinks).
+/// count as life: OpenRouter sends them while a slow model thinks). After a `Done` the
+/// body's rest is read in the background ([`read_out`]).
 pub(crate) fn decode_events<S, E, D>(mut decoder: D, body: S, idle_timeout: Duration) -> ChunkStream
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
@@ -81,10 +82,21 @@ where
 {
     Box::pin(async_stream::stream! {
         let events = SseStream::from_bytes_stream(with_idle_timeout(body, idle_timeout));
-        let mut events = std::pin::pin!(events);
+        let mut events = Some(Box::pin(events));
         loop {
-            let step = match events.next().await {
-                Some(Ok(event)) => decoder.on_event(event),
+            let Some(body) = events.as_mut() else {
+                return;
+            };
+            let step = match body.next().await {
+                Some(Ok(event)) => match decoder.on_event(event) {
+                    Ok(Step::Done(chunks)) => {
+                        if let Some(rest) = events.take() {
+                            read_out(rest);
+                        }
+                        Ok(Step::Done(chunks))
+                    }
+                    step => step,
+                },
                 Some(Err(error)) => Err(body_error(decoder.provider(), &error)),
                 None => decoder.on_end_of_body().map(Step::Done),
             };
@@ -107,6 +119,34 @@ where
             }
         }
     })
+}
+
+/// How long, and for how many more events, a body is read after its format's last event.
+const READ_OUT_FOR: Duration = Duration::from_secs(1);
+const READ_OUT_EVENTS: usize = 16;
+
+/// Reads what follows the format's last event (`[DONE]`, `message_stop`,
+/// `response.completed`): the chunked body's terminator, a trailing blank line. Only a body
+/// read to its end leaves its connection reusable, and the call's consumer stops at the last
+/// chunk, often before the terminator has arrived; closed instead, every call would pay a
+/// new connection (and the upstream a `TIME_WAIT`). In the background, so the last chunks
+/// are not held back, and bounded: an upstream that keeps the body open after its last
+/// event loses the connection after [`READ_OUT_FOR`]. The upstream has finished generating,
+/// so this costs no tokens; a call cancelled mid-stream is still closed at once.
+fn read_out<S: Stream + Send + 'static>(mut events: std::pin::Pin<Box<S>>) {
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        let rest = async {
+            for _ in 0..READ_OUT_EVENTS {
+                if events.next().await.is_none() {
+                    break;
+                }
+            }
+        };
+        let _ = tokio::time::timeout(READ_OUT_FOR, rest).await;
+    });
 }
 
 /// Why the byte stream under the SSE parser stopped.

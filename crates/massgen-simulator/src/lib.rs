@@ -94,7 +94,9 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let app = App::default();
     let token = app.shutdown.clone();
-    listen::serve_connections(listener, router_with(app), async move {
+    let stats = Arc::clone(&app.stats);
+    let accepted = move || stats.count_connection();
+    listen::serve_connections(listener, router_with(app), accepted, async move {
         shutdown.await;
         token.cancel();
     })

@@ -26,10 +26,12 @@ pub const MAX_CONCURRENT_STREAMS: u32 = 100_000;
 pub const CONNECTION_WINDOW: u32 = 64 * 1024 * 1024;
 
 /// Serves `app` on `listener` until `shutdown` resolves, then until every open connection
-/// has finished (idle ones close at once, HTTP/2 ones after a GOAWAY).
+/// has finished (idle ones close at once, HTTP/2 ones after a GOAWAY). `on_accept` is told
+/// of each connection.
 pub(crate) async fn serve_connections(
     listener: TcpListener,
     app: Router,
+    on_accept: impl Fn(),
     shutdown: impl Future<Output = ()>,
 ) {
     // The automatic builder reads the first bytes: the HTTP/2 preface is h2c, anything
@@ -44,7 +46,10 @@ pub(crate) async fn serve_connections(
     loop {
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => {
+                    on_accept();
+                    stream
+                }
                 // Out of file descriptors and the like: back off instead of spinning.
                 Err(_) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;

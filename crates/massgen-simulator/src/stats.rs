@@ -29,6 +29,8 @@ pub struct Snapshot {
     pub by_model: BTreeMap<String, Counters>,
     /// Model calls per HTTP version as `Debug` writes it (`HTTP/1.1`, `HTTP/2.0`).
     pub http_versions: BTreeMap<String, u64>,
+    /// Connections accepted, so a test can tell whether a client reuses them.
+    pub connections: u64,
 }
 
 #[derive(Debug, Default)]
@@ -111,6 +113,11 @@ impl Stats {
             .or_default() += 1;
     }
 
+    /// Counts an accepted connection.
+    pub fn count_connection(&self) {
+        self.lock().snapshot.connections += 1;
+    }
+
     pub fn snapshot(&self) -> Snapshot {
         self.lock().snapshot.clone()
     }
@@ -123,6 +130,7 @@ impl Stats {
         inner.draws.clear();
         let s = &mut inner.snapshot;
         s.http_versions.clear();
+        s.connections = 0;
         s.totals = Counters {
             active: s.totals.active,
             ..Counters::default()
