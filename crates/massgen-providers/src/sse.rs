@@ -168,18 +168,35 @@ where
 {
     async_stream::stream! {
         let mut body = std::pin::pin!(body);
+        // One timer, moved on only when it fires early: a timeout per piece would register
+        // and remove a timer for every token. `last` is when a piece last arrived.
+        let mut last = tokio::time::Instant::now();
+        let idle = tokio::time::sleep_until(last + idle_timeout);
+        tokio::pin!(idle);
         loop {
-            match tokio::time::timeout(idle_timeout, body.next()).await {
-                Ok(Some(Ok(bytes))) => yield Ok(bytes),
-                Ok(Some(Err(error))) => {
+            let next = tokio::select! {
+                biased;
+                next = body.next() => Some(next),
+                () = &mut idle => None,
+            };
+            let Some(next) = next else {
+                if last.elapsed() < idle_timeout {
+                    idle.as_mut().reset(last + idle_timeout);
+                    continue;
+                }
+                yield Err(BodyError::Idle(idle_timeout));
+                return;
+            };
+            match next {
+                Some(Ok(bytes)) => {
+                    last = tokio::time::Instant::now();
+                    yield Ok(bytes);
+                }
+                Some(Err(error)) => {
                     yield Err(BodyError::Upstream(error_chain(&error)));
                     return;
                 }
-                Ok(None) => return,
-                Err(_) => {
-                    yield Err(BodyError::Idle(idle_timeout));
-                    return;
-                }
+                None => return,
             }
         }
     }
@@ -218,4 +235,45 @@ pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+mod tests {
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use futures::StreamExt;
+
+    use super::*;
+
+    /// A body that sends a piece after each of `gaps`, then stays silent.
+    fn body(gaps: Vec<u64>) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send {
+        async_stream::stream! {
+            for gap in gaps {
+                tokio::time::sleep(Duration::from_millis(gap)).await;
+                yield Ok(Bytes::from_static(b"x"));
+            }
+            std::future::pending::<()>().await;
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_idle_limit_runs_from_the_last_piece_not_from_the_first() {
+        let idle = Duration::from_millis(1000);
+        // Pieces 600 ms apart for 3 s: never 1 s of silence, though the first timer would
+        // have fired at 1 s.
+        let start = tokio::time::Instant::now();
+        let mut stream = std::pin::pin!(with_idle_timeout(body(vec![600; 5]), idle));
+        for _ in 0..5 {
+            assert!(stream.next().await.unwrap().is_ok());
+        }
+        match stream.next().await.unwrap() {
+            Err(BodyError::Idle(limit)) => assert_eq!(limit, idle),
+            other => panic!("{other:?}"),
+        }
+        // The silence began with the last piece, at 3 s: the limit struck at 4 s.
+        assert_eq!(start.elapsed(), Duration::from_millis(4000));
+        assert!(stream.next().await.is_none());
+    }
 }

@@ -335,12 +335,20 @@ async fn one_call(
     report.progress.calls.fetch_add(1, Ordering::Relaxed);
     let mut stream = provider.stream(request);
     let mut gathered = Gathered::default();
+    // One timer for the whole call: a `timeout_at` per chunk would register and remove a
+    // timer for every token.
+    let expiry = tokio::time::sleep_until(deadline);
+    tokio::pin!(expiry);
     let result = loop {
-        match timeout_at(deadline, stream.next()).await {
-            Err(_) => break Err(CallError::TimedOut),
-            Ok(None) => break Ok(()),
-            Ok(Some(Err(e))) => break Err(CallError::Provider(e)),
-            Ok(Some(Ok(chunk))) => {
+        let next = tokio::select! {
+            biased;
+            next = stream.next() => next,
+            () = &mut expiry => break Err(CallError::TimedOut),
+        };
+        match next {
+            None => break Ok(()),
+            Some(Err(e)) => break Err(CallError::Provider(e)),
+            Some(Ok(chunk)) => {
                 report.progress.see(&chunk, before);
                 if let Some(text) = gathered.absorb(chunk).filter(|_| report.stream_text) {
                     // The loop owns the receiver; a send can only fail while it shuts down.

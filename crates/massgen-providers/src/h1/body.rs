@@ -279,6 +279,13 @@ impl futures::Stream for PlainBody {
             let Some(stream) = this.stream.as_ref() else {
                 return Poll::Ready(None);
             };
+            if this.buf.is_empty() && this.buf.capacity() > 0 {
+                // Nothing unread: no buffer held while the next token is awaited.
+                this.buf = BytesMut::new();
+            }
+            if let Err(error) = ready!(stream.poll_read_ready(cx)) {
+                return this.fail(error);
+            }
             if this.buf.capacity() - this.buf.len() < READ_BUFFER / 4 {
                 this.buf.reserve(READ_BUFFER);
             }
@@ -294,11 +301,8 @@ impl futures::Stream for PlainBody {
                     ));
                 }
                 Ok(_) => {}
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
-                    if let Err(error) = ready!(stream.poll_read_ready(cx)) {
-                        return this.fail(error);
-                    }
-                }
+                // Readiness was stale: the next round waits for the socket.
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
                 Err(error) => return this.fail(error),
             }
         }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use self::body::{Framing, PlainBody};
@@ -28,7 +28,8 @@ use crate::client::{Response, SendError};
 
 /// What one connection reads into at a time. An SSE event is a few hundred bytes and is
 /// parsed as it arrives, so a bigger buffer would only save read calls when many events
-/// wait at once.
+/// wait at once. A call holds it only while bytes wait to be read or parsed: not while
+/// the model thinks, nor between two tokens.
 const READ_BUFFER: usize = 4 * 1024;
 
 /// The largest response head read (status line and headers); past it the call fails.
@@ -252,7 +253,7 @@ async fn exchange(
             message: format!("cannot send the request upstream: {error}"),
             answered: false,
         })?;
-    let mut buf = BytesMut::with_capacity(READ_BUFFER);
+    let mut buf = BytesMut::new();
     loop {
         if !buf.is_empty() {
             match parse_head(&buf) {
@@ -274,11 +275,21 @@ async fn exchange(
                 Err(message) => return Err(answered(message)),
             }
         }
+        let had = !buf.is_empty();
+        // The buffer is taken only once there is something to read: while the model
+        // thinks (seconds, with every session's calls in flight) a call holds none.
+        let ready = stream.readable().await;
+        if let Err(error) = ready {
+            return Err(Failed {
+                message: format!("reading the upstream's response: {error}"),
+                answered: had,
+            });
+        }
         if buf.capacity() - buf.len() < READ_BUFFER / 4 {
             buf.reserve(READ_BUFFER);
         }
-        let had = !buf.is_empty();
-        match stream.read_buf(&mut buf).await {
+        match stream.try_read_buf(&mut buf) {
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
             Ok(0) => {
                 return Err(Failed {
                     message: "the upstream closed the connection before responding".to_string(),
