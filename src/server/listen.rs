@@ -52,6 +52,30 @@ pub struct ConnectionLimits {
     pub max_connections_per_address: usize,
 }
 
+/// hyper's connection builders: for HTTP/1, for HTTP/2, and detecting it.
+#[derive(Clone)]
+struct Builders {
+    h1: Builder<TokioExecutor>,
+    h2: Builder<TokioExecutor>,
+    either: Builder<TokioExecutor>,
+}
+
+#[derive(Debug, PartialEq, Eq)]
+enum Protocol {
+    Http1,
+    Http2,
+}
+
+/// The protocol a connection's first bytes name, when they are enough to tell: HTTP/2's
+/// preface starts `PRI `, a method no HTTP/1 request has.
+fn protocol(first: &[u8]) -> Option<Protocol> {
+    match first {
+        [b'P', b'R', b'I', b' ', ..] => Some(Protocol::Http2),
+        _ if first.len() < 4 && b"PRI ".starts_with(first) => None,
+        _ => Some(Protocol::Http1),
+    }
+}
+
 /// Copies the request's target and header values out of the connection's read buffer.
 /// hyper parses them as slices of that buffer (8 KiB), so a value a session keeps (its
 /// request id, the caller's key for its spend) kept the whole buffer alive while the
@@ -89,6 +113,15 @@ pub async fn serve_connections(
         .timer(TokioTimer::new())
         .keep_alive_interval(Some(HTTP2_PING_INTERVAL))
         .keep_alive_timeout(HTTP2_PING_TIMEOUT);
+    // When the first bytes name the protocol (see `protocol`), it is not read again: hyper's
+    // own detection reads the first 24 bytes by themselves and hands them back as a prefix,
+    // so the connection's first read returned 24 bytes and hyper doubled its read buffer
+    // to 16 KiB for the rest of the request: 8 KiB more per open connection.
+    let builders = Builders {
+        h1: builder.clone().http1_only(),
+        h2: builder.clone().http2_only(),
+        either: builder,
+    };
     let slots = Arc::new(Semaphore::new(connection_cap(limits.max_connections)));
     let per_address = Arc::new(PerAddress::new(limits.max_connections_per_address));
     let stopping = CancellationToken::new();
@@ -150,7 +183,7 @@ pub async fn serve_connections(
             },
         ));
         let service = InFlight::wrap(service, in_flight, Arc::clone(&arrivals));
-        let builder = builder.clone();
+        let builders = builders.clone();
         let stopping = stopping.clone();
         connections.spawn(async move {
             let _slot = slot;
@@ -167,15 +200,20 @@ pub async fn serve_connections(
             };
             // An HTTP/2 client may open its connection ahead of its first request (pool
             // warming): its preface is no request headers, so only the idle timeout applies.
-            if peeked.is_ok_and(|n| first[..n].starts_with(b"PRI ")) {
-                arrivals.http2.store(true, Ordering::Relaxed);
-            }
+            let builder = match protocol(&first[..peeked.unwrap_or(0)]) {
+                Some(Protocol::Http2) => {
+                    arrivals.http2.store(true, Ordering::Relaxed);
+                    &builders.h2
+                }
+                Some(Protocol::Http1) => &builders.h1,
+                None => &builders.either,
+            };
             let stream = Watched {
                 inner: stream,
                 arrivals: Arc::clone(&arrivals),
             };
             let connection = builder
-                .serve_connection_with_upgrades(TokioIo::new(stream), service)
+                .serve_connection(TokioIo::new(stream), service)
                 .into_owned();
             let mut connection = std::pin::pin!(connection);
             let why = tokio::select! {
@@ -519,6 +557,16 @@ impl Drop for Open {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_first_bytes_name_the_protocol_when_they_can() {
+        assert_eq!(protocol(b"PRI "), Some(Protocol::Http2));
+        assert_eq!(protocol(b"POST"), Some(Protocol::Http1));
+        assert_eq!(protocol(b"GET "), Some(Protocol::Http1));
+        assert_eq!(protocol(b"G"), Some(Protocol::Http1));
+        assert_eq!(protocol(b"PR"), None);
+        assert_eq!(protocol(b""), None);
+    }
 
     #[test]
     fn request_heads_are_copied_out_of_the_connections_buffer() {
