@@ -276,7 +276,7 @@ impl futures::Stream for PlainBody {
                 }
                 Ok(Step::NeedMore) => {}
             }
-            let Some(stream) = this.stream.as_ref() else {
+            let Some(stream) = this.stream.as_mut() else {
                 return Poll::Ready(None);
             };
             if this.buf.is_empty() && this.buf.capacity() > 0 {
@@ -289,21 +289,29 @@ impl futures::Stream for PlainBody {
             if this.buf.capacity() - this.buf.len() < READ_BUFFER / 4 {
                 this.buf.reserve(READ_BUFFER);
             }
-            match stream.try_read_buf(&mut this.buf) {
-                Ok(0) if matches!(this.state, State::Close) => {
+            // tokio's own read: a read that leaves room in the buffer drained the socket,
+            // so the next token is waited for without a read that finds nothing (one
+            // syscall per upstream chunk instead of two).
+            match tokio_util::io::poll_read_buf(Pin::new(stream), cx, &mut this.buf) {
+                Poll::Pending => {
+                    // The readiness was stale: waiting again, holding no buffer.
+                    if this.buf.is_empty() {
+                        this.buf = BytesMut::new();
+                    }
+                    return Poll::Pending;
+                }
+                Poll::Ready(Ok(0)) if matches!(this.state, State::Close) => {
                     this.state = State::Done;
                     this.reuse = None;
                 }
-                Ok(0) => {
+                Poll::Ready(Ok(0)) => {
                     return this.fail(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
                         "the upstream closed the connection before the response ended",
                     ));
                 }
-                Ok(_) => {}
-                // Readiness was stale: the next round waits for the socket.
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
-                Err(error) => return this.fail(error),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(error)) => return this.fail(error),
             }
         }
     }

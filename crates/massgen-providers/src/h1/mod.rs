@@ -19,7 +19,7 @@ use std::time::Duration;
 use bytes::{Buf, Bytes, BytesMut};
 use http::header::{self, HeaderName};
 use http::{HeaderMap, HeaderValue, StatusCode, Uri};
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use self::body::{Framing, PlainBody};
@@ -288,8 +288,9 @@ async fn exchange(
         if buf.capacity() - buf.len() < READ_BUFFER / 4 {
             buf.reserve(READ_BUFFER);
         }
-        match stream.try_read_buf(&mut buf) {
-            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+        // tokio's read (not `try_read`): a read that leaves room clears the readiness, so
+        // the body's first read waits for the socket instead of finding nothing.
+        match stream.read_buf(&mut buf).await {
             Ok(0) => {
                 return Err(Failed {
                     message: "the upstream closed the connection before responding".to_string(),
