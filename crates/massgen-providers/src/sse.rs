@@ -81,7 +81,7 @@ where
     D: EventDecoder,
 {
     Box::pin(async_stream::stream! {
-        let events = SseStream::from_bytes_stream(with_idle_timeout(body, idle_timeout));
+        let events = SseStream::from_bytes_stream(with_limits(body, idle_timeout));
         let mut events = Some(Box::pin(events));
         loop {
             let Some(body) = events.as_mut() else {
@@ -154,11 +154,56 @@ fn read_out<S: Stream + Send + 'static>(mut events: std::pin::Pin<Box<S>>) {
 enum BodyError {
     #[error("no data from upstream for {0:?}")]
     Idle(Duration),
+    #[error("the upstream sent an event of more than {} MiB", .0 / (1024 * 1024))]
+    EventTooLarge(usize),
     #[error("{0}")]
     Upstream(String),
 }
 
-fn with_idle_timeout<S, E>(
+/// The most bytes one SSE event may take, its lines up to the blank line that ends it. The
+/// parser holds an unfinished event whole, so an upstream that never ends one (a line
+/// without end, `data:` lines without the blank line) would grow the server's memory until
+/// it failed. Far above the largest event a provider sends (a Responses
+/// `response.completed` repeats the whole output; an image comes inline in base64).
+const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+
+/// Counts the bytes of the event being received: the body's pieces in order, a blank line
+/// (two line ends: CRLF, LF or CR, as the SSE grammar has them) starts a new count.
+#[derive(Default)]
+struct EventBytes {
+    since_end: usize,
+    at_line_end: bool,
+    after_cr: bool,
+}
+
+impl EventBytes {
+    /// Takes the next piece; false once the event being received is past `max`.
+    fn feed(&mut self, piece: &[u8], max: usize) -> bool {
+        for &byte in piece {
+            match byte {
+                // The LF of a CRLF: the line had ended at the CR.
+                b'\n' if self.after_cr => self.after_cr = false,
+                b'\r' | b'\n' => {
+                    if self.at_line_end {
+                        self.since_end = 0;
+                    }
+                    self.at_line_end = true;
+                    self.after_cr = byte == b'\r';
+                }
+                _ => {
+                    self.at_line_end = false;
+                    self.after_cr = false;
+                }
+            }
+            self.since_end += 1;
+        }
+        self.since_end <= max
+    }
+}
+
+/// The body under the SSE parser, bounded in time (`idle_timeout` of silence) and in the
+/// size of one event ([`MAX_EVENT_BYTES`]).
+fn with_limits<S, E>(
     body: S,
     idle_timeout: Duration,
 ) -> impl Stream<Item = Result<Bytes, BodyError>> + Send
@@ -166,8 +211,21 @@ where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
     E: std::error::Error + Send + Sync + 'static,
 {
+    bounded(body, idle_timeout, MAX_EVENT_BYTES)
+}
+
+fn bounded<S, E>(
+    body: S,
+    idle_timeout: Duration,
+    max_event: usize,
+) -> impl Stream<Item = Result<Bytes, BodyError>> + Send
+where
+    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
+    E: std::error::Error + Send + Sync + 'static,
+{
     async_stream::stream! {
         let mut body = std::pin::pin!(body);
+        let mut event = EventBytes::default();
         // One timer, moved on only when it fires early: a timeout per piece would register
         // and remove a timer for every token. `last` is when a piece last arrived.
         let mut last = tokio::time::Instant::now();
@@ -190,6 +248,10 @@ where
             match next {
                 Some(Ok(bytes)) => {
                     last = tokio::time::Instant::now();
+                    if !event.feed(&bytes, max_event) {
+                        yield Err(BodyError::EventTooLarge(max_event));
+                        return;
+                    }
                     yield Ok(bytes);
                 }
                 Some(Err(error)) => {
@@ -208,6 +270,11 @@ fn body_error(provider: &str, error: &sse_stream::Error) -> ProviderError {
             Some(BodyError::Idle(_)) => {
                 ProviderError::new(ProviderErrorKind::Timeout, provider, inner.to_string())
             }
+            Some(BodyError::EventTooLarge(_)) => ProviderError::new(
+                ProviderErrorKind::InvalidResponse,
+                provider,
+                inner.to_string(),
+            ),
             _ => ProviderError::new(
                 ProviderErrorKind::Connection,
                 provider,
@@ -264,7 +331,7 @@ mod tests {
         // Pieces 600 ms apart for 3 s: never 1 s of silence, though the first timer would
         // have fired at 1 s.
         let start = tokio::time::Instant::now();
-        let mut stream = std::pin::pin!(with_idle_timeout(body(vec![600; 5]), idle));
+        let mut stream = std::pin::pin!(with_limits(body(vec![600; 5]), idle));
         for _ in 0..5 {
             assert!(stream.next().await.unwrap().is_ok());
         }
@@ -275,5 +342,53 @@ mod tests {
         // The silence began with the last piece, at 3 s: the limit struck at 4 s.
         assert_eq!(start.elapsed(), Duration::from_millis(4000));
         assert!(stream.next().await.is_none());
+    }
+
+    #[test]
+    fn an_event_is_counted_from_the_blank_line_before_it_whatever_the_line_ends() {
+        for (body, last) in [
+            (&b"data: abc\n\ndata: d"[..], 7),
+            (b"data: abc\r\n\r\ndata: d", 7),
+            (b"data: abc\r\rdata: d", 7),
+            // A CRLF is one line end: no blank line here, and pieces may split it.
+            (b"data: abc\r\ndata: d", 18),
+            (b"data: abc\n\r\n", 0),
+        ] {
+            let mut whole = EventBytes::default();
+            assert!(whole.feed(body, 1_000));
+            let mut split = EventBytes::default();
+            for byte in body {
+                assert!(split.feed(std::slice::from_ref(byte), 1_000));
+            }
+            let text = String::from_utf8_lossy(body);
+            // The new count starts within the blank line (one or two of its bytes).
+            assert!(
+                (last..=last + 2).contains(&whole.since_end),
+                "{text:?}: {}",
+                whole.since_end
+            );
+            assert_eq!(split.since_end, whole.since_end, "{text:?}");
+        }
+        let mut event = EventBytes::default();
+        assert!(event.feed(b"data: 0123", 10));
+        assert!(!event.feed(b"4", 10), "11 bytes of one event, 10 allowed");
+    }
+
+    #[tokio::test]
+    async fn an_event_that_never_ends_fails_the_stream_and_ended_ones_never_add_up() {
+        let piece = |text: &'static [u8]| Ok::<_, std::io::Error>(Bytes::from_static(text));
+        // Whole events, 64 bytes allowed per event: any number of them passes.
+        let events = futures::stream::iter((0..100).map(move |_| piece(b"data: {\"x\":1}\n\n")));
+        let got: Vec<_> = bounded(events, Duration::from_secs(5), 64).collect().await;
+        assert_eq!(got.len(), 100);
+        assert!(got.iter().all(Result::is_ok));
+        // One event that never ends: cut when it passes the bound, not later.
+        let endless = futures::stream::iter((0..100).map(move |_| piece(b"data: xxxxxxxx\n")));
+        let got: Vec<_> = bounded(endless, Duration::from_secs(5), 64).collect().await;
+        assert_eq!(got.len(), 5, "4 pieces of 15 bytes fit in 64");
+        match got.last() {
+            Some(Err(BodyError::EventTooLarge(64))) => {}
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -35,6 +35,11 @@ const READ_BUFFER: usize = 4 * 1024;
 /// The largest response head read (status line and headers); past it the call fails.
 const MAX_HEAD: usize = 64 * 1024;
 
+/// How soon a pooled connection must fail, after the request went out on it, for the
+/// request to be sent again on a new one: an upstream that closed the connection while it
+/// was idle answers within a round trip.
+const RESEND_WITHIN: Duration = Duration::from_secs(1);
+
 /// The most header fields a response head may have.
 const MAX_HEADERS: usize = 100;
 
@@ -98,8 +103,9 @@ impl H1Client {
 
     /// POSTs `body` (JSON) to `target` asking for an event stream, with `headers` besides
     /// (a name given there replaces the default). A pooled connection the upstream closed
-    /// while idle fails before any byte of a response: the call is then made once more, on
-    /// a new connection.
+    /// while idle fails before any byte of a response, within a round trip: the call is
+    /// then made once more, on a new connection. One that fails later (the upstream may
+    /// have been generating) is the call's error, not sent twice.
     pub(crate) async fn post(
         &self,
         target: &Target,
@@ -113,6 +119,7 @@ impl H1Client {
                 Some(stream) => (stream, true),
                 None => (self.connect(&target.address).await?, false),
             };
+            let sent = tokio::time::Instant::now();
             match exchange(stream, &head, &body).await {
                 Ok((stream, head, buf)) => {
                     let reuse = head
@@ -125,7 +132,7 @@ impl H1Client {
                         body: Box::pin(body),
                     });
                 }
-                Err(failed) if reused && !failed.answered => {
+                Err(failed) if reused && !failed.answered && sent.elapsed() < RESEND_WITHIN => {
                     tracing::debug!(error = %failed.message, "pooled upstream connection was closed; calling on a new one");
                 }
                 Err(failed) => {
@@ -354,7 +361,11 @@ fn parse_head(buf: &[u8]) -> Result<Parsed, String> {
     let framing = body::framing(status, &headers)?;
     let keep_alive =
         response.version == Some(1) && !has_token(&headers, &header::CONNECTION, "close");
-    let reusable = keep_alive && framing != Framing::Close;
+    // RFC 9112 §6.3: a response with both Transfer-Encoding and Content-Length may be an
+    // attempt at smuggling; it is read as chunked, and its connection is not reused.
+    let ambiguous = headers.contains_key(header::TRANSFER_ENCODING)
+        && headers.contains_key(header::CONTENT_LENGTH);
+    let reusable = keep_alive && framing != Framing::Close && !ambiguous;
     Ok(Parsed::Final(
         len,
         Head {

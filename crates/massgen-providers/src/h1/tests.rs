@@ -276,6 +276,58 @@ async fn a_body_without_length_runs_to_the_close_and_its_connection_is_not_kept(
 }
 
 #[tokio::test]
+async fn a_response_with_both_lengths_is_read_chunked_and_its_connection_not_kept() {
+    let (address, _seen) = server(vec![vec![
+        b"HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\ncontent-length: 3\r\n\r\n",
+        b"5\r\nhello\r\n0\r\n\r\n",
+    ]])
+    .await;
+    let client = client();
+    let response = post(&client, &address, &HeaderMap::new()).await.unwrap();
+    assert_eq!(body_of(response).await.unwrap(), "hello");
+    assert_eq!(client.pool.idle(&address), 0);
+}
+
+#[tokio::test]
+async fn a_pooled_connection_that_fails_late_fails_the_call_and_is_not_sent_twice() {
+    // The second request is read, then nothing for longer than a round trip, then the
+    // connection closes (an upstream that died while generating).
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    let requests = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = requests.clone();
+    tokio::spawn(async move {
+        for _ in 0..4 {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                while read_request(&mut conn).await.is_some() {
+                    if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+                        let ok = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+                        conn.write_all(ok).await.unwrap();
+                    } else {
+                        tokio::time::sleep(RESEND_WITHIN + Duration::from_millis(300)).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let client = client();
+    let first = post(&client, &address, &HeaderMap::new()).await.unwrap();
+    assert_eq!(body_of(first).await.unwrap(), "ok");
+    assert_eq!(client.pool.idle(&address), 1);
+    let error = post(&client, &address, &HeaderMap::new())
+        .await
+        .err()
+        .unwrap();
+    assert!(error.contains("closed the connection"), "{error}");
+    assert_eq!(requests.load(std::sync::atomic::Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
 async fn heads_that_cannot_be_read_are_errors_with_a_reason() {
     let huge: &'static [u8] = Box::leak(
         format!("HTTP/1.1 200 OK\r\nx-big: {}\r\n", "a".repeat(MAX_HEAD))
