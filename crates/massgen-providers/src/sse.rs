@@ -81,7 +81,7 @@ where
     D: EventDecoder,
 {
     Box::pin(async_stream::stream! {
-        let events = SseStream::from_bytes_stream(with_limits(body, idle_timeout));
+        let events = SseStream::from_bytes_stream(bounded(body, idle_timeout, MAX_EVENT_BYTES));
         let mut events = Some(Box::pin(events));
         loop {
             let Some(body) = events.as_mut() else {
@@ -179,6 +179,15 @@ struct EventBytes {
 impl EventBytes {
     /// Takes the next piece; false once the event being received is past `max`.
     fn feed(&mut self, piece: &[u8], max: usize) -> bool {
+        // Providers send whole events, so a piece nearly always ends with the blank line:
+        // then nothing of it is left unfinished, and its bytes need no look.
+        if let Some((last, counted)) = ends_with_blank_line(piece) {
+            // What the loop below would count: from the blank line's own line end.
+            self.since_end = counted;
+            self.at_line_end = true;
+            self.after_cr = last == b'\r';
+            return true;
+        }
         for &byte in piece {
             match byte {
                 // The LF of a CRLF: the line had ended at the CR.
@@ -201,19 +210,21 @@ impl EventBytes {
     }
 }
 
-/// The body under the SSE parser, bounded in time (`idle_timeout` of silence) and in the
-/// size of one event ([`MAX_EVENT_BYTES`]).
-fn with_limits<S, E>(
-    body: S,
-    idle_timeout: Duration,
-) -> impl Stream<Item = Result<Bytes, BodyError>> + Send
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    bounded(body, idle_timeout, MAX_EVENT_BYTES)
+/// When `piece` ends with a blank line (two line ends, a CRLF being one): its last byte and
+/// the bytes of that last line end.
+fn ends_with_blank_line(piece: &[u8]) -> Option<(u8, usize)> {
+    let eol = |b: &u8| matches!(b, b'\r' | b'\n');
+    match piece {
+        // CRLF last: one more line end before it.
+        [.., before, b'\r', b'\n'] if eol(before) => Some((b'\n', 2)),
+        [.., b'\r', b'\n'] => None,
+        [.., a, b] if eol(a) && eol(b) => Some((*b, 1)),
+        _ => None,
+    }
 }
 
+/// The body under the SSE parser, bounded in time (`idle_timeout` of silence) and in the
+/// size of one event (`max_event`, [`MAX_EVENT_BYTES`]).
 fn bounded<S, E>(
     body: S,
     idle_timeout: Duration,
@@ -331,7 +342,7 @@ mod tests {
         // Pieces 600 ms apart for 3 s: never 1 s of silence, though the first timer would
         // have fired at 1 s.
         let start = tokio::time::Instant::now();
-        let mut stream = std::pin::pin!(with_limits(body(vec![600; 5]), idle));
+        let mut stream = std::pin::pin!(bounded(body(vec![600; 5]), idle, MAX_EVENT_BYTES));
         for _ in 0..5 {
             assert!(stream.next().await.unwrap().is_ok());
         }
@@ -353,6 +364,11 @@ mod tests {
             // A CRLF is one line end: no blank line here, and pieces may split it.
             (b"data: abc\r\ndata: d", 18),
             (b"data: abc\n\r\n", 0),
+            // Pieces that end with their event (the common case, counted without a scan).
+            (b"data: abc\n\n", 0),
+            (b"data: abc\r\n\r\n", 0),
+            (b"data: abc\r\r\n", 0),
+            (b"data: abc\n\n\n", 0),
         ] {
             let mut whole = EventBytes::default();
             assert!(whole.feed(body, 1_000));
