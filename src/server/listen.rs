@@ -52,8 +52,8 @@ pub struct ConnectionLimits {
     pub max_connections_per_address: usize,
 }
 
-/// hyper's connection builders: for HTTP/1, for HTTP/2, and detecting it.
-#[derive(Clone)]
+/// hyper's connection builders: for HTTP/1, for HTTP/2, and detecting it. Shared by `Arc`:
+/// every connection's task holds them while it lives.
 struct Builders {
     h1: Builder<TokioExecutor>,
     h2: Builder<TokioExecutor>,
@@ -100,11 +100,11 @@ pub async fn serve_connections(
     // own detection reads the first 24 bytes by themselves and hands them back as a prefix,
     // so the connection's first read returned 24 bytes and hyper doubled its read buffer
     // to 16 KiB for the rest of the request: 8 KiB more per open connection.
-    let builders = Builders {
+    let builders = Arc::new(Builders {
         h1: builder.clone().http1_only(),
         h2: builder.clone().http2_only(),
         either: builder,
-    };
+    });
     let slots = Arc::new(Semaphore::new(connection_cap(limits.max_connections)));
     let per_address = Arc::new(PerAddress::new(limits.max_connections_per_address));
     let stopping = CancellationToken::new();
@@ -165,7 +165,7 @@ pub async fn serve_connections(
             },
         ));
         let service = InFlight::wrap(service, in_flight, Arc::clone(&arrivals));
-        let builders = builders.clone();
+        let builders = Arc::clone(&builders);
         let stopping = stopping.clone();
         connections.spawn(async move {
             let _slot = slot;
