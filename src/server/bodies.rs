@@ -119,6 +119,29 @@ impl ShareSlot {
     pub fn take(&self) -> Share {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
+
+    /// Adds `n` bytes that the request makes the server hold besides its body (a stored
+    /// conversation it continues) to its share, waiting for room as a body does: a few
+    /// bytes of body that stand for megabytes of stored text are bounded by the same
+    /// budget as the megabytes sent.
+    pub async fn charge(&self, budget: &BodyBudget, n: usize) -> Result<(), ApiError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let mut share = Share::default();
+        budget.take(&mut share, n, Instant::now() + WAIT).await?;
+        self.keep(share);
+        Ok(())
+    }
+
+    /// Moves `share` into the slot's share.
+    fn keep(&self, mut share: Share) {
+        let mut held = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        held.bytes += std::mem::take(&mut share.bytes);
+        if held.of.is_none() {
+            held.of = share.of.take();
+        }
+    }
 }
 
 /// Gives every request a [`ShareSlot`]; a response whose request took a share holds it
@@ -213,13 +236,9 @@ pub async fn read_body(
             )
         });
     }
+    // A second body read for the same request (none today) adds to the first.
     if let Some(slot) = slot {
-        let mut held = slot.0.lock().unwrap_or_else(PoisonError::into_inner);
-        // A second body read for the same request (none today) adds to the first.
-        held.bytes += std::mem::take(&mut share.bytes);
-        if held.of.is_none() {
-            held.of = share.of.take();
-        }
+        slot.keep(share);
     }
     Ok(Bytes::from(buf))
 }
