@@ -1,8 +1,10 @@
 //! The one task between the engine and a door: every event is seen by the session's
-//! observers (record, metrics, spend, what the session holds) in turn, then moved to the
-//! door through a small channel, read ahead of a slow client so the session never waits
-//! on it for long. A client that goes away, or leaves the channel full for the stall time,
-//! is dropped; the rest of the session is still observed, so its record gets the end.
+//! observers (record, metrics, spend, what the session holds) as soon as the engine emits
+//! it, then moved to the door through a small channel. The session runs on its own clock:
+//! the forwarder never stops reading the engine, so a session's end (its record, its slot,
+//! its spend) never waits on a client. What a slow client has not read yet is held for it,
+//! bounded in bytes; a client that goes away, lets that bound fill, or leaves its channel
+//! full for the stall time is dropped, and the rest of the session is still observed.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -18,8 +20,9 @@ use tokio_util::task::TaskTracker;
 pub struct Bounds {
     /// The reader's channel.
     pub capacity: usize,
-    /// Items read from the source ahead of the reader.
-    pub ahead: usize,
+    /// Bytes ([`Weigh::weight`]) held for a reader that is behind; one more item than fits
+    /// drops the reader (a single item is always taken, whatever its weight).
+    pub ahead_bytes: usize,
     /// A reader that leaves its channel full this long is dropped.
     pub stall: Duration,
 }
@@ -32,38 +35,61 @@ pub trait Observe<T>: Send + 'static {
     fn end(self) -> impl Future<Output = ()> + Send;
 }
 
+/// About how many bytes an item holds (its heap text included): what the read-ahead is
+/// bounded by.
+pub trait Weigh {
+    fn weight(&self) -> usize;
+}
+
+/// Why a reader was dropped before it had everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dropped {
+    /// It left its channel full for the stall time.
+    Stalled,
+    /// It fell further behind than the read-ahead holds.
+    TooFarBehind,
+}
+
 /// Moves `from` to the returned receiver on a task of `tasks`, `observer` seeing each item
-/// first. Items are read as they come, up to `bounds.ahead` held for a reader that is
-/// behind. When the reader is gone, or leaves its channel full for `bounds.stall` (then
-/// `on_stall` is told the item that waits and the returned flag is set), `cancel` is
-/// dropped and the rest of `from` is observed to its end.
+/// as it comes and its end as soon as `from` ends, whatever the reader has taken. Up to
+/// `bounds.ahead_bytes` are held for a reader that is behind. When the reader is gone, or
+/// is dropped (then `on_drop` is told why and the item that waits, and the returned flag
+/// is set), `cancel` is dropped and the rest of `from` is observed to its end.
 pub fn spawn<T, C, O>(
     tasks: &TaskTracker,
     mut from: mpsc::Receiver<T>,
     bounds: Bounds,
     cancel: C,
-    mut observer: O,
-    on_stall: impl FnOnce(&T) + Send + 'static,
+    observer: O,
+    on_drop: impl FnOnce(Dropped, &T) + Send + 'static,
 ) -> (mpsc::Receiver<T>, Arc<AtomicBool>)
 where
-    T: Send + 'static,
+    T: Weigh + Send + 'static,
     C: Send + 'static,
     O: Observe<T>,
 {
     let Bounds {
         capacity,
-        ahead,
+        ahead_bytes,
         stall,
     } = bounds;
     let (to, received) = mpsc::channel(capacity);
     let stalled = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stalled);
     tasks.spawn(async move {
-        let mut queue = VecDeque::new();
+        let mut observer = Some(observer);
+        let mut queue: VecDeque<(T, usize)> = VecDeque::new();
+        let mut queued = 0usize;
         let mut ended = false;
         // When the oldest waiting item started to wait for room.
         let mut waiting_since = tokio::time::Instant::now();
-        let mut on_stall = Some(on_stall);
+        let mut on_drop = Some(on_drop);
+        let mut drop_reader = |why: Dropped, waiting: &T| {
+            flag.store(true, Ordering::Relaxed);
+            if let Some(tell) = on_drop.take() {
+                tell(why, waiting);
+            }
+        };
         loop {
             if ended && queue.is_empty() {
                 break;
@@ -72,40 +98,57 @@ where
                 biased;
                 () = to.closed() => break,
                 room = to.reserve(), if !queue.is_empty() => match (room, queue.pop_front()) {
-                    (Ok(room), Some(item)) => {
+                    (Ok(room), Some((item, weight))) => {
                         room.send(item);
+                        queued -= weight;
                         waiting_since = tokio::time::Instant::now();
                     }
                     _ => break,
                 },
                 () = tokio::time::sleep_until(waiting_since + stall), if !queue.is_empty() => {
-                    flag.store(true, Ordering::Relaxed);
-                    if let (Some(tell), Some(item)) = (on_stall.take(), queue.front()) {
-                        tell(item);
+                    if let Some((item, _)) = queue.front() {
+                        drop_reader(Dropped::Stalled, item);
                     }
                     break;
                 }
-                item = from.recv(), if !ended && queue.len() < ahead.max(1) => match item {
+                item = from.recv(), if !ended => match item {
                     Some(mut item) => {
-                        observer.see(&mut item);
+                        if let Some(observer) = observer.as_mut() {
+                            observer.see(&mut item);
+                        }
+                        let weight = item.weight();
+                        if !queue.is_empty() && queued.saturating_add(weight) > ahead_bytes {
+                            drop_reader(Dropped::TooFarBehind, &item);
+                            break;
+                        }
                         if queue.is_empty() {
                             waiting_since = tokio::time::Instant::now();
                         }
-                        queue.push_back(item);
+                        queued += weight;
+                        queue.push_back((item, weight));
                     }
-                    None => ended = true,
+                    None => {
+                        ended = true;
+                        // The session is over: its end is recorded now, not when the
+                        // client has read it.
+                        if let Some(observer) = observer.take() {
+                            observer.end().await;
+                        }
+                    }
                 },
             }
         }
-        // The reader is gone or stalled (or all was delivered): stop the session, and
+        // The reader is gone or dropped (or all was delivered): stop the session, and
         // observe it to its end.
         drop(cancel);
         drop(queue);
         drop(to);
-        while !ended && let Some(mut item) = from.recv().await {
-            observer.see(&mut item);
+        if let Some(mut observer) = observer {
+            while let Some(mut item) = from.recv().await {
+                observer.see(&mut item);
+            }
+            observer.end().await;
         }
-        observer.end().await;
     });
     (received, stalled)
 }
@@ -113,6 +156,12 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    impl Weigh for u32 {
+        fn weight(&self) -> usize {
+            1
+        }
+    }
 
     /// Releases `held` at item 99 (as a session's slots go with its last event); counts
     /// what it saw; says when it ended.
@@ -157,11 +206,11 @@ mod tests {
         let (observer, held, seen, ended) = watch();
         let bounds = Bounds {
             capacity: 2,
-            ahead: 1_000,
+            ahead_bytes: 1_000,
             stall: Duration::from_secs(60),
         };
         let tasks = TaskTracker::new();
-        let (mut reader, stalled) = spawn(&tasks, from, bounds, (), observer, |_| {});
+        let (mut reader, stalled) = spawn(&tasks, from, bounds, (), observer, |_, _| {});
         // The source never waits on the reader (channel of 4, reader of 2, nobody reads).
         for i in 0..100u32 {
             tokio::time::timeout(Duration::from_secs(5), tx.send(i))
@@ -196,11 +245,18 @@ mod tests {
         let stall = Duration::from_secs(30);
         let bounds = Bounds {
             capacity: 1,
-            ahead: 1_000,
+            ahead_bytes: 1_000,
             stall,
         };
         let tasks = TaskTracker::new();
-        let (reader, stalled) = spawn(&tasks, from, bounds, Arc::clone(&cancel), observer, |_| {});
+        let (reader, stalled) = spawn(
+            &tasks,
+            from,
+            bounds,
+            Arc::clone(&cancel),
+            observer,
+            |_, _| {},
+        );
         tx.send(1).await.unwrap();
         tx.send(2).await.unwrap();
         tokio::time::sleep(stall + Duration::from_secs(1)).await;
@@ -215,6 +271,87 @@ mod tests {
         tokio::time::sleep(Duration::from_millis(10)).await;
         assert_eq!(seen.load(Ordering::Relaxed), 3);
         assert!(ended.load(Ordering::Relaxed));
+        drop(reader);
+    }
+
+    #[tokio::test]
+    async fn the_end_is_observed_when_the_source_ends_whatever_the_reader_read() {
+        let (tx, from) = mpsc::channel(4);
+        let (observer, _held, seen, ended) = watch();
+        let bounds = Bounds {
+            capacity: 1,
+            ahead_bytes: 1_000,
+            stall: Duration::from_secs(60),
+        };
+        let tasks = TaskTracker::new();
+        let (mut reader, stalled) = spawn(&tasks, from, bounds, (), observer, |_, _| {});
+        for i in 0..10u32 {
+            tx.send(i).await.unwrap();
+        }
+        drop(tx);
+        // Nobody has read anything: the end is observed all the same.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while !ended.load(Ordering::Relaxed) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "end waited on the reader"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(seen.load(Ordering::Relaxed), 10);
+        // And the reader still gets every item afterwards.
+        for i in 0..10u32 {
+            assert_eq!(reader.recv().await, Some(i));
+        }
+        assert_eq!(reader.recv().await, None);
+        assert!(!stalled.load(Ordering::Relaxed));
+    }
+
+    #[tokio::test]
+    async fn a_reader_further_behind_than_the_read_ahead_is_dropped() {
+        let (tx, from) = mpsc::channel(4);
+        let (observer, _held, seen, ended) = watch();
+        let cancel = Arc::new(());
+        let bounds = Bounds {
+            capacity: 1,
+            ahead_bytes: 10,
+            stall: Duration::from_secs(3600),
+        };
+        let tasks = TaskTracker::new();
+        let why = Arc::new(std::sync::Mutex::new(None));
+        let told = Arc::clone(&why);
+        let (reader, stalled) = spawn(
+            &tasks,
+            from,
+            bounds,
+            Arc::clone(&cancel),
+            observer,
+            move |dropped, _| *told.lock().unwrap() = Some(dropped),
+        );
+        // One in the channel, ten held, the twelfth is one too many.
+        for i in 0..12u32 {
+            tx.send(i).await.unwrap();
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        while Arc::strong_count(&cancel) > 1 {
+            assert!(tokio::time::Instant::now() < deadline, "not dropped");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert!(stalled.load(Ordering::Relaxed));
+        assert_eq!(*why.lock().unwrap(), Some(Dropped::TooFarBehind));
+        // The source is still observed to its end.
+        for i in 12..20u32 {
+            tx.send(i).await.unwrap();
+        }
+        drop(tx);
+        while !ended.load(Ordering::Relaxed) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "not observed to its end"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(seen.load(Ordering::Relaxed), 20);
         drop(reader);
     }
 }

@@ -234,13 +234,12 @@ impl UseCase<'_> {
 /// Events buffered between the session and the door's response body. Frames are small,
 /// so with hyper's write buffer this bounds what a stalled client holds.
 const CLIENT_BUFFER: usize = 64;
-/// Events a session may produce ahead of a client that reads slowly, so its coordination
-/// ends, and frees its slots, without waiting for the client: a whole ordinary session
-/// (a few hundred events; a streamed presentation is one per chunk). Past it the session
-/// waits for the client, up to the stall timeout. Events are a few hundred bytes (a chunk
-/// of text each), so a stalled client holds a megabyte or two here (the few events that carry whole
-/// answers are the larger part).
-const CLIENT_READ_AHEAD: usize = 4_096;
+/// Bytes of events held for a client that reads slowly, beyond the channel: the session
+/// never waits for its client (it ends, records its end and frees its slots on its own
+/// clock), so this is all a slow client can make the server hold for it. An ordinary
+/// session is well under it (a few hundred events of a few hundred bytes, the answers);
+/// a client this far behind is dropped as a disconnect.
+const CLIENT_READ_AHEAD_BYTES: usize = 4 * 1024 * 1024;
 
 /// What a session holds until its coordination ends.
 struct Held {
@@ -299,12 +298,12 @@ impl Observe<Box<SessionEvent>> for Watch {
     }
 }
 
-/// Moves the session's events to the door ([`forward::spawn`]), reading ahead of a slow
-/// client (up to [`CLIENT_READ_AHEAD`]) so the session never waits on it for long. A
-/// client that leaves the buffer full for `stall` (it stopped reading, or its HTTP/2
-/// window is 0) is dropped as a disconnect, as is one that goes away. Either way `cancel`
-/// is dropped, which cancels the session's upstream calls; the session then ends and
-/// frees what it held.
+/// Moves the session's events to the door ([`forward::spawn`]), holding up to
+/// [`CLIENT_READ_AHEAD_BYTES`] for a slow client so the session never waits on it. A
+/// client that falls further behind, or leaves the channel full for `stall` (it stopped
+/// reading, or its HTTP/2 window is 0), is dropped as a disconnect, as is one that goes
+/// away. Either way `cancel` is dropped, which cancels the session's upstream calls; the
+/// session then ends and frees what it held.
 fn relay(
     sessions: &Sessions,
     from: mpsc::Receiver<Box<SessionEvent>>,
@@ -314,7 +313,7 @@ fn relay(
 ) -> (mpsc::Receiver<Box<SessionEvent>>, Arc<AtomicBool>) {
     let bounds = forward::Bounds {
         capacity: CLIENT_BUFFER,
-        ahead: CLIENT_READ_AHEAD,
+        ahead_bytes: CLIENT_READ_AHEAD_BYTES,
         stall,
     };
     forward::spawn(
@@ -323,15 +322,64 @@ fn relay(
         bounds,
         cancel,
         watch,
-        move |event| {
-            tracing::warn!(
+        move |why, event| match why {
+            forward::Dropped::Stalled => tracing::warn!(
                 session_id = %event.session_id,
                 stall_seconds = stall.as_secs_f64(),
-                buffered_events = CLIENT_BUFFER,
                 "the client stopped reading: dropping it as a disconnect"
-            );
+            ),
+            forward::Dropped::TooFarBehind => tracing::warn!(
+                session_id = %event.session_id,
+                behind_bytes = CLIENT_READ_AHEAD_BYTES,
+                "the client fell too far behind the session: dropping it as a disconnect"
+            ),
         },
     )
+}
+
+impl forward::Weigh for Box<SessionEvent> {
+    /// The event and the text it carries; the rest of an event (ids, labels, counts) is
+    /// within the fixed part.
+    fn weight(&self) -> usize {
+        const FIXED: usize = 256;
+        let calls = |calls: &[massgen_core::provider::ToolCall]| -> usize {
+            calls
+                .iter()
+                .map(|c| c.id.len() + c.name.len() + c.arguments.len() + 64)
+                .sum()
+        };
+        let answer = |content: &massgen_core::coordination::AnswerContent| match content {
+            massgen_core::coordination::AnswerContent::Text { text } => text.len(),
+            massgen_core::coordination::AnswerContent::ToolCalls { calls: c } => calls(c),
+        };
+        FIXED
+            + match &self.kind {
+                EventKind::AgentDelta { text, .. } | EventKind::FinalDelta { text } => text.len(),
+                EventKind::Answer { answer: a } => answer(&a.content),
+                EventKind::Vote { vote } => vote.reason.len(),
+                EventKind::VoteIgnored { vote, why } => vote.reason.len() + why.len(),
+                EventKind::TurnInvalid { message, .. }
+                | EventKind::PresentationFailed { message, .. } => message.len(),
+                EventKind::AgentFailed { error } => error.message.len(),
+                EventKind::PostEvaluation {
+                    reason,
+                    instructions,
+                    ..
+                } => reason.len() + instructions.len(),
+                EventKind::FinalToolCalls { calls: c } => calls(c),
+                EventKind::SessionCompleted { summary } => {
+                    summary.final_answer.len()
+                        + calls(&summary.final_tool_calls)
+                        + summary
+                            .answers
+                            .iter()
+                            .map(|a| answer(&a.content))
+                            .sum::<usize>()
+                }
+                EventKind::SessionFailed { error } => error.message.len(),
+                _ => 0,
+            }
+    }
 }
 
 fn start_error(error: StartError) -> Refusal {
