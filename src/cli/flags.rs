@@ -294,6 +294,11 @@ pub struct ProductionArgs {
     /// Allowed CORS origins, comma-separated, or `*` [default: CORS off]
     #[arg(long, value_name = "LIST", env = "MASSGEN_SERVER_CORS_ORIGINS")]
     pub cors_origins: Option<String>,
+    /// Host names the server answers to (the `Host` header), comma-separated: `name`,
+    /// `*.domain` or `*` for any; IP addresses and `localhost` always [default: loopback
+    /// names only when bound to a loopback address, any otherwise]
+    #[arg(long, value_name = "LIST", env = "MASSGEN_SERVER_ALLOWED_HOSTS")]
+    pub allowed_hosts: Option<String>,
     /// Sessions running at once, more get 429 [default: no cap]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SESSIONS", value_parser = Number::<usize>::new())]
     pub max_sessions: Option<usize>,
@@ -409,6 +414,7 @@ impl Default for ProductionArgs {
             api_keys_file: None,
             protect_metrics: d.protect_metrics,
             cors_origins: None,
+            allowed_hosts: None,
             max_sessions: None,
             max_sessions_per_key: None,
             rate_limit_per_minute: None,

@@ -213,6 +213,7 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         cors_origins: given(&args.cors_origins)
             .map(|list| split_list(&list).map(str::to_string).collect())
             .unwrap_or_default(),
+        allowed_hosts: allowed_hosts(args)?,
         max_concurrent_sessions: args.max_sessions,
         max_sessions_per_key: args.max_sessions_per_key,
         rate_limit_per_minute: args.rate_limit_per_minute,
@@ -252,6 +253,30 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         records_interrupted_after,
         records_db,
     })
+}
+
+/// `--allowed-hosts`: host names, `*.domain` patterns or `*`, lower-cased; a port or a
+/// scheme is a mistake worth naming (the check compares names only).
+fn allowed_hosts(args: &ProductionArgs) -> Result<Vec<String>, Fatal> {
+    let Some(list) = given(&args.allowed_hosts) else {
+        return Ok(Vec::new());
+    };
+    let mut hosts = Vec::new();
+    for entry in split_list(&list) {
+        let name = entry.strip_prefix("*.").unwrap_or(entry);
+        let valid = entry == "*"
+            || (!name.is_empty()
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.'));
+        if !valid {
+            return Err(Fatal::usage(format!(
+                "--allowed-hosts: '{entry}' is not a host name, `*.domain` or `*` (no scheme or port)"
+            )));
+        }
+        hosts.push(entry.to_ascii_lowercase());
+    }
+    Ok(hosts)
 }
 
 /// `MASSGEN_SERVER_API_KEYS` and `--api-keys-file`. A key source that was given but holds

@@ -20,6 +20,10 @@ pub struct ProductionSettings {
     pub protect_metrics: bool,
     /// Allowed CORS origins; empty means no CORS headers at all, `*` any origin.
     pub cors_origins: Vec<String>,
+    /// Host names (`Host`) the server answers to besides IP addresses and `localhost`:
+    /// `name`, `*.domain`, `*`; empty means loopback names only when the server is bound to
+    /// a loopback address, any name otherwise.
+    pub allowed_hosts: Vec<String>,
     /// Sessions running at once; more are answered 429.
     pub max_concurrent_sessions: Option<usize>,
     /// Sessions one API key (the whole server, without keys) runs at once; more are
@@ -156,6 +160,7 @@ impl Default for ProductionSettings {
             api_keys: Vec::new(),
             protect_metrics: false,
             cors_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             max_concurrent_sessions: None,
             max_sessions_per_key: None,
             rate_limit_per_minute: None,

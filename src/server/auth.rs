@@ -88,13 +88,13 @@ fn presented(headers: &HeaderMap) -> Option<&str> {
     })
 }
 
-/// Paths that never need a key: liveness, and `/metrics` unless protected. CORS preflights
-/// carry no credentials, so they pass as well (the CORS layer answers them). The web page
-/// and its static files hold no data; the page sends the key itself on API calls.
+/// Paths that never need a key: liveness, and `/metrics` unless protected. The web page
+/// and its static files hold no data; the page sends the key itself on API calls. CORS
+/// preflights carry no credentials: the CORS layer, in front of this one, answers them
+/// (for the origins it allows); any other `OPTIONS` needs a key like any request.
 fn is_open(state: &AppState, method: &Method, path: &str) -> bool {
     path == "/health"
         || (path == "/metrics" && !state.production.protect_metrics)
-        || method == Method::OPTIONS
         || ((method == Method::GET || method == Method::HEAD) && super::ui::is_page_path(path))
 }
 

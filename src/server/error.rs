@@ -56,6 +56,11 @@ pub enum ApiError {
     BodyTimeout { within: Duration },
     /// 415: a `Content-Encoding` on the request body (the server reads plain bodies only).
     UnsupportedEncoding { encoding: String },
+    /// 415: a POST whose body is not declared `application/json`.
+    UnsupportedContentType { got: String },
+    /// 403: a browser page of an origin the server does not serve or allow, or a `Host`
+    /// the server does not answer to (DNS rebinding); `code` says which.
+    Forbidden { message: String, code: &'static str },
     /// The session failed (502 / 503 / 504 / 429).
     Session(SessionError),
     /// 500: a bug; the message is generic on purpose.
@@ -79,7 +84,8 @@ pub enum ApiError {
     /// 503: the records database cannot be read now (sessions still run).
     RecordsUnavailable,
     /// 503: the request bodies held at once are at `--max-buffered-body-bytes` (`budget`).
-    BodiesBusy { budget: usize },
+    /// `part`: the caller's own part of it was full (the budget may not be).
+    BodiesBusy { budget: usize, part: Option<usize> },
     /// 503: a session's upstream calls do not fit under the open-file limit now.
     OutOfDescriptors { limit: u64 },
     /// 503: the connection came over `--max-connections` (or, `per_address`,
@@ -123,7 +129,10 @@ impl ApiError {
             | Self::ConnectionsFull { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Self::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Self::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Self::UnsupportedEncoding { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Self::UnsupportedEncoding { .. } | Self::UnsupportedContentType { .. } => {
+                StatusCode::UNSUPPORTED_MEDIA_TYPE
+            }
+            Self::Forbidden { .. } => StatusCode::FORBIDDEN,
             Self::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             Self::Session(e) => session_status(e),
             Self::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -146,7 +155,9 @@ impl ApiError {
             | Self::RouteNotFound { .. }
             | Self::MethodNotAllowed
             | Self::PayloadTooLarge { .. }
-            | Self::UnsupportedEncoding { .. } => "invalid_request_error",
+            | Self::UnsupportedEncoding { .. }
+            | Self::UnsupportedContentType { .. } => "invalid_request_error",
+            Self::Forbidden { .. } => "permission_error",
             Self::BodyTimeout { .. } => "timeout_error",
             Self::ConfigUnavailable { .. }
             | Self::NoDefaultConfig { .. }
@@ -187,6 +198,8 @@ impl ApiError {
             Self::MethodNotAllowed => "method_not_allowed",
             Self::PayloadTooLarge { .. } => "request_too_large",
             Self::UnsupportedEncoding { .. } => "unsupported_content_encoding",
+            Self::UnsupportedContentType { .. } => "unsupported_media_type",
+            Self::Forbidden { code, .. } => code,
             Self::BodyTimeout { .. } => "request_timeout",
             Self::Session(e) => match e.kind {
                 _ if all_timed_out(e) => "agents_timed_out",
@@ -254,6 +267,13 @@ impl ApiError {
             Self::UnsupportedEncoding { encoding } => format!(
                 "Request bodies with Content-Encoding '{encoding}' are not supported; send the body uncompressed"
             ),
+            Self::UnsupportedContentType { got } if got.is_empty() => {
+                "The request has no Content-Type: send the JSON body with 'Content-Type: application/json'".to_string()
+            }
+            Self::UnsupportedContentType { got } => format!(
+                "Content-Type '{got}' is not accepted: send the JSON body with 'Content-Type: application/json'"
+            ),
+            Self::Forbidden { message, .. } => message.clone(),
             Self::Session(e) => session_message(e),
             Self::Internal => "The server had an internal error".to_string(),
             Self::Unauthorized { message } => message.clone(),
@@ -297,9 +317,16 @@ impl ApiError {
                 q.spent.usd, q.spent.tokens, q.limit_usd
             ),
             Self::SessionNotFound { id } => format!("No session record '{id}'"),
-            Self::BodiesBusy { budget } => format!(
+            Self::BodiesBusy { budget, part: None } => format!(
                 "The server is holding its maximum of {budget} bytes of request bodies \
                  (--max-buffered-body-bytes); retry shortly"
+            ),
+            Self::BodiesBusy {
+                part: Some(part), ..
+            } => format!(
+                "Your requests in progress hold their part of {part} bytes of request bodies \
+                 (a quarter of --max-buffered-body-bytes, and at least --max-body-bytes); \
+                 retry when one of them has finished"
             ),
             Self::OutOfDescriptors { limit } => format!(
                 "The server is at its open-file limit ({limit} descriptors): try again shortly"

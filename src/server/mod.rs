@@ -5,6 +5,7 @@
 
 pub mod auth;
 pub mod bodies;
+mod browsers;
 pub mod cache;
 pub mod doors;
 pub mod error;
@@ -81,10 +82,13 @@ pub struct Production {
     pub bodies: bodies::BodyBudget,
     /// `--max-key-cost-usd-per-day`.
     pub quota: Option<DailyQuota>,
+    /// `Host`, `Origin` and `Content-Type` checks against browsers.
+    pub browsers: browsers::Policy,
 }
 
 impl Production {
-    pub fn new(settings: &crate::config::ProductionSettings) -> Self {
+    pub fn new(server: &ServerSettings) -> Self {
+        let settings = &server.production;
         Self {
             keys: auth::ApiKeys::new(&settings.api_keys),
             protect_metrics: settings.protect_metrics,
@@ -93,10 +97,14 @@ impl Production {
                 settings.max_concurrent_sessions,
                 settings.max_sessions_per_key,
             ),
-            bodies: bodies::BodyBudget::new(settings.max_buffered_body_bytes),
+            bodies: bodies::BodyBudget::new(
+                settings.max_buffered_body_bytes,
+                server.max_body_bytes,
+            ),
             quota: settings
                 .max_key_cost_usd_per_day
                 .map(|limit_usd| DailyQuota { limit_usd }),
+            browsers: browsers::Policy::new(server),
         }
     }
 }
@@ -144,7 +152,7 @@ impl AppState {
         clock: Arc<dyn Clock>,
         records_store: RecordStore,
     ) -> Self {
-        let production = Arc::new(Production::new(&settings.production));
+        let production = Arc::new(Production::new(&settings));
         let records = &settings.production;
         // Stored responses live in the records database too, when there is one.
         let responses_db = records_store.db().cloned();
@@ -198,7 +206,8 @@ pub fn router(state: AppState) -> Router {
     let cors = cors_layer(&state.settings.production.cors_origins);
     // Layers run outside-in from the last one added: request id (a client's unsafe one
     // dropped, then one generated where missing), trace span, panic guard,
-    // request metrics, CORS, authentication, rate limit, then the handler.
+    // request metrics, the browser checks, CORS, authentication, rate limit, then the
+    // handler.
     let router = doors::registry::mount(Router::new(), &state)
         .route("/", get(ui::index))
         .route("/ui", get(ui::index))
@@ -234,6 +243,12 @@ pub fn router(state: AppState) -> Router {
         Some(cors) => router.layer(cors),
         None => router,
     };
+    // Before CORS, keys and bodies: a page the server does not serve or allow, or a name
+    // it does not answer to, is refused whatever else it sends.
+    let router = router.layer(middleware::from_fn_with_state(
+        state.clone(),
+        browsers::guard,
+    ));
     router
         .layer(middleware::from_fn(observe::count_requests))
         .with_state(state)

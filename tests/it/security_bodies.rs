@@ -41,8 +41,29 @@ fn big_question(path: &str, bytes: usize) -> Value {
 /// Status, `Retry-After` and JSON body of one POST; chunked (no `Content-Length`) when
 /// `chunked`.
 async fn send(url: &str, path: &str, body: &Value, chunked: bool) -> (u16, Option<String>, Value) {
+    send_from(client(), url, path, body, chunked).await
+}
+
+/// A client whose connections come from 127.0.0.`n`, giving up after 30 s.
+fn client_at(n: u8) -> reqwest::Client {
+    reqwest::Client::builder()
+        .local_address(std::net::IpAddr::from([127, 0, 0, n]))
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// [`send`] with `client` (one from another address: without keys, each address holds
+/// at most its part of the budget).
+async fn send_from(
+    client: reqwest::Client,
+    url: &str,
+    path: &str,
+    body: &Value,
+    chunked: bool,
+) -> (u16, Option<String>, Value) {
     let bytes = serde_json::to_vec(body).unwrap();
-    let request = client()
+    let request = client
         .post(format!("{url}{path}"))
         .header("content-type", "application/json");
     let request = if chunked {
@@ -79,10 +100,11 @@ async fn bodies_past_the_budget_wait_then_get_503_with_retry_after_and_none_hang
     let chat = "/v1/chat/completions";
     let question = big_question(chat, 4000);
     let started = Instant::now();
-    let held: Vec<_> = (0..2)
-        .map(|_| {
+    // From two addresses: one address holds at most its part (here one largest body).
+    let held: Vec<_> = (2..4)
+        .map(|n| {
             let (url, question) = (url.clone(), question.clone());
-            tokio::spawn(async move { send(&url, chat, &question, false).await })
+            tokio::spawn(async move { send_from(client_at(n), &url, chat, &question, false).await })
         })
         .collect();
     // Both bodies are in well before their sessions' 8 s are over, and the late requests'
@@ -336,7 +358,16 @@ async fn memory_of_big_requests_goes_back_to_the_system() {
         })
     };
     for _ in 0..3 {
-        let round = (0..4).map(|_| send(&server.url, "/v1/chat/completions", &body, false));
+        // From four addresses: one holds at most its part of the body budget.
+        let round = (2..6).map(|n| {
+            send_from(
+                client_at(n),
+                &server.url,
+                "/v1/chat/completions",
+                &body,
+                false,
+            )
+        });
         for (status, _, _) in futures::future::join_all(round).await {
             assert_eq!(status, 200);
         }

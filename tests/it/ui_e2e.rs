@@ -20,13 +20,13 @@ const KEY: &str = "sk-mg-ui-test-5d2e8c41";
 /// The script stops itself at 55 s; this is the backstop.
 const E2E_LIMIT: Duration = Duration::from_secs(60);
 
-fn chromium() -> PathBuf {
+pub(crate) fn chromium() -> PathBuf {
     std::env::var_os("MASSGEN_CHROMIUM")
         .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from)
 }
 
 /// Why the browser test cannot run here, if it cannot.
-fn missing(ui_dir: &Path) -> Option<String> {
+pub(crate) fn missing(ui_dir: &Path) -> Option<String> {
     let node = Command::new("node")
         .arg("--version")
         .stdout(Stdio::null())
