@@ -358,48 +358,181 @@ fn the_python_sdk_over_stdio() {
     pytest(&python, &env, 4);
 }
 
-#[tokio::test]
-async fn mcp_sessions_are_bounded_and_given_back() {
-    let d = door(&[
-        "--max-connections",
-        "3",
-        "--max-connections-per-address",
-        "3",
-    ]);
-    let url = &d.server.url;
-    let mut open = Vec::new();
-    for _ in 0..3 {
-        open.push(open_session(url).await);
-    }
-    let refused = post(url, Some(KEY), None, &initialize()).await;
-    assert_eq!(refused.status(), 503);
-    assert!(refused.headers().contains_key("retry-after"));
-    let body: Value = refused.json().await.unwrap();
-    assert_eq!(body["error"]["code"], "too_many_mcp_sessions", "{body}");
-    // Messages of the open sessions still go through.
-    let ping = json!({"jsonrpc": "2.0", "id": 7, "method": "ping"});
-    let pong = post(url, Some(KEY), Some(&open[0]), &ping).await;
-    assert_eq!(pong.status(), 200);
-    // Ending one gives its place back.
-    let ended = support::client_with_timeout(Duration::from_secs(10))
-        .delete(format!("{url}/mcp"))
-        .bearer_auth(KEY)
-        .header("mcp-session-id", &open[0])
-        .header("mcp-protocol-version", PROTOCOL)
-        .send()
-        .await
-        .unwrap();
-    assert!(ended.status().is_success(), "{}", ended.status());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+/// A `deliberate` call on the slow panel, its POST's response (the SSE stream, unread).
+async fn slow_call(url: &str, key: &str, session: Option<&str>, id: u64) -> reqwest::Response {
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+        "name": "deliberate", "arguments": {"question": "Take your time", "panel": "massgen/slow"},
+        "_meta": {"progressToken": "p"}}});
+    let response = post(url, Some(key), session, &call).await;
+    assert_eq!(response.status(), 200);
+    response
+}
+
+/// Waits (≤ 15 s) until the simulator has `n` calls in flight.
+async fn until_active(mock: &Proc, n: u64, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let again = post(url, Some(KEY), None, &initialize()).await;
-        if again.status() == 200 {
-            break;
+        let active = support::mock_stats(mock).await["active"].as_u64().unwrap();
+        if active == n {
+            return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "the place was not given back"
+            "{what}: {active} upstream calls in flight, not {n}"
         );
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[tokio::test]
+async fn the_server_keeps_no_mcp_sessions_so_none_can_be_hoarded() {
+    // Stateless: opening sessions takes nothing, so one key opening many shuts nobody out
+    // (a session table of --max-connections entries was filled by one key before).
+    let d = door(&[
+        "--max-connections",
+        "8",
+        "--max-connections-per-address",
+        "8",
+    ]);
+    let url = &d.server.url;
+    let mut ids = std::collections::HashSet::new();
+    for _ in 0..40 {
+        ids.insert(open_session(url).await);
+    }
+    assert_eq!(ids.len(), 40, "each initialize gets its own id");
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    let any = ids.iter().next().unwrap();
+    let tools = messages(post(url, Some(KEY), Some(any), &list).await).await;
+    assert!(
+        tools.last().unwrap()["result"]["tools"].is_array(),
+        "{tools:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_session_id_answers_only_the_key_that_opened_it() {
+    let mock = support::mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let (team, named) = configs(&mock.url, dir.path());
+    let server = support::serve_with_keys(
+        &[
+            "--config".as_ref(),
+            team.as_ref(),
+            "--configs-dir".as_ref(),
+            named.as_ref(),
+        ],
+        &format!("{KEY},sk-mg-other"),
+    );
+    let url = &server.url;
+    let mine = open_session(url).await;
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+    // Another key with this session id: 404, whatever it sends.
+    let theirs = post(url, Some("sk-mg-other"), Some(&mine), &list).await;
+    assert_eq!(theirs.status(), 404);
+    let running = slow_call(url, KEY, Some(&mine), 9).await;
+    until_active(&mock, 2, "the slow call").await;
+    let delete = |key: &'static str| {
+        support::client_with_timeout(Duration::from_secs(10))
+            .delete(format!("{url}/mcp"))
+            .bearer_auth(key)
+            .header("mcp-session-id", &mine)
+            .header("mcp-protocol-version", PROTOCOL)
+            .send()
+    };
+    assert_eq!(delete("sk-mg-other").await.unwrap().status(), 404);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 9}});
+    assert_eq!(
+        post(url, Some("sk-mg-other"), Some(&mine), &cancel)
+            .await
+            .status(),
+        404
+    );
+    // Neither reached the call.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(support::mock_stats(&mock).await["active"], 2);
+    // Its own key ends the session: 204, and its call is cancelled.
+    let started = std::time::Instant::now();
+    assert_eq!(delete(KEY).await.unwrap().status(), 204);
+    assert!(started.elapsed() < Duration::from_secs(3), "DELETE waited");
+    until_active(&mock, 0, "after DELETE").await;
+    drop(running);
+}
+
+#[tokio::test]
+async fn a_call_belongs_to_its_post_closing_it_cancels_the_deliberation() {
+    let d = door(&[]);
+    let url = &d.server.url;
+    let session = open_session(url).await;
+    // Calls on many connections, then every connection closed at once: nothing keeps
+    // running (before, the sessions and their upstream calls ran on, billed).
+    let mut running = Vec::new();
+    for id in 0..4 {
+        running.push(slow_call(url, KEY, Some(&session), 100 + id).await);
+    }
+    until_active(&d.mock, 8, "the slow calls").await;
+    drop(running);
+    until_active(&d.mock, 0, "after the POSTs closed").await;
+    // Without a session id too.
+    let alone = slow_call(url, KEY, None, 1).await;
+    until_active(&d.mock, 2, "the call without a session").await;
+    drop(alone);
+    until_active(&d.mock, 0, "after its POST closed").await;
+}
+
+#[tokio::test]
+async fn a_client_cancels_its_call_by_its_request_id() {
+    let d = door(&[]);
+    let url = &d.server.url;
+    let session = open_session(url).await;
+    let running = slow_call(url, KEY, Some(&session), 41).await;
+    until_active(&d.mock, 2, "the slow call").await;
+    // Another request id of the same session cancels nothing.
+    let other = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 40}});
+    assert_eq!(
+        post(url, Some(KEY), Some(&session), &other).await.status(),
+        202
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(support::mock_stats(&d.mock).await["active"], 2);
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 41, "reason": "timed out"}});
+    assert_eq!(
+        post(url, Some(KEY), Some(&session), &cancel).await.status(),
+        202
+    );
+    until_active(&d.mock, 0, "after notifications/cancelled").await;
+    drop(running);
+}
+
+#[tokio::test]
+async fn any_replica_answers_any_session() {
+    // Two servers with the same key and panels, no shared state: a session opened on one
+    // is served by the other (no affinity needed behind a load balancer).
+    let d = door(&[]);
+    let mock_url = d.mock.url.clone();
+    let (team, named) = configs(&mock_url, d.dir.path());
+    let other = support::serve_with_keys(
+        &[
+            "--config".as_ref(),
+            team.as_ref(),
+            "--configs-dir".as_ref(),
+            named.as_ref(),
+        ],
+        KEY,
+    );
+    let session = open_session(&d.server.url).await;
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {
+        "name": "deliberate", "arguments": {"question": "Which replica?"}}});
+    let stream = messages(post(&other.url, Some(KEY), Some(&session), &call).await).await;
+    let out = &stream.last().unwrap()["result"];
+    assert_eq!(out["isError"], false, "{out}");
+    let id = out["structuredContent"]["session_id"].as_str().unwrap();
+    assert_eq!(
+        support::get(&format!("{}/v1/sessions/{id}", other.url), Some(KEY))
+            .await
+            .status(),
+        200
+    );
 }

@@ -1,8 +1,8 @@
 //! The MCP server: `tools/list` and `tools/call` over the SDK's session, for both
 //! transports. A `deliberate` call is one session of the use case, its deliberation lines
 //! sent as `notifications/progress` when the client asked for progress; the request's
-//! cancellation (its `notifications/cancelled`, or the MCP session or connection ending)
-//! drops the session's steps, which cancels its upstream calls.
+//! cancellation (its POST closed over HTTP, stdin closed or `notifications/cancelled` over
+//! stdio) drops the session's steps, which cancels its upstream calls.
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -19,23 +19,57 @@ use crate::server::AppState;
 use crate::server::doors::session::{self, Step};
 use crate::server::error::ApiError;
 
-/// One MCP session's server (HTTP makes one per session, stdio one per process).
+/// The MCP server (HTTP makes one per message, stdio one per process).
 #[derive(Clone)]
 pub struct McpServer {
     state: AppState,
     /// Cancelled when the client is gone (stdio: its end of stdin closed). The SDK lets
     /// running calls finish then; nobody would read their answers.
     gone: CancellationToken,
+    /// Over HTTP: the calls running in this process, for `notifications/cancelled` and
+    /// `DELETE /mcp`, which arrive on requests of their own.
+    calls: Option<super::calls::Calls>,
 }
 
 impl McpServer {
-    pub fn new(state: AppState) -> Self {
-        Self::until(state, CancellationToken::new())
+    /// A server for one HTTP message, its calls registered in `calls`.
+    pub(super) fn on_http(state: AppState, calls: super::calls::Calls) -> Self {
+        Self {
+            state,
+            gone: CancellationToken::new(),
+            calls: Some(calls),
+        }
     }
 
     /// A server whose running calls are cancelled with `gone`.
     pub fn until(state: AppState, gone: CancellationToken) -> Self {
-        Self { state, gone }
+        Self {
+            state,
+            gone,
+            calls: None,
+        }
+    }
+
+    /// Registers the call of `context` under its `Mcp-Session-Id` and request id, so a
+    /// later `notifications/cancelled` or `DELETE` finds it: the token that cancels it,
+    /// and the registration (forgotten when dropped).
+    fn register(
+        &self,
+        context: &RequestContext<RoleServer>,
+    ) -> (CancellationToken, Option<super::calls::Registered>) {
+        let session = context
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.headers.get(super::calls::SESSION_HEADER))
+            .and_then(|v| v.to_str().ok());
+        match (&self.calls, session) {
+            (Some(calls), Some(session)) => {
+                let id = serde_json::to_string(&context.id).unwrap_or_default();
+                let (token, registered) = calls.register(session, id);
+                (token, Some(registered))
+            }
+            _ => (CancellationToken::new(), None),
+        }
     }
 
     async fn deliberate(
@@ -43,25 +77,30 @@ impl McpServer {
         request: &CallToolRequestParams,
         context: &RequestContext<RoleServer>,
     ) -> CallToolResult {
-        let ask = match tools::deliberate_ask(caller(context), request.arguments.as_ref()) {
+        let mut ask = match tools::deliberate_ask(caller(context), request.arguments.as_ref()) {
             Ok(ask) => ask,
             Err(e) => return refused(&e),
         };
+        // The POST's share of the body budget is the session's to hold until its
+        // coordination ends (over stdio there is none).
+        ask.hold =
+            call_share(context).map(|share| Box::new(share) as Box<dyn std::any::Any + Send>);
         let opened = match session::open(&self.state, ask).await {
             Ok(opened) => opened,
             Err(e) => return refused(&e),
         };
         let id = opened.id;
         let mut steps = opened.steps;
+        let (by_client, _registered) = self.register(context);
         let progress = context.meta.get_progress_token();
         let mut sent = 0u32;
         loop {
             let step = tokio::select! {
                 step = steps.next() => step,
-                () = cancelled(&context.ct, &self.gone) => {
+                () = cancelled(&context.ct, &self.gone, &by_client) => {
                     // Dropping the steps cancels the session's upstream calls; nobody reads
                     // this result.
-                    tracing::info!(session_id = %id, "mcp: the client cancelled the call");
+                    tracing::debug!(session_id = %id, "mcp: the client cancelled the call");
                     drop(steps);
                     return CallToolResult::error(vec![ContentBlock::text(
                         "The call was cancelled: the deliberation and its upstream calls were stopped.",
@@ -109,11 +148,17 @@ impl McpServer {
     }
 }
 
-/// Resolves when the request is cancelled or the client is gone.
-async fn cancelled(request: &CancellationToken, gone: &CancellationToken) {
+/// Resolves when the request is cancelled (by the transport, or by the client's own
+/// message) or the client is gone.
+async fn cancelled(
+    request: &CancellationToken,
+    gone: &CancellationToken,
+    by_client: &CancellationToken,
+) {
     tokio::select! {
         () = request.cancelled() => {}
         () = gone.cancelled() => {}
+        () = by_client.cancelled() => {}
     }
 }
 
@@ -126,6 +171,15 @@ fn caller(context: &RequestContext<RoleServer>) -> Caller {
         .and_then(|parts| parts.extensions.get::<Caller>())
         .copied()
         .unwrap_or_default()
+}
+
+/// The body-budget share of the HTTP request that carried the call, taken.
+fn call_share(context: &RequestContext<RoleServer>) -> Option<crate::server::bodies::Share> {
+    context
+        .extensions
+        .get::<http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<super::CallShare>())
+        .and_then(super::CallShare::take)
 }
 
 /// A tool error the model reads: the HTTP doors' message for the same refusal or failure.
