@@ -68,6 +68,7 @@ mod responses_store;
 mod sdk_clients;
 mod security_bodies;
 mod security_budgets;
+mod security_eval;
 mod security_paths;
 mod security_records;
 mod security_schema;
