@@ -1,6 +1,6 @@
-//! The run's folder (`--out`): `run.json` (which run, graded how), `items.jsonl` (one
-//! graded item and arm a line, appended as each finishes, so a rerun skips them) and the
-//! reports written at the end (`report.json`, `report.md`, `chart.svg`).
+//! The run's folder (`--out`): `run.json` (which run, whose, graded how), `items.jsonl`
+//! (one graded item and arm a line, appended as each finishes, so a rerun skips them) and
+//! the reports written at the end (`report.json`, `report.md`, `chart.svg`).
 //!
 //! They hold whole questions and answers, so the folder is 0700 and every file 0600 (on
 //! unix), whatever the umask or an earlier version left. Nothing in the folder is written
@@ -31,6 +31,11 @@ const TEMPORARY_TRIES: usize = 8;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunFile {
     pub run_id: String,
+    /// The owner id the run is filed under (`MASSGEN_EVAL_KEY`'s, "" for none): a rerun
+    /// under another continues nothing. Absent from the files of earlier versions (the
+    /// records then decide whose the id is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// Unix seconds of the first start.
     pub created: u64,
     pub data: String,
@@ -88,6 +93,14 @@ impl OutDir {
             },
             Previous { run, items },
         ))
+    }
+
+    /// Empties `items.jsonl`: the folder starts a new run, and the lines it held were
+    /// another run's.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.items
+            .set_len(0)
+            .map_err(|e| format!("{}: {e}", self.dir.join(ITEMS_FILE).display()))
     }
 
     pub fn write_run(&self, run: &RunFile) -> Result<(), String> {

@@ -1,7 +1,10 @@
-//! `massgen eval`'s files on the real binary against the simulator: `--out` is a 0700
-//! folder of 0600 files where a planted link is replaced or refused, never written
-//! through; `--data` and `--schema` are regular files (a FIFO is refused before it is
-//! opened).
+//! `massgen eval`'s files on the real binary against the simulator: a run id is its
+//! owner's (a copied `--out` under another key, or a `run.json` edited to name another
+//! run, starts a new run and leaves the first run's rows as they were, on SQLite and on a
+//! throwaway PostgreSQL); `--out` is a 0700 folder of 0600 files where a planted link is
+//! replaced or refused, never written through; `--data` and `--schema` are regular files
+//! (a FIFO is refused before it is opened). The judge prompt's delimiting is a unit test
+//! (`eval::grade`).
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -9,8 +12,14 @@ use std::process::Command;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::eval::{eval, ok, requests, setup};
-use crate::support::{bin, offline, run_bounded, write};
+use serde_json::Value;
+
+use crate::eval::{eval, eval_with, items, ok, report, requests, setup};
+use crate::support::postgres::PgServer;
+use crate::support::{bin, get, offline, run_bounded, serve_with_keys, write};
+
+const KEY_A: &str = "k-eval-a";
+const KEY_B: &str = "k-eval-b";
 
 fn args<'a>(data: &'a Path, config: &'a Path, out: &'a Path, extra: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
@@ -25,6 +34,164 @@ fn args<'a>(data: &'a Path, config: &'a Path, out: &'a Path, extra: &[&'a str]) 
     ];
     args.extend(extra);
     args
+}
+
+fn run_id(out: &Path) -> String {
+    report(out)["run"]["run_id"].as_str().unwrap().to_string()
+}
+
+fn run_file(out: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(out.join("run.json")).unwrap()).unwrap()
+}
+
+/// Every line's session ids, in file order.
+fn sessions(out: &Path) -> Vec<Value> {
+    items(out)
+        .iter()
+        .map(|l| l["session_ids"].clone())
+        .collect()
+}
+
+/// A copy of a run folder's files, as `cp -r` would make it.
+fn copy_folder(from: &Path, to: &Path) {
+    std::fs::create_dir(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
+/// Run A under one key; a copy of its folder run under another key, then that folder's
+/// `run.json` edited to name A's run; then the database read through a server: A's run is
+/// as A left it, and each of the other invocations made a run of its own.
+async fn a_run_id_is_its_owners(db: &str) {
+    let (mock, dir, config, data) = setup(2, false);
+    let db_args = ["--records-db", db];
+    let run_a = dir.path().join("run-a");
+    ok(&eval_with(
+        dir.path(),
+        &args(&data, &config, &run_a, &db_args),
+        &[("MASSGEN_EVAL_KEY", KEY_A)],
+    ));
+    let id_a = run_id(&run_a);
+    let sessions_a = sessions(&run_a);
+    assert_eq!(sessions_a.len(), 2);
+
+    // The folder copied and run under another key: a new run, from scratch.
+    let run_b = dir.path().join("run-b");
+    copy_folder(&run_a, &run_b);
+    let calls = requests(&mock).await;
+    let output = eval_with(
+        dir.path(),
+        &args(&data, &config, &run_b, &db_args),
+        &[("MASSGEN_EVAL_KEY", KEY_B)],
+    );
+    ok(&output);
+    let id_b = run_id(&run_b);
+    assert_ne!(id_b, id_a, "the copy took over A's run id");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("another owner's"), "{stderr}");
+    assert_eq!(run_file(&run_b)["run_id"], id_b.as_str());
+    assert!(requests(&mock).await > calls, "B reused A's answers");
+    let sessions_b = sessions(&run_b);
+    assert_eq!(sessions_b.len(), 2, "only B's own lines stay in its folder");
+    assert!(sessions_b.iter().all(|s| !sessions_a.contains(s)));
+
+    // B's own folder, its run.json edited to name A's run: the database refuses the id.
+    let edited = std::fs::read_to_string(run_b.join("run.json"))
+        .unwrap()
+        .replace(&id_b, &id_a);
+    std::fs::write(run_b.join("run.json"), edited).unwrap();
+    let output = eval_with(
+        dir.path(),
+        &args(&data, &config, &run_b, &db_args),
+        &[("MASSGEN_EVAL_KEY", KEY_B)],
+    );
+    ok(&output);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("another owner's"), "{stderr}");
+    let id_c = run_id(&run_b);
+    assert!(id_c != id_a && id_c != id_b, "{id_c}");
+
+    // A's own rerun continues A's run: same id, no call.
+    let calls = requests(&mock).await;
+    ok(&eval_with(
+        dir.path(),
+        &args(&data, &config, &run_a, &db_args),
+        &[("MASSGEN_EVAL_KEY", KEY_A)],
+    ));
+    assert_eq!(run_id(&run_a), id_a);
+    assert_eq!(requests(&mock).await, calls, "a finished run makes no call");
+
+    // run.json names its owner (the key's owner id, never the key).
+    let owner = run_file(&run_a)["owner"].as_str().unwrap().to_string();
+    assert_eq!(owner.len(), 16, "{owner}");
+    assert!(!owner.contains(KEY_A));
+
+    let server = serve_with_keys(
+        &[
+            std::ffi::OsStr::new("--records-db"),
+            std::ffi::OsStr::new(db),
+            std::ffi::OsStr::new("--config"),
+            config.as_os_str(),
+        ],
+        &format!("{KEY_A},{KEY_B}"),
+    );
+    let run: Value = get(&format!("{}/v1/evals/{id_a}", server.url), Some(KEY_A))
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(run["status"], "finished", "{run}");
+    assert_eq!(run["items_total"], 2, "{run}");
+    assert_eq!(run["report"]["run"]["run_id"], id_a.as_str(), "{run}");
+    let served: Vec<Value> = run["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["session_ids"].clone())
+        .collect();
+    for s in &served {
+        assert!(sessions_a.contains(s), "A's items were replaced: {run}");
+    }
+    let listed: Value = get(&format!("{}/v1/evals", server.url), Some(KEY_B))
+        .await
+        .json()
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = listed["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_str().unwrap())
+        .collect();
+    ids.sort_unstable();
+    let mut wanted = vec![id_b.as_str(), id_c.as_str()];
+    wanted.sort_unstable();
+    assert_eq!(ids, wanted, "{listed}");
+    for id in [&id_b, &id_c] {
+        let run: Value = get(&format!("{}/v1/evals/{id}", server.url), Some(KEY_B))
+            .await
+            .json()
+            .await
+            .unwrap();
+        assert_eq!(run["items_total"], 2, "{run}");
+    }
+}
+
+#[tokio::test]
+async fn a_copied_out_starts_a_new_run_and_leaves_the_first_ones_rows_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = format!("sqlite://{}", dir.path().join("records.db").display());
+    a_run_id_is_its_owners(&db).await;
+}
+
+#[tokio::test]
+async fn a_copied_out_starts_a_new_run_and_leaves_the_first_ones_rows_postgres() {
+    let Some(pg) = PgServer::start() else {
+        return;
+    };
+    a_run_id_is_its_owners(&pg.url()).await;
 }
 
 fn mode(path: &Path) -> u32 {
