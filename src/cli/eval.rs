@@ -264,18 +264,11 @@ fn grader(args: &EvalArgs) -> Result<Grader, Fatal> {
     })
 }
 
+/// A small regular file's text (a FIFO or a device is refused before it is opened).
 fn read_small(path: &Path, flag: &str) -> Result<String, Fatal> {
     const LIMIT: u64 = 1024 * 1024;
-    let shown = path.display();
-    let size = std::fs::metadata(path)
-        .map_err(|e| Fatal::usage(format!("{flag} {shown}: {e}")))?
-        .len();
-    if size > LIMIT {
-        return Err(Fatal::usage(format!(
-            "{flag} {shown}: {size} bytes; the limit is {LIMIT}"
-        )));
-    }
-    std::fs::read_to_string(path).map_err(|e| Fatal::usage(format!("{flag} {shown}: {e}")))
+    crate::eval::regular::read(path, crate::eval::regular::Links::Follow, LIMIT)
+        .map_err(|e| Fatal::usage(format!("{flag} {}: {e}", path.display())))
 }
 
 /// The numeric grader's absolute tolerance: what `--tolerance` says, else 1e-6.

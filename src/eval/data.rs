@@ -6,6 +6,8 @@ use std::path::Path;
 
 use serde_json::{Map, Value};
 
+use super::regular::{self, Links};
+
 /// The most a data file may hold (bytes, lines): a run is paid per line, and the whole file
 /// is held in memory.
 pub const MAX_DATA_BYTES: u64 = 64 * 1024 * 1024;
@@ -57,19 +59,14 @@ impl Item {
     }
 }
 
-/// Reads and checks `path`; `needs_answer` says whether the grader needs every line's
-/// `answer`.
+/// Reads and checks `path` (a regular file: a FIFO or a device is refused before it is
+/// opened); `needs_answer` says whether the grader needs every line's `answer`.
 pub fn read(path: &Path, needs_answer: Option<&str>) -> Result<Vec<Item>, String> {
     let shown = path.display();
-    let size = std::fs::metadata(path)
-        .map_err(|e| format!("--data {shown}: {e}"))?
-        .len();
-    if size > MAX_DATA_BYTES {
-        return Err(format!(
-            "--data {shown}: {size} bytes; the limit is {MAX_DATA_BYTES} (split the file)"
-        ));
-    }
-    let text = std::fs::read_to_string(path).map_err(|e| format!("--data {shown}: {e}"))?;
+    let text = regular::read(path, Links::Follow, MAX_DATA_BYTES).map_err(|e| match e {
+        regular::Error::TooLarge { .. } => format!("--data {shown}: {e} (split the file)"),
+        e => format!("--data {shown}: {e}"),
+    })?;
     // Some editors start UTF-8 files with a byte-order mark; JSON has none.
     let text = text.strip_prefix('\u{feff}').unwrap_or(&text);
     parse(text, needs_answer).map_err(|e| format!("--data {shown}: {e}"))

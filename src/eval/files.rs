@@ -1,22 +1,41 @@
-//! The run's folder (`--out`): `run.json` (which run, graded how), `items.jsonl` (one
-//! graded item and arm a line, appended as each finishes, so a rerun skips them) and the
-//! reports written at the end (`report.json`, `report.md`, `chart.svg`).
+//! The run's folder (`--out`): `run.json` (which run, whose, graded how), `items.jsonl`
+//! (one graded item and arm a line, appended as each finishes, so a rerun skips them) and
+//! the reports written at the end (`report.json`, `report.md`, `chart.svg`).
+//!
+//! They hold whole questions and answers, so the folder is 0700 and every file 0600 (on
+//! unix), whatever the umask or an earlier version left. Nothing in the folder is written
+//! through a link someone planted there: the reports are written to a new temporary file
+//! (created, never opened if it exists) renamed over the name, which replaces a link
+//! rather than following it, and the files a rerun reads must be regular files.
 
 use std::collections::HashSet;
+use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
 use super::item::{ArmInfo, ItemResult};
+use super::regular::{self, Links};
 
 pub const RUN_FILE: &str = "run.json";
 pub const ITEMS_FILE: &str = "items.jsonl";
+
+/// `run.json` is a few lines; a larger one is not a run's.
+const MAX_RUN_FILE: u64 = 1024 * 1024;
+/// Temporary names tried before a write gives up (each is random: a clash is someone
+/// else's file).
+const TEMPORARY_TRIES: usize = 8;
 
 /// `run.json`: what a rerun must agree with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunFile {
     pub run_id: String,
+    /// The owner id the run is filed under (`MASSGEN_EVAL_KEY`'s, "" for none): a rerun
+    /// under another continues nothing. Absent from the files of earlier versions (the
+    /// records then decide whose the id is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// Unix seconds of the first start.
     pub created: u64,
     pub data: String,
@@ -27,7 +46,7 @@ pub struct RunFile {
 /// The folder of a run, opened for writing.
 pub struct OutDir {
     dir: PathBuf,
-    items: std::fs::File,
+    items: File,
 }
 
 /// What a folder already held.
@@ -47,31 +66,24 @@ impl Previous {
 }
 
 impl OutDir {
-    /// Creates `dir` (or opens it) and reads what an earlier run left there. A last line
-    /// cut short by a crash is dropped from the file, so appends start on a fresh line.
+    /// Creates `dir` (or opens an earlier run's, or an empty one), makes it private and
+    /// reads what an earlier run left there. A last line cut short by a crash is dropped
+    /// from the file, so appends start on a fresh line.
     pub fn open(dir: &Path) -> Result<(Self, Previous), String> {
         let shown = dir.display();
-        std::fs::create_dir_all(dir).map_err(|e| format!("--out {shown}: {e}"))?;
-        let run = match std::fs::read_to_string(dir.join(RUN_FILE)) {
+        private_folder(dir).map_err(|e| format!("--out {shown}: {e}"))?;
+        let run = match regular::read(&dir.join(RUN_FILE), Links::Refuse, MAX_RUN_FILE) {
             Ok(text) => Some(serde_json::from_str::<RunFile>(&text).map_err(|e| {
                 format!("--out {shown}: {RUN_FILE} is not a run's file ({e}); use another folder")
             })?),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) if e.is_missing() => None,
             Err(e) => return Err(format!("--out {shown}: {RUN_FILE}: {e}")),
         };
         let path = dir.join(ITEMS_FILE);
-        let (items, keep) = match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                read_items(&text).map_err(|e| format!("--out {shown}: {ITEMS_FILE}: {e}"))?
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => (Vec::new(), 0),
-            Err(e) => return Err(format!("--out {shown}: {ITEMS_FILE}: {e}")),
-        };
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| format!("--out {shown}: {ITEMS_FILE}: {e}"))?;
+        let (file, text) =
+            open_items(&path).map_err(|e| format!("--out {shown}: {ITEMS_FILE}: {e}"))?;
+        let (items, keep) =
+            read_items(&text).map_err(|e| format!("--out {shown}: {ITEMS_FILE}: {e}"))?;
         file.set_len(keep)
             .map_err(|e| format!("--out {shown}: {ITEMS_FILE}: {e}"))?;
         Ok((
@@ -81,6 +93,14 @@ impl OutDir {
             },
             Previous { run, items },
         ))
+    }
+
+    /// Empties `items.jsonl`: the folder starts a new run, and the lines it held were
+    /// another run's.
+    pub fn restart(&mut self) -> Result<(), String> {
+        self.items
+            .set_len(0)
+            .map_err(|e| format!("{}: {e}", self.dir.join(ITEMS_FILE).display()))
     }
 
     pub fn write_run(&self, run: &RunFile) -> Result<(), String> {
@@ -98,13 +118,112 @@ impl OutDir {
             .map_err(|e| format!("{}: {e}", self.dir.join(ITEMS_FILE).display()))
     }
 
-    /// Writes `name` in the folder through a temporary file, so a reader never sees half.
+    /// Writes `name` in the folder through a new temporary file renamed over it, so a
+    /// reader never sees half and a link at `name` is replaced, not written through.
     pub fn write(&self, name: &str, text: &str) -> Result<(), String> {
         let path = self.dir.join(name);
-        let temporary = self.dir.join(format!(".{name}.tmp"));
-        std::fs::write(&temporary, text)
-            .and_then(|()| std::fs::rename(&temporary, &path))
-            .map_err(|e| format!("{}: {e}", path.display()))
+        let fail = |e: std::io::Error| format!("{}: {e}", path.display());
+        let (temporary, mut file) = self.temporary(name).map_err(fail)?;
+        let written = file
+            .write_all(text.as_bytes())
+            .and_then(|()| file.flush())
+            .and_then(|()| std::fs::rename(&temporary, &path));
+        if written.is_err() {
+            let _ = std::fs::remove_file(&temporary);
+        }
+        written.map_err(fail)
+    }
+
+    /// A new 0600 file beside `name`: created, so nothing already there (a planted link
+    /// included) is opened.
+    fn temporary(&self, name: &str) -> std::io::Result<(PathBuf, File)> {
+        let mut options = OpenOptions::new();
+        options.write(true).create_new(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut last = None;
+        for _ in 0..TEMPORARY_TRIES {
+            let path = self
+                .dir
+                .join(format!(".{name}.{:016x}.tmp", rand::random::<u64>()));
+            match options.open(&path) {
+                Ok(file) => return Ok((path, file)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => last = Some(e),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last.unwrap_or_else(|| std::io::Error::other("no temporary name was free")))
+    }
+}
+
+/// Makes `dir` the run's private folder: created (0700) when missing; one that exists
+/// must be empty or an earlier run's (eval takes over no folder that holds other things,
+/// nor a shared one such as /tmp), and is made 0700.
+fn private_folder(dir: &Path) -> Result<(), String> {
+    if std::fs::metadata(dir).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+        if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+            std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+        }
+        let mut builder = std::fs::DirBuilder::new();
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        match builder.create(dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::AlreadyExists => return Err(e.to_string()),
+            _ => {}
+        }
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| e.to_string())?;
+    if !meta.is_dir() {
+        return Err("not a folder".to_string());
+    }
+    #[cfg(unix)]
+    let mode = std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777;
+    #[cfg(unix)]
+    if mode & 0o1000 != 0 {
+        return Err("a shared folder (sticky, as /tmp is): name a new folder inside it".into());
+    }
+    if !holds_a_run_or_nothing(dir).map_err(|e| e.to_string())? {
+        return Err(format!(
+            "it holds other files and no run (no {RUN_FILE} or {ITEMS_FILE}): name a new \
+             folder, or an earlier run's"
+        ));
+    }
+    #[cfg(unix)]
+    if mode != 0o700 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| format!("cannot make it private (0700): {e}"))?;
+    }
+    Ok(())
+}
+
+fn holds_a_run_or_nothing(dir: &Path) -> std::io::Result<bool> {
+    let exists = |name: &str| std::fs::symlink_metadata(dir.join(name)).is_ok();
+    Ok(exists(RUN_FILE) || exists(ITEMS_FILE) || std::fs::read_dir(dir)?.next().is_none())
+}
+
+/// `items.jsonl` opened to read and append, with its text: a regular file made 0600, or a
+/// new one.
+fn open_items(path: &Path) -> Result<(File, String), regular::Error> {
+    let mut options = OpenOptions::new();
+    options.read(true).append(true);
+    match regular::open(path, Links::Refuse, &options) {
+        Ok(mut file) => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+            }
+            let text = regular::read_to_end(&mut file, u64::MAX)?;
+            Ok((file, text))
+        }
+        Err(e) if e.is_missing() => {
+            options.create_new(true);
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+            Ok((options.open(path)?, String::new()))
+        }
+        Err(e) => Err(e),
     }
 }
 

@@ -5,7 +5,8 @@
 //! Completions door's own parser) and reads the sessions' ends. `data` reads the
 //! questions, `arms` makes the panels each arm runs on, `session` runs one, `grade`
 //! judges an answer, `run` schedules it all (bounds, budget, resume), `files` and
-//! `records` keep the results, `report`, `stats` and `chart` sum them up.
+//! `records` keep the results (`regular` reads the files it is named and keeps),
+//! `report`, `stats` and `chart` sum them up.
 
 pub mod arms;
 pub mod chart;
@@ -15,6 +16,7 @@ pub mod grade;
 pub mod item;
 mod progress;
 mod records;
+pub mod regular;
 pub mod report;
 pub mod resume;
 pub mod run;

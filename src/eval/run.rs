@@ -3,7 +3,7 @@
 //! the records) as it finishes, then the reports.
 
 use std::collections::HashSet;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -14,7 +14,7 @@ use tokio::sync::Semaphore;
 
 use super::arms::{AgentArms, Arms, PanelArm};
 use super::data::Item;
-use super::files::{OutDir, RunFile};
+use super::files::{OutDir, Previous, RunFile};
 use super::grade::{self, Grader};
 use super::item::{ArmInfo, ItemResult};
 use super::progress::Progress;
@@ -100,31 +100,15 @@ struct Run {
 }
 
 pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
-    let (out, previous) = OutDir::open(&plan.out)?;
+    let (mut out, previous) = OutDir::open(&plan.out)?;
     let arm_infos = plan.arms.infos();
-    let run_file = match &previous.run {
-        Some(run) => RunFile {
-            arms: arm_infos.clone(),
-            data: plan.data.clone(),
-            grader: plan.grader.name().to_string(),
-            ..run.clone()
-        },
-        None => RunFile {
-            run_id: format!("eval_{}", uuid::Uuid::now_v7().simple()),
-            created: now_secs(),
-            data: plan.data.clone(),
-            grader: plan.grader.name().to_string(),
-            arms: arm_infos.clone(),
-        },
-    };
-    out.write_run(&run_file)?;
+    let (run_file, records, previous_items) = take_run(&state, &plan, &mut out, previous).await?;
     let fingerprints = Fingerprints::new(&plan.items, &plan.arms, &plan.settings);
     // The budget counts what earlier invocations of the run spent, on anything.
-    let spent_before = report::known_spend(&previous.items);
+    let spent_before = report::known_spend(&previous_items);
     // Earlier results graded from what the run holds now; the others, and the failed
     // ones, run again.
-    let earlier: Vec<ItemResult> = previous
-        .items
+    let earlier: Vec<ItemResult> = previous_items
         .into_iter()
         .filter(|r| fingerprints.current(r) && r.failed.is_none())
         .collect();
@@ -140,7 +124,7 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
         left[job.item()] += 1;
     }
     let pending_items = left.iter().filter(|n| **n > 0).count();
-    let records = Records::new(&state, plan.caller.owner(), &run_file, &earlier).await;
+    records.restate(&earlier).await;
     let run = Arc::new(Run {
         fingerprints,
         sessions: Semaphore::new(plan.concurrency.max(1)),
@@ -193,6 +177,72 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
     }
     run.records.finish(&run_file, &report).await;
     Ok(Finished { report, markdown })
+}
+
+/// The run this invocation continues, with its records and the lines it graded before,
+/// or a new run. A folder's run is continued by its owner only: a `run.json` naming
+/// another owner (a folder copied, or run under another key), or an id the records hold
+/// as another owner's (a `run.json` edited), starts a new run from scratch, its id new and
+/// the folder's earlier lines dropped, and the other run is left as it was.
+async fn take_run(
+    state: &AppState,
+    plan: &Plan,
+    out: &mut OutDir,
+    previous: Previous,
+) -> Result<(RunFile, Records, Vec<ItemResult>), String> {
+    let owner = plan.caller.owner();
+    let fresh = || RunFile {
+        run_id: format!("eval_{}", uuid::Uuid::now_v7().simple()),
+        owner: Some(owner.to_string()),
+        created: now_secs(),
+        data: plan.data.clone(),
+        grader: plan.grader.name().to_string(),
+        arms: plan.arms.infos(),
+    };
+    let mut items = previous.items;
+    let mut run = match previous.run {
+        Some(run) if run.owner.as_deref().is_none_or(|o| o == owner) => RunFile {
+            owner: Some(owner.to_string()),
+            arms: plan.arms.infos(),
+            data: plan.data.clone(),
+            grader: plan.grader.name().to_string(),
+            ..run
+        },
+        other => {
+            if let Some(theirs) = other {
+                restarted(&plan.out, &theirs.run_id);
+            }
+            // Lines without their run (or another owner's) are no run's to continue.
+            items.clear();
+            out.restart()?;
+            fresh()
+        }
+    };
+    let records = match Records::claim(state, owner, &run).await {
+        Some(records) => records,
+        None => {
+            restarted(&plan.out, &run.run_id);
+            items.clear();
+            out.restart()?;
+            run = fresh();
+            Records::claim(state, owner, &run).await.ok_or_else(|| {
+                format!(
+                    "the records hold the new run id {} as another owner's",
+                    run.run_id
+                )
+            })?
+        }
+    };
+    out.write_run(&run)?;
+    Ok((run, records, items))
+}
+
+fn restarted(out: &Path, theirs: &str) {
+    eprintln!(
+        "eval: {} names run {theirs}, which is another owner's: starting a new run here \
+         (this folder's earlier lines are dropped; that run is left as it was)",
+        out.join(super::files::RUN_FILE).display()
+    );
 }
 
 fn info(run: &RunFile, plan: &Plan, stopped_by_budget: bool, interrupted: bool) -> RunInfo {

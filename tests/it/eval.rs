@@ -20,7 +20,7 @@ const LIMIT: Duration = Duration::from_secs(300);
 
 /// Three agents at 0.7 with equal timing, so their first answers are drawn independently
 /// (nobody's first turn sees another answer) and the panel's answer is their majority.
-fn trio(mock: &Proc, priced: bool) -> String {
+pub(crate) fn trio(mock: &Proc, priced: bool) -> String {
     let models = [
         "a:accuracy=0.7,seed=11,ttft_ms=20,token_ms=2,words=40",
         "b:accuracy=0.7,seed=22,ttft_ms=20,token_ms=2,words=40",
@@ -38,7 +38,7 @@ fn trio(mock: &Proc, priced: bool) -> String {
 }
 
 /// `n` questions whose truth the simulator reads from the marker.
-fn questions(n: usize) -> String {
+pub(crate) fn questions(n: usize) -> String {
     (1..=n)
         .map(|i| {
             format!(
@@ -50,11 +50,11 @@ fn questions(n: usize) -> String {
         .collect()
 }
 
-fn eval(dir: &Path, args: &[&str]) -> Output {
+pub(crate) fn eval(dir: &Path, args: &[&str]) -> Output {
     eval_with(dir, args, &[])
 }
 
-fn eval_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
+pub(crate) fn eval_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(bin());
     offline(&mut cmd);
     cmd.arg("eval")
@@ -69,7 +69,7 @@ fn eval_with(dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     run_bounded(cmd, LIMIT)
 }
 
-fn ok(output: &Output) {
+pub(crate) fn ok(output: &Output) {
     assert!(
         output.status.success(),
         "eval failed: {:?}\nstdout: {}\nstderr: {}",
@@ -79,7 +79,7 @@ fn ok(output: &Output) {
     );
 }
 
-fn report(out: &Path) -> Value {
+pub(crate) fn report(out: &Path) -> Value {
     let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
     serde_json::from_str(&text).expect("report.json is JSON")
 }
@@ -93,7 +93,7 @@ fn arm<'a>(report: &'a Value, name: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no arm {name} in {report}"))
 }
 
-fn items(out: &Path) -> Vec<Value> {
+pub(crate) fn items(out: &Path) -> Vec<Value> {
     std::fs::read_to_string(out.join("items.jsonl"))
         .expect("items.jsonl")
         .lines()
@@ -129,7 +129,7 @@ fn measured(report: &Value, name: &str, truth: f64) {
     assert_eq!(a["failures"], 0, "{a}");
 }
 
-fn setup(items: usize, priced: bool) -> (Proc, tempfile::TempDir, PathBuf, PathBuf) {
+pub(crate) fn setup(items: usize, priced: bool) -> (Proc, tempfile::TempDir, PathBuf, PathBuf) {
     let mock = mock_upstream();
     let dir = tempfile::tempdir().unwrap();
     let config = write(dir.path(), "team.yaml", &trio(&mock, priced));
@@ -137,7 +137,7 @@ fn setup(items: usize, priced: bool) -> (Proc, tempfile::TempDir, PathBuf, PathB
     (mock, dir, config, data)
 }
 
-async fn requests(mock: &Proc) -> u64 {
+pub(crate) async fn requests(mock: &Proc) -> u64 {
     mock_stats(mock).await["requests"].as_u64().unwrap()
 }
 

@@ -111,14 +111,18 @@ async fn seed(db: &RecordDb) {
     // Saved in no particular order: items come back by item (2 before 10), then arm.
     for arm in arms().iter().rev() {
         for n in (1..=ITEMS).rev() {
-            db.save_eval_item("eval_old", &item(n, arm))
+            db.save_eval_item("eval_old", "", &item(n, arm))
                 .await
                 .unwrap_or_else(|e| panic!("save_eval_item {n} {}: {e:?}", arm.name));
         }
     }
-    db.save_eval_item("eval_keyed", &item(1, &arms()[0]))
-        .await
-        .unwrap();
+    db.save_eval_item(
+        "eval_keyed",
+        Owner::of_key(KEY).as_str(),
+        &item(1, &arms()[0]),
+    )
+    .await
+    .unwrap();
 }
 
 /// `massgen serve` on `records_db`, with `KEY` as its only key when `keyed`, and a panel
@@ -363,8 +367,8 @@ async fn eval_runs_in_postgres_read_back_and_are_served() {
     odd.failed = Some("judge failed".into());
     odd.cost_usd = None;
     odd.samples = vec![None, Some("4".into())];
-    db.save_eval_item("eval_new", &odd).await.unwrap();
-    db.save_eval_item("eval_new", &odd).await.unwrap();
+    db.save_eval_item("eval_new", "", &odd).await.unwrap();
+    db.save_eval_item("eval_new", "", &odd).await.unwrap();
     assert_eq!(db.eval_items("eval_new", 0, 10).await.unwrap(), [odd]);
     assert_eq!(db.eval_item_count("eval_old").await.unwrap(), 36);
     let all: Vec<String> = db

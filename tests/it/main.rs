@@ -69,6 +69,7 @@ mod sdk_clients;
 mod security_bodies;
 mod security_browsers;
 mod security_budgets;
+mod security_eval;
 mod security_paths;
 mod security_records;
 mod security_schema;

@@ -89,8 +89,10 @@ fn latency_ms(seconds: f64) -> i64 {
 }
 
 impl RecordDb {
-    /// Writes `run` (again: the row is replaced, its `created_ms` and `owner` kept).
-    pub async fn save_eval_run(&self, run: &EvalRun) -> Result<(), sqlx::Error> {
+    /// Writes `run` when its id is new or already `run.owner`'s (again: the row is
+    /// replaced, its `created_ms` kept); `false`, writing nothing, when the id is another
+    /// owner's run. One statement, so two writers cannot both take an id.
+    pub async fn save_eval_run(&self, run: &EvalRun) -> Result<bool, sqlx::Error> {
         let arms = serde_json::to_string(&run.arms).map_err(encode_error)?;
         let report = run
             .report
@@ -98,12 +100,13 @@ impl RecordDb {
             .map(serde_json::to_string)
             .transpose()
             .map_err(encode_error)?;
-        sqlx::query(
+        let written = sqlx::query(
             "INSERT INTO eval_runs (id, owner, created_ms, updated_ms, status, data, grader, arms, report) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
              ON CONFLICT (id) DO UPDATE SET updated_ms = excluded.updated_ms, \
              status = excluded.status, data = excluded.data, grader = excluded.grader, \
-             arms = excluded.arms, report = excluded.report",
+             arms = excluded.arms, report = excluded.report \
+             WHERE eval_runs.owner = excluded.owner",
         )
         .bind(&*text(&run.id))
         .bind(&run.owner)
@@ -116,12 +119,18 @@ impl RecordDb {
         .bind(report)
         .execute(self.pool())
         .await?;
-        Ok(())
+        Ok(written.rows_affected() > 0)
     }
 
     /// Writes `item`'s row of run `run_id` (again: replaced, so a resumed run's regraded
-    /// item is its newest outcome).
-    pub async fn save_eval_item(&self, run_id: &str, item: &ItemResult) -> Result<(), sqlx::Error> {
+    /// item is its newest outcome) when that run is `owner`'s; `false`, writing nothing,
+    /// when it is not (another owner's, or no run).
+    pub async fn save_eval_item(
+        &self,
+        run_id: &str,
+        owner: &str,
+        item: &ItemResult,
+    ) -> Result<bool, sqlx::Error> {
         // JSON has no NaN: serde writes it as null, which would not read back as an f64.
         let result = if item.latency_s.is_finite() {
             serde_json::to_string(item)
@@ -133,9 +142,11 @@ impl RecordDb {
         }
         .map_err(encode_error)?;
         let sessions = serde_json::to_string(&item.session_ids).map_err(encode_error)?;
-        sqlx::query(
+        // The owner is checked in the statement that writes, not before it.
+        let written = sqlx::query(
             "INSERT INTO eval_items (run_id, item_id, arm, correct, failed, cost_usd, latency_ms, session_ids, result) \
-             VALUES ($1, $2, $3, $4, $5, CAST($6 AS DOUBLE PRECISION), $7, $8, $9) \
+             SELECT $1, $2, $3, $4, $5, CAST($6 AS DOUBLE PRECISION), $7, $8, $9 \
+             WHERE EXISTS (SELECT 1 FROM eval_runs WHERE id = $1 AND owner = $10) \
              ON CONFLICT (run_id, item_id, arm) DO UPDATE SET correct = excluded.correct, \
              failed = excluded.failed, cost_usd = excluded.cost_usd, latency_ms = excluded.latency_ms, \
              session_ids = excluded.session_ids, result = excluded.result",
@@ -152,9 +163,10 @@ impl RecordDb {
         .bind(latency_ms(item.latency_s))
         .bind(sessions)
         .bind(result)
+        .bind(owner)
         .execute(self.pool())
         .await?;
-        Ok(())
+        Ok(written.rows_affected() > 0)
     }
 
     /// The newest `limit` runs (at most [`MAX_RUNS`]) of `owner`, or of everyone with
@@ -230,13 +242,17 @@ impl RecordDb {
         Ok(from_db(row.try_get(0)?))
     }
 
-    /// Forgets every item row of run `run_id` (a resumed run writes its current ones
-    /// again: a result that no longer counts must not stay listed).
-    pub async fn delete_eval_items(&self, run_id: &str) -> Result<(), sqlx::Error> {
-        sqlx::query("DELETE FROM eval_items WHERE run_id = $1")
-            .bind(&*text(run_id))
-            .execute(self.pool())
-            .await?;
+    /// Forgets every item row of run `run_id` when that run is `owner`'s (a resumed run
+    /// writes its current ones again: a result that no longer counts must not stay listed).
+    pub async fn delete_eval_items(&self, run_id: &str, owner: &str) -> Result<(), sqlx::Error> {
+        sqlx::query(
+            "DELETE FROM eval_items WHERE run_id = $1 \
+             AND EXISTS (SELECT 1 FROM eval_runs WHERE id = $1 AND owner = $2)",
+        )
+        .bind(&*text(run_id))
+        .bind(owner)
+        .execute(self.pool())
+        .await?;
         Ok(())
     }
 }
@@ -310,19 +326,66 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let db = open(&dir).await;
         let mut r = run("eval_1", "", 1_000);
-        db.save_eval_run(&r).await.unwrap();
+        assert!(db.save_eval_run(&r).await.unwrap());
         assert_eq!(db.eval_run("eval_1").await.unwrap(), Some(r.clone()));
 
         r.status = "finished".into();
         r.updated_ms = 9_000;
         r.report = Some(serde_json::json!({"arms": [{"name": "panel", "accuracy": 0.75}]}));
-        // What a second save cannot change: when the run began and whose it is.
+        // What a second save cannot change: when the run began.
         let mut again = r.clone();
         again.created_ms = 5_000;
-        again.owner = "someone-else".into();
-        db.save_eval_run(&again).await.unwrap();
+        assert!(db.save_eval_run(&again).await.unwrap());
         assert_eq!(db.eval_run("eval_1").await.unwrap(), Some(r));
         assert_eq!(db.eval_run("eval_2").await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn another_owners_writes_change_nothing_of_a_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir).await;
+        let mine = run("eval_1", "owner-a", 1_000);
+        assert!(db.save_eval_run(&mine).await.unwrap());
+        assert!(
+            db.save_eval_item("eval_1", "owner-a", &item("1", "panel", true))
+                .await
+                .unwrap()
+        );
+        // Another owner (a copied folder, an edited run.json) naming the same id.
+        let mut theirs = run("eval_1", "owner-b", 2_000);
+        theirs.status = "finished".into();
+        theirs.report = Some(serde_json::json!({"taken": true}));
+        assert!(!db.save_eval_run(&theirs).await.unwrap());
+        let mut other = item("1", "panel", false);
+        other.session_ids = vec!["sess_theirs".into()];
+        assert!(
+            !db.save_eval_item("eval_1", "owner-b", &other)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !db.save_eval_item("eval_1", "owner-b", &item("2", "panel", true))
+                .await
+                .unwrap()
+        );
+        db.delete_eval_items("eval_1", "owner-b").await.unwrap();
+        // Nobody's run is not everybody's either.
+        db.delete_eval_items("eval_1", "").await.unwrap();
+        assert_eq!(db.eval_run("eval_1").await.unwrap(), Some(mine));
+        assert_eq!(
+            db.eval_items("eval_1", 0, 10).await.unwrap(),
+            [item("1", "panel", true)]
+        );
+        // No run, no item: a row needs its owner's run.
+        assert!(
+            !db.save_eval_item("eval_9", "owner-a", &item("1", "panel", true))
+                .await
+                .unwrap()
+        );
+        assert_eq!(db.eval_item_count("eval_9").await.unwrap(), 0);
+        // The owner's own delete still clears them.
+        db.delete_eval_items("eval_1", "owner-a").await.unwrap();
+        assert_eq!(db.eval_item_count("eval_1").await.unwrap(), 0);
     }
 
     #[tokio::test]
@@ -354,9 +417,11 @@ mod tests {
         db.save_eval_run(&run("eval_2", "", 2)).await.unwrap();
         for id in ["10", "2", "1"] {
             for arm in ["panel", "agent:gpt"] {
-                db.save_eval_item("eval_1", &item(id, arm, arm == "panel"))
-                    .await
-                    .unwrap();
+                assert!(
+                    db.save_eval_item("eval_1", "", &item(id, arm, arm == "panel"))
+                        .await
+                        .unwrap()
+                );
             }
         }
         let mut failed = item("q\0nul", "sc5:gpt", true);
@@ -365,7 +430,7 @@ mod tests {
         failed.cost_usd = None;
         failed.samples = vec![None, Some("41".into())];
         failed.latency_s = f64::NAN;
-        db.save_eval_item("eval_2", &failed).await.unwrap();
+        assert!(db.save_eval_item("eval_2", "", &failed).await.unwrap());
 
         assert_eq!(db.eval_item_count("eval_1").await.unwrap(), 6);
         assert_eq!(db.eval_item_count("nope").await.unwrap(), 0);
@@ -393,7 +458,7 @@ mod tests {
         // Saved again: replaced, not added.
         let mut regraded = item("2", "panel", false);
         regraded.failed = Some("the judge failed".into());
-        db.save_eval_item("eval_1", &regraded).await.unwrap();
+        assert!(db.save_eval_item("eval_1", "", &regraded).await.unwrap());
         assert_eq!(db.eval_item_count("eval_1").await.unwrap(), 6);
         assert_eq!(db.eval_items("eval_1", 3, 1).await.unwrap(), [regraded]);
 
