@@ -1,5 +1,8 @@
 //! The SSE half every wire format shares: bytes → events (with an idle limit) → a
-//! format-specific [`EventDecoder`] → provider-neutral chunks.
+//! format-specific [`EventDecoder`] → provider-neutral chunks, whichever HTTP client read
+//! the bytes. What bounds a streamed answer's size lives here, once for every format and
+//! client: one event's bytes, and the bytes of answer one call may bring
+//! ([`MAX_ANSWER_BYTES`]).
 
 use std::time::Duration;
 
@@ -28,6 +31,67 @@ pub trait EventDecoder: Send + 'static {
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError>;
     /// The body ended without a `Done` step.
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError>;
+    /// The bytes of answer this decoder has taken in to hold back until later (tool calls
+    /// with their arguments, thinking blocks and reasoning items sent back with them),
+    /// counted as they arrived ([`Held`]). With what went out as it arrived, this is what
+    /// [`MAX_ANSWER_BYTES`] bounds.
+    fn held(&self) -> usize;
+}
+
+/// The most bytes of answer one call may bring: its text, its reasoning, and its tool
+/// calls with what a format keeps to send back with them. The engine keeps an answer
+/// whole until its turn ends, so an upstream that never stopped (2 GiB of `delta.content`
+/// in 12 s) held all of it in memory. Far above any real answer: the most a model writes
+/// in one call today (128k output tokens) is about 0.5 MiB of text, and 3,000 tokens a
+/// second for a whole 300 s turn would still be under 4 MiB.
+pub const MAX_ANSWER_BYTES: usize = 8 * 1024 * 1024;
+
+/// What holding one more item (a tool call, a content block, a reasoning item) costs
+/// besides its text: its structure and allocations, and more, so that the cap also bounds
+/// their number (8,192), which decoders search through for each new piece. Charged per
+/// item, so a stream of empty items adds up too. A real call holds a few dozen.
+const ITEM_BYTES: usize = 1024;
+
+/// The bytes of answer a decoder holds back ([`EventDecoder::held`]): counted as they
+/// arrive and never taken off, so text replaced later (a call's arguments sent again)
+/// still counts once.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Held(usize);
+
+impl Held {
+    /// `bytes` more of text held.
+    pub(crate) fn add(&mut self, bytes: usize) {
+        self.0 = self.0.saturating_add(bytes);
+    }
+
+    /// One more item held, with `bytes` of text.
+    pub(crate) fn item(&mut self, bytes: usize) {
+        self.add(ITEM_BYTES.saturating_add(bytes));
+    }
+
+    pub(crate) fn bytes(self) -> usize {
+        self.0
+    }
+}
+
+/// The bytes a chunk brings that the engine keeps: its text, or a call's name. A
+/// [`ProviderChunk::ToolCall`] was counted by its decoder while it was held.
+fn kept_bytes(chunk: &ProviderChunk) -> usize {
+    match chunk {
+        ProviderChunk::Text(text) | ProviderChunk::Reasoning(text) => text.len(),
+        ProviderChunk::ToolCallStarted { name } => name.len(),
+        ProviderChunk::ToolCall(_) | ProviderChunk::Usage(_) | ProviderChunk::Finish(_) => 0,
+    }
+}
+
+/// Whether a step's chunks, with what went out before (`sent`, updated) and what the
+/// decoder holds, pass [`MAX_ANSWER_BYTES`].
+fn past_answer_cap(sent: &mut usize, step: &Step, held: usize) -> bool {
+    let (Step::More(chunks) | Step::Done(chunks)) = step;
+    for chunk in chunks {
+        *sent = sent.saturating_add(kept_bytes(chunk));
+    }
+    sent.saturating_add(held) > MAX_ANSWER_BYTES
 }
 
 /// An event's trimmed data; `None` for an event that carries nothing (keep-alives).
@@ -72,8 +136,9 @@ pub(crate) fn json_payload<T: serde::de::DeserializeOwned>(
 
 /// Drives `decoder` over an SSE byte stream. The stream ends after `Done` or the first
 /// error; `idle_timeout` bounds the silence between two pieces of the body (SSE comments
-/// count as life: OpenRouter sends them while a slow model thinks). After a `Done` the
-/// body's rest is read in the background ([`read_out`]).
+/// count as life: OpenRouter sends them while a slow model thinks), [`MAX_ANSWER_BYTES`]
+/// the answer (then `InvalidResponse`, and what the decoder held is dropped). After a
+/// `Done` the body's rest is read in the background ([`read_out`]).
 pub(crate) fn decode_events<S, E, D>(mut decoder: D, body: S, idle_timeout: Duration) -> ChunkStream
 where
     S: Stream<Item = Result<Bytes, E>> + Send + 'static,
@@ -83,12 +148,24 @@ where
     Box::pin(async_stream::stream! {
         let events = SseStream::from_bytes_stream(bounded(body, idle_timeout, MAX_EVENT_BYTES));
         let mut events = Some(Box::pin(events));
+        // Bytes of text, reasoning and call names that went out.
+        let mut sent = 0;
         loop {
             let Some(body) = events.as_mut() else {
                 return;
             };
             let step = match body.next().await {
                 Some(Ok(event)) => match decoder.on_event(event) {
+                    Ok(step) if past_answer_cap(&mut sent, &step, decoder.held()) => {
+                        Err(ProviderError::new(
+                            ProviderErrorKind::InvalidResponse,
+                            decoder.provider(),
+                            format!(
+                                "the upstream's answer passed {} MiB (text, reasoning and tool calls together)",
+                                MAX_ANSWER_BYTES / (1024 * 1024)
+                            ),
+                        ))
+                    }
                     Ok(Step::Done(chunks)) => {
                         if let Some(rest) = events.take() {
                             read_out(rest);
@@ -355,6 +432,96 @@ mod tests {
         assert!(stream.next().await.is_none());
     }
 
+    /// A test format: `t:N` goes out as N bytes of text, `h:N` is N bytes held back,
+    /// `done` ends the stream.
+    struct Counting {
+        held: Held,
+    }
+
+    impl EventDecoder for Counting {
+        fn new(_: String) -> Self {
+            Self {
+                held: Held::default(),
+            }
+        }
+        fn provider(&self) -> &str {
+            "test"
+        }
+        fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+            let data = event_data(&event).unwrap_or_default();
+            if data == "done" {
+                return Ok(Step::Done(vec![ProviderChunk::Finish(FinishReason::Stop)]));
+            }
+            let n = |rest: &str| rest.parse::<usize>().unwrap();
+            Ok(Step::More(match data.split_once(':') {
+                Some(("t", rest)) => vec![ProviderChunk::Text("x".repeat(n(rest)))],
+                Some(("h", rest)) => {
+                    self.held.add(n(rest));
+                    Vec::new()
+                }
+                _ => Vec::new(),
+            }))
+        }
+        fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
+            Ok(Vec::new())
+        }
+        fn held(&self) -> usize {
+            self.held.bytes()
+        }
+    }
+
+    /// The chunks of `body` decoded with [`Counting`], its error, and when it came.
+    async fn run(
+        body: impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static,
+        idle: Duration,
+    ) -> (Vec<ProviderChunk>, Option<ProviderError>, Duration) {
+        let start = tokio::time::Instant::now();
+        let mut stream = decode_events(Counting::new(String::new()), body, idle);
+        let mut chunks = Vec::new();
+        while let Some(item) = stream.next().await {
+            match item {
+                Ok(chunk) => chunks.push(chunk),
+                Err(error) => return (chunks, Some(error), start.elapsed()),
+            }
+        }
+        (chunks, None, start.elapsed())
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_its_cap_fails_counting_what_went_out_and_what_is_held() {
+        let mib = 1024 * 1024;
+        let cap = MAX_ANSWER_BYTES / mib;
+        let event = |kind: &str, n: usize| Ok(Bytes::from(format!("data: {kind}:{n}\n\n")));
+        // Exactly the cap, half sent and half held: a whole answer.
+        let mut body = vec![
+            event("t", MAX_ANSWER_BYTES / 2),
+            event("h", MAX_ANSWER_BYTES / 2),
+        ];
+        body.push(Ok(Bytes::from_static(b"data: done\n\n")));
+        let (chunks, error, _) = run(futures::stream::iter(body), Duration::from_secs(5)).await;
+        assert!(error.is_none(), "{error:?}");
+        assert_eq!(chunks.len(), 2);
+        // A MiB at a time, sent or held, for ever: cut at the cap, and the chunk that
+        // passed it never goes out.
+        for kind in ["t", "h"] {
+            let endless = futures::stream::iter((0..10 * cap).map(move |_| event(kind, mib)));
+            let (chunks, error, _) = run(endless, Duration::from_secs(5)).await;
+            let error = error.unwrap();
+            assert_eq!(error.kind, ProviderErrorKind::InvalidResponse, "{kind}");
+            assert!(
+                error.message.contains(&format!("{cap} MiB")),
+                "{}",
+                error.message
+            );
+            let sent: usize = chunks.iter().map(kept_bytes).sum();
+            assert_eq!(
+                sent,
+                if kind == "t" { MAX_ANSWER_BYTES } else { 0 },
+                "{kind}"
+            );
+        }
+    }
+
     #[test]
     fn an_event_is_counted_from_the_blank_line_before_it_whatever_the_line_ends() {
         for (body, last) in [
@@ -408,3 +575,7 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+mod answer_cap_tests;
