@@ -1,7 +1,9 @@
-//! Issue 36 part 7: a hostile upstream cannot hold the server's memory. One call's answer
-//! is cut at 8 MiB (text, reasoning and tool calls together) whichever client reads it (the
-//! own HTTP/1.1 client, h2c, reqwest through a proxy), while the panel's other agent
-//! answers.
+//! Issue 36 part 7: a hostile upstream holds neither memory nor time. One call's answer is
+//! cut at 8 MiB (text, reasoning and tool calls together) whichever client reads it (the
+//! own HTTP/1.1 client, h2c, reqwest through a proxy), and a head sent a byte a second,
+//! endless `100 Continue` heads, an error body sent a byte every 2 s or a stream of SSE
+//! comments each end the call well before the turn's timeout (300 s), while the panel's
+//! other agent answers.
 //!
 //! The real binary serves; the hostile upstream is a loopback listener in the test writing
 //! raw bytes (axum's h2c server for the h2c case), the other agent the simulator.
@@ -29,6 +31,10 @@ const FLOOD: u64 = 2 * 1024 * MIB;
 /// The memory a flooded call may add to the server's: generous over the 8 MiB cap.
 const RSS_ALLOWANCE: u64 = 64 * MIB;
 
+/// How long a session with a slow-drip upstream may take: the turn's timeout is 300 s, and
+/// before this change each held the call that long (or 120 s a try).
+const SESSION_WITHIN: Duration = Duration::from_secs(60);
+
 /// The bytes of answer one flooding event carries.
 const PIECE: usize = 64 * 1024;
 
@@ -40,9 +46,10 @@ fn bin() -> String {
 // ---------------------------------------------------------------------------------------
 // The hostile upstream
 
-/// One connection to the hostile upstream: when it closed, the bytes written.
+/// One connection to the hostile upstream: when it opened and closed, the bytes written.
 #[derive(Clone, Debug)]
 struct Conn {
+    opened: Instant,
     closed: Option<Instant>,
     sent: u64,
 }
@@ -51,6 +58,12 @@ struct Conn {
 enum Behaviour {
     /// A 200 event stream: `opening`, then `event` again and again, [`FLOOD`] bytes in all.
     Flood { opening: Bytes, event: Bytes },
+    /// `head`, then `piece` every `every` (at most 400 times) until the client goes.
+    Drip {
+        head: &'static [u8],
+        piece: &'static [u8],
+        every: Duration,
+    },
 }
 
 /// A loopback listener that answers every request as `Behaviour` says.
@@ -81,6 +94,7 @@ impl Hostile {
                 let index = {
                     let mut conns = seen.lock().unwrap();
                     conns.push(Conn {
+                        opened: Instant::now(),
                         closed: None,
                         sent: 0,
                     });
@@ -162,6 +176,30 @@ async fn answer(mut conn: TcpStream, behaviour: Behaviour, sent: impl Fn(u64)) {
                 }
                 total += event.len() as u64;
                 sent(event.len() as u64);
+            }
+        }
+        Behaviour::Drip { head, piece, every } => {
+            let (mut read, mut write) = conn.into_split();
+            if write.write_all(head).await.is_err() {
+                return;
+            }
+            sent(head.len() as u64);
+            let mut buf = [0u8; 1024];
+            for _ in 0..400 {
+                tokio::select! {
+                    () = tokio::time::sleep(every) => {
+                        if write.write_all(piece).await.is_err() {
+                            return;
+                        }
+                        sent(piece.len() as u64);
+                    }
+                    // The client closed (or reset) the connection.
+                    read = read.read(&mut buf) => {
+                        if !matches!(read, Ok(n) if n > 0) {
+                            return;
+                        }
+                    }
+                }
             }
         }
     }
@@ -431,4 +469,79 @@ async fn a_2_gib_answer_is_cut_over_reqwest_through_a_proxy() {
     })
     .await;
     hostile.closed().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Time
+
+/// The session answers within [`SESSION_WITHIN`] and the hostile upstream's connections
+/// were each held `within` at most: how long the longest was.
+async fn ends_soon(what: &str, behaviour: Behaviour, within: Duration) {
+    let hostile = Hostile::start(behaviour).await;
+    let server = Server::start(&hostile.url, "", &[]);
+    let asked = server.ask(SESSION_WITHIN).await;
+    let conns = hostile.conns();
+    let held: Vec<Duration> = conns
+        .iter()
+        .map(|c| c.closed.unwrap_or_else(Instant::now) - c.opened)
+        .collect();
+    eprintln!("{what}: {asked:?}; connections held {held:?}");
+    let (status, text, took) = asked.unwrap_or_else(|error| panic!("{what}: {error}"));
+    assert_eq!(status, 200, "{what}: {text}");
+    assert!(!text.is_empty(), "{what}: no answer");
+    assert!(took < SESSION_WITHIN, "{what}: {took:?}");
+    assert!(
+        !conns.is_empty(),
+        "{what}: the hostile agent was never called"
+    );
+    for conn in hostile.closed().await {
+        let held = conn.closed.unwrap() - conn.opened;
+        assert!(held < within, "{what}: a connection held {held:?}");
+    }
+}
+
+const SECOND: Duration = Duration::from_secs(1);
+
+#[tokio::test]
+async fn a_head_sent_a_byte_a_second_ends_the_call_soon() {
+    // 10 s from the head's first byte, a try; before, 120 s (the first-byte timeout).
+    let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-slow: ";
+    let drip = Behaviour::Drip {
+        head,
+        piece: b"a",
+        every: SECOND,
+    };
+    ends_soon("a dripped head", drip, 15 * SECOND).await;
+}
+
+#[tokio::test]
+async fn endless_interim_heads_end_the_call_soon() {
+    let drip = Behaviour::Drip {
+        head: b"HTTP/1.1 100 Continue\r\n\r\n",
+        piece: b"HTTP/1.1 100 Continue\r\n\r\n",
+        every: Duration::from_millis(200),
+    };
+    ends_soon("endless 100 Continue", drip, 15 * SECOND).await;
+}
+
+#[tokio::test]
+async fn an_error_body_sent_a_byte_every_2_s_ends_the_call_soon() {
+    // Its deadline is 10 s, or the idle timeout when shorter (5 s here).
+    let drip = Behaviour::Drip {
+        head: b"HTTP/1.1 500 Internal Server Error\r\ncontent-type: application/json\r\ncontent-length: 65536\r\n\r\n",
+        piece: b"x",
+        every: 2 * SECOND,
+    };
+    ends_soon("a dripped error body", drip, 10 * SECOND).await;
+}
+
+#[tokio::test]
+async fn a_stream_of_sse_comments_only_ends_the_call_at_the_idle_timeout() {
+    // A comment a second, under the idle timeout (5 s here): before, each restarted it.
+    let drip = Behaviour::Drip {
+        head: b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\r\n",
+        piece: b": OPENROUTER PROCESSING\n\n",
+        every: SECOND,
+    };
+    ends_soon("SSE comments only", drip, 10 * SECOND).await;
 }
