@@ -21,7 +21,7 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::connect::{H2C_NEEDS_HTTP, UpstreamHttp};
-use crate::h1::{H1Client, Target};
+use crate::h1::{H1Client, HEAD_WITHIN, Target};
 use crate::retry::CallPolicy;
 use crate::sse::error_chain;
 use crate::{ProviderError, ProviderErrorKind};
@@ -119,6 +119,7 @@ impl HttpClient {
         let plain = H1Client::new(
             CallPolicy::default().connect_timeout,
             TCP_KEEPALIVE,
+            HEAD_WITHIN,
             USER_AGENT,
         );
         let h2c = hyper_builder()

@@ -43,5 +43,5 @@ pub use client::{HttpClient, MAX_IDLE_PER_HOST, http_client};
 pub use connect::{H2C_NEEDS_HTTP, UpstreamHttp, Upstreams, Wire};
 pub use presets::check_model;
 pub use retry::{CallPolicy, RetryObserver};
-pub use sse::{EventDecoder, Step};
+pub use sse::{EventDecoder, MAX_ANSWER_BYTES, Step};
 pub use upstream::{EndpointParts, HttpProvider, UpstreamConfig, WireFormat, decode_stream};

@@ -28,7 +28,8 @@ pub struct CallPolicy {
     pub connect_timeout: Duration,
     /// Time to the response headers.
     pub first_byte_timeout: Duration,
-    /// Longest silence inside a stream.
+    /// Longest wait for an event with data inside a stream (SSE comments do not count); an
+    /// error body's time too, when shorter than the 10 s it has.
     pub idle_timeout: Duration,
 }
 

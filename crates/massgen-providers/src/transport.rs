@@ -20,6 +20,11 @@ use super::{ChunkStream, ProviderError, ProviderErrorKind};
 /// Error bodies longer than this are cut: we only quote them.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 
+/// How long an error body may take to arrive (or `idle_timeout`, when shorter); what came
+/// by then is quoted. A real one is a few hundred bytes sent with its head; sent a byte
+/// every 2 s, under any idle limit, a 64 KiB one held a call for the turn's whole timeout.
+const ERROR_BODY_WITHIN: Duration = Duration::from_secs(10);
+
 pub(crate) use super::client::Body;
 use super::client::{Response, Route};
 
@@ -180,12 +185,13 @@ fn failed(error: ProviderError, should_retry: Option<bool>) -> (ProviderError, A
     (error, failure)
 }
 
-/// The (start of the) body of an error response; a broken or stalled body yields what
-/// arrived, since the status already tells the story.
+/// The (start of the) body of an error response; a broken, stalled or slow body yields
+/// what arrived, since the status already tells the story.
 async fn read_error_body(mut body: Body, idle_timeout: Duration) -> String {
+    let deadline = tokio::time::Instant::now() + ERROR_BODY_WITHIN.min(idle_timeout);
     let mut bytes = Vec::new();
     while bytes.len() < MAX_ERROR_BODY_BYTES {
-        match tokio::time::timeout(idle_timeout, body.next()).await {
+        match tokio::time::timeout_at(deadline, body.next()).await {
             Ok(Some(Ok(chunk))) => bytes.extend_from_slice(&chunk),
             _ => break,
         }
@@ -278,6 +284,30 @@ pub(crate) fn secret_header(value: &str) -> Result<http::HeaderValue, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_error_body_sent_slowly_is_quoted_as_far_as_it_came_by_its_deadline() {
+        // A byte every 3 s, under any idle limit: 64 KiB of it took 55 hours.
+        let body: Body = Box::pin(async_stream::stream! {
+            for _ in 0..MAX_ERROR_BODY_BYTES {
+                yield Ok(Bytes::from_static(b"x"));
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+        });
+        let start = tokio::time::Instant::now();
+        let text = read_error_body(body, Duration::from_secs(120)).await;
+        assert_eq!(start.elapsed(), ERROR_BODY_WITHIN);
+        assert_eq!(text, "xxxx");
+        // A shorter idle limit is the deadline.
+        let body: Body = Box::pin(async_stream::stream! {
+            yield Ok(Bytes::from_static(b"late"));
+            tokio::time::sleep(Duration::from_secs(60)).await;
+        });
+        let start = tokio::time::Instant::now();
+        let text = read_error_body(body, Duration::from_secs(3)).await;
+        assert_eq!(start.elapsed(), Duration::from_secs(3));
+        assert_eq!(text, "late");
+    }
 
     #[test]
     fn every_form_of_the_upstream_url_is_hidden_from_error_texts() {

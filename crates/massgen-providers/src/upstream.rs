@@ -70,9 +70,9 @@ pub trait WireFormat: Send + Sync + 'static {
 
 /// Decodes a streamed (SSE) response body of wire format `W` into provider-neutral chunks.
 ///
-/// `idle_timeout` bounds the silence between two pieces of the body (SSE comments count as
-/// life: OpenRouter sends them while a slow model thinks). The stream ends after a `Finish`
-/// chunk or after the first error.
+/// `idle_timeout` bounds the wait between two events with data (SSE comments do not count),
+/// and the answer is bounded in bytes ([`crate::MAX_ANSWER_BYTES`]). The stream ends after a
+/// `Finish` chunk or after the first error.
 pub fn decode_stream<W: WireFormat>(
     provider_name: String,
     body: impl Stream<Item = Result<Bytes, impl std::error::Error + Send + Sync + 'static>>

@@ -16,7 +16,7 @@ use sse_stream::Sse;
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{BlockWire, DeltaWire, EventWire, UsageWire};
-use crate::sse::{EventDecoder, Step};
+use crate::sse::{EventDecoder, Held, Step};
 use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage};
 
 enum Block {
@@ -46,6 +46,8 @@ pub struct Decoder {
     usage: UsageWire,
     saw_usage: bool,
     stop_reason: Option<String>,
+    /// What the blocks took in, for the answer's cap.
+    held: Held,
 }
 
 impl Decoder {
@@ -58,6 +60,7 @@ impl Decoder {
             usage: UsageWire::default(),
             saw_usage: false,
             stop_reason: None,
+            held: Held::default(),
         }
     }
 
@@ -120,6 +123,8 @@ impl Decoder {
                     }
                     (DeltaWire::ThinkingDelta { thinking }, block) => {
                         if let Some(Block::Thinking { text, .. }) = block {
+                            // Kept to be sent back, besides going out: held twice.
+                            self.held.add(thinking.len());
                             text.push_str(&thinking);
                         }
                         if !thinking.is_empty() {
@@ -130,12 +135,14 @@ impl Decoder {
                         DeltaWire::SignatureDelta { signature },
                         Some(Block::Thinking { signature: s, .. }),
                     ) => {
+                        self.held.add(signature.len());
                         s.push_str(&signature);
                     }
                     (
                         DeltaWire::InputJsonDelta { partial_json },
                         Some(Block::ToolUse { json, .. }),
                     ) => {
+                        self.held.add(partial_json.len());
                         json.push_str(&partial_json);
                     }
                     _ => {}
@@ -240,6 +247,11 @@ impl EventDecoder for Decoder {
             return Ok(Step::More(Vec::new()));
         };
         let payload: EventWire = crate::sse::json_payload(&self.provider, data)?;
+        if matches!(payload, EventWire::ContentBlockStart { .. }) {
+            // A block is held from its start to its stop, with all its start brought (a
+            // thinking block's text and signature, a tool's first input).
+            self.held.item(data.len());
+        }
         self.on_payload(payload)
     }
 
@@ -254,6 +266,10 @@ impl EventDecoder for Decoder {
                 "stream ended early (no message_stop)",
             ))
         }
+    }
+
+    fn held(&self) -> usize {
+        self.held.bytes()
     }
 }
 

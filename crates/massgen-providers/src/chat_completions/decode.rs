@@ -41,6 +41,10 @@ impl EventDecoder for Decoder {
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
         Decoder::on_end_of_body(self)
     }
+
+    fn held(&self) -> usize {
+        self.tool_calls.held()
+    }
 }
 
 impl Decoder {
@@ -129,7 +133,7 @@ impl Decoder {
 
     /// The held-back chunks: tool calls in index order, the last usage, the finish.
     fn complete(&mut self) -> Vec<ProviderChunk> {
-        let calls = std::mem::take(&mut self.tool_calls).finish();
+        let calls = self.tool_calls.finish();
         let finish = match self.finish {
             // Some servers (older vLLM, Ollama) say "stop" after calling tools.
             Some(FinishReason::Stop) | None if !calls.is_empty() => FinishReason::ToolCalls,

@@ -9,6 +9,7 @@
 
 use super::wire::ToolCallDeltaWire;
 use crate::ToolCall;
+use crate::sse::Held;
 
 #[derive(Debug)]
 struct Slot {
@@ -21,6 +22,8 @@ struct Slot {
 #[derive(Debug, Default)]
 pub(crate) struct ToolCallAssembler {
     slots: Vec<Slot>,
+    /// What the calls took in, for the answer's cap.
+    held: Held,
 }
 
 enum Target {
@@ -40,8 +43,11 @@ impl ToolCallAssembler {
         let id = delta.id.filter(|id| !id.is_empty());
         let name = function.name.filter(|name| !name.is_empty());
         let arguments = function.arguments.unwrap_or_default();
+        let text = |s: &Option<String>| s.as_ref().map_or(0, String::len);
+        let bytes = text(&id) + text(&name) + arguments.len();
         match self.target(delta.index, id.as_deref()) {
             Target::New => {
+                self.held.item(bytes);
                 self.slots.push(Slot {
                     index: delta.index,
                     id,
@@ -51,6 +57,7 @@ impl ToolCallAssembler {
                 name
             }
             Target::Existing { slot, resent } => {
+                self.held.add(bytes);
                 let slot = &mut self.slots[slot];
                 if slot.id.is_none() {
                     slot.id = id;
@@ -91,11 +98,15 @@ impl ToolCallAssembler {
         }
     }
 
+    /// The bytes the calls took in so far ([`Held`]).
+    pub fn held(&self) -> usize {
+        self.held.bytes()
+    }
+
     /// The complete calls in index order (arrival order within an index), with ids
     /// synthesized as `call_<n>` where the upstream sent none.
-    pub fn finish(self) -> Vec<ToolCall> {
-        let mut slots: Vec<Slot> = self
-            .slots
+    pub fn finish(&mut self) -> Vec<ToolCall> {
+        let mut slots: Vec<Slot> = std::mem::take(&mut self.slots)
             .into_iter()
             .filter(|s| !s.name.is_empty() || !s.arguments.is_empty())
             .collect();

@@ -15,7 +15,7 @@ use sse_stream::Sse;
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
 use super::wire::{ChunkWire, FunctionCallWire, PartWire, UsageWire};
-use crate::sse::{EventDecoder, Step};
+use crate::sse::{EventDecoder, Held, Step};
 use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage};
 
 /// A call whose arguments are still streaming (Vertex `partialArgs`).
@@ -34,6 +34,8 @@ pub struct Decoder {
     usage: Option<UsageWire>,
     finish: Option<String>,
     blocked: bool,
+    /// What the calls took in, for the answer's cap.
+    held: Held,
 }
 
 impl Decoder {
@@ -45,6 +47,7 @@ impl Decoder {
             usage: None,
             finish: None,
             blocked: false,
+            held: Held::default(),
         }
     }
 
@@ -114,17 +117,22 @@ impl Decoder {
                     continue;
                 };
                 let value = if let Some(piece) = arg.string_value {
-                    let so_far = partial
-                        .args
-                        .get(&key)
-                        .and_then(Value::as_str)
-                        .unwrap_or_default();
-                    Value::String(format!("{so_far}{piece}"))
+                    self.held.add(key.len() + piece.len());
+                    // Appended where it is: rebuilding the string for every piece cost
+                    // time in the square of the argument's length.
+                    if let Some(Value::String(so_far)) = partial.args.get_mut(&key) {
+                        so_far.push_str(&piece);
+                        continue;
+                    }
+                    Value::String(piece)
                 } else if let Some(number) = arg.number_value {
+                    self.held.add(key.len() + 8);
                     number
                 } else if let Some(flag) = arg.bool_value {
+                    self.held.add(key.len() + 1);
                     Value::Bool(flag)
                 } else {
+                    self.held.add(key.len());
                     Value::Null
                 };
                 partial.args.insert(key, value);
@@ -138,6 +146,9 @@ impl Decoder {
         self.close_partial();
         let started = ProviderChunk::ToolCallStarted { name: name.clone() };
         if call.will_continue == Some(true) && call.args.is_none() {
+            let id_len = call.id.as_ref().map_or(0, String::len);
+            let signature_len = signature.as_ref().map_or(0, String::len);
+            self.held.item(id_len + name.len() + signature_len);
             self.partial = Some(Partial {
                 id: call.id,
                 name,
@@ -147,6 +158,10 @@ impl Decoder {
             return Some(started);
         }
         let arguments = call.args.unwrap_or_else(|| json!({})).to_string();
+        let id_len = call.id.as_ref().map_or(0, String::len);
+        let signature_len = signature.as_ref().map_or(0, String::len);
+        self.held
+            .item(id_len + name.len() + arguments.len() + signature_len);
         self.push_call(call.id, name, arguments, signature);
         Some(started)
     }
@@ -229,6 +244,10 @@ impl EventDecoder for Decoder {
                 "stream ended early (no finishReason)",
             ))
         }
+    }
+
+    fn held(&self) -> usize {
+        self.held.bytes()
     }
 }
 

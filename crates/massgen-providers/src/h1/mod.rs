@@ -43,11 +43,20 @@ const RESEND_WITHIN: Duration = Duration::from_secs(1);
 /// The most header fields a response head may have.
 const MAX_HEADERS: usize = 100;
 
+/// How long a response head may take from its first byte to its end, interim (1xx) heads
+/// before it included. Waiting for the first byte is the model's time, bounded by the
+/// call's `first_byte_timeout`; once an upstream answers, a real one sends its head in one
+/// packet. A head sent a byte a second, or `100 Continue` heads without end, held a call
+/// for the turn's whole timeout.
+pub(crate) const HEAD_WITHIN: Duration = Duration::from_secs(10);
+
 /// The client: a pool of idle connections per upstream host. Cheap to share by `Arc`.
 pub(crate) struct H1Client {
     pool: Arc<Pool>,
     connect_timeout: Duration,
     keepalive: Duration,
+    /// [`HEAD_WITHIN`], shorter in tests.
+    head_within: Duration,
     user_agent: HeaderValue,
 }
 
@@ -91,12 +100,14 @@ impl H1Client {
     pub(crate) fn new(
         connect_timeout: Duration,
         keepalive: Duration,
+        head_within: Duration,
         user_agent: &'static str,
     ) -> Self {
         Self {
             pool: Arc::new(Pool::default()),
             connect_timeout,
             keepalive,
+            head_within,
             user_agent: HeaderValue::from_static(user_agent),
         }
     }
@@ -120,7 +131,7 @@ impl H1Client {
                 None => (self.connect(&target.address).await?, false),
             };
             let sent = tokio::time::Instant::now();
-            match exchange(stream, &head, &body).await {
+            match exchange(stream, &head, &body, self.head_within).await {
                 Ok((stream, head, buf)) => {
                     let reuse = head
                         .reusable
@@ -137,7 +148,7 @@ impl H1Client {
                 }
                 Err(failed) => {
                     return Err(SendError {
-                        timeout: false,
+                        timeout: failed.timeout,
                         message: failed.message,
                     });
                 }
@@ -240,27 +251,39 @@ struct Head {
     reusable: bool,
 }
 
-/// Why a call got no response head, and whether any byte of one had arrived.
+/// Why a call got no response head, whether any byte of one had arrived, and whether it
+/// took too long.
 struct Failed {
     message: String,
     answered: bool,
+    timeout: bool,
 }
 
-/// Writes the request and reads the response head; what was read past it is the body's.
+impl Failed {
+    fn new(message: String, answered: bool) -> Self {
+        Self {
+            message,
+            answered,
+            timeout: false,
+        }
+    }
+}
+
+/// Writes the request and reads the response head, which must end within `head_within`
+/// of its first byte; what was read past it is the body's.
 async fn exchange(
     mut stream: TcpStream,
     head: &[u8],
     body: &Bytes,
+    head_within: Duration,
 ) -> Result<(TcpStream, Head, BytesMut), Failed> {
     let mut request = Buf::chain(head, &body[..]);
-    stream
-        .write_all_buf(&mut request)
-        .await
-        .map_err(|error| Failed {
-            message: format!("cannot send the request upstream: {error}"),
-            answered: false,
-        })?;
+    stream.write_all_buf(&mut request).await.map_err(|error| {
+        Failed::new(format!("cannot send the request upstream: {error}"), false)
+    })?;
     let mut buf = BytesMut::new();
+    // Set by the head's first byte.
+    let mut deadline = None;
     loop {
         if !buf.is_empty() {
             match parse_head(&buf) {
@@ -282,44 +305,55 @@ async fn exchange(
                 Err(message) => return Err(answered(message)),
             }
         }
-        let had = !buf.is_empty();
-        // The buffer is taken only once there is something to read: while the model
-        // thinks (seconds, with every session's calls in flight) a call holds none.
-        let ready = stream.readable().await;
-        if let Err(error) = ready {
-            return Err(Failed {
-                message: format!("reading the upstream's response: {error}"),
-                answered: had,
-            });
-        }
-        if buf.capacity() - buf.len() < READ_BUFFER / 4 {
-            buf.reserve(READ_BUFFER);
-        }
-        // tokio's read (not `try_read`): a read that leaves room clears the readiness, so
-        // the body's first read waits for the socket instead of finding nothing.
-        match stream.read_buf(&mut buf).await {
-            Ok(0) => {
-                return Err(Failed {
-                    message: "the upstream closed the connection before responding".to_string(),
-                    answered: had,
-                });
+        let had = deadline.is_some();
+        let read = async {
+            // The buffer is taken only once there is something to read: while the model
+            // thinks (seconds, with every session's calls in flight) a call holds none.
+            stream.readable().await?;
+            if buf.capacity() - buf.len() < READ_BUFFER / 4 {
+                buf.reserve(READ_BUFFER);
             }
-            Ok(_) => {}
+            // tokio's read (not `try_read`): a read that leaves room clears the readiness,
+            // so the body's first read waits for the socket instead of finding nothing.
+            stream.read_buf(&mut buf).await
+        };
+        let read = match deadline {
+            Some(deadline) => match tokio::time::timeout_at(deadline, read).await {
+                Ok(read) => read,
+                Err(_) => {
+                    return Err(Failed {
+                        message: format!(
+                            "the upstream's response head did not end within {head_within:?} of its first byte"
+                        ),
+                        answered: true,
+                        timeout: true,
+                    });
+                }
+            },
+            None => read.await,
+        };
+        match read {
+            Ok(0) => {
+                return Err(Failed::new(
+                    "the upstream closed the connection before responding".to_string(),
+                    had,
+                ));
+            }
+            Ok(_) => {
+                deadline.get_or_insert_with(|| tokio::time::Instant::now() + head_within);
+            }
             Err(error) => {
-                return Err(Failed {
-                    message: format!("reading the upstream's response: {error}"),
-                    answered: had,
-                });
+                return Err(Failed::new(
+                    format!("reading the upstream's response: {error}"),
+                    had,
+                ));
             }
         }
     }
 }
 
 fn answered(message: String) -> Failed {
-    Failed {
-        message,
-        answered: true,
-    }
+    Failed::new(message, true)
 }
 
 enum Parsed {

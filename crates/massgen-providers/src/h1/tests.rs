@@ -17,6 +17,7 @@ fn client() -> H1Client {
     H1Client::new(
         Duration::from_secs(5),
         Duration::from_secs(30),
+        HEAD_WITHIN,
         "massgen/test",
     )
 }
@@ -431,4 +432,89 @@ fn framing_follows_rfc_9112() {
         body::framing(StatusCode::NO_CONTENT, &headers(&[])),
         Ok(Framing::Length(0))
     );
+}
+
+/// A server that reads one request, waits `wait`, writes `first`, then `piece` every `gap`
+/// up to `times` times.
+async fn dripping(
+    wait: Duration,
+    first: &'static [u8],
+    piece: &'static [u8],
+    gap: Duration,
+    times: usize,
+) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap().to_string();
+    tokio::spawn(async move {
+        let (mut conn, _) = listener.accept().await.unwrap();
+        read_request(&mut conn).await.unwrap();
+        tokio::time::sleep(wait).await;
+        conn.write_all(first).await.unwrap();
+        for _ in 0..times {
+            if conn.write_all(piece).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(gap).await;
+        }
+    });
+    address
+}
+
+#[tokio::test]
+async fn a_head_must_end_soon_after_its_first_byte_interim_heads_included() {
+    let within = Duration::from_millis(400);
+    let client = H1Client::new(
+        Duration::from_secs(5),
+        Duration::from_secs(30),
+        within,
+        "massgen/test",
+    );
+    let ms = Duration::from_millis;
+    // A byte of a head every 50 ms, and `100 Continue` heads every 50 ms: neither ever
+    // ends (400 pieces: 20 s), so each was only bounded by the call's first-byte timeout.
+    for (what, first, piece) in [
+        (
+            "a dripped head",
+            &b"HTTP/1.1 200 OK\r\nx-slow: "[..],
+            &b"a"[..],
+        ),
+        (
+            "endless interim heads",
+            b"",
+            b"HTTP/1.1 100 Continue\r\n\r\n",
+        ),
+    ] {
+        let address = dripping(ms(0), first, piece, ms(50), 400).await;
+        let started = std::time::Instant::now();
+        let target = Target::parse(&format!("http://{address}/v1")).unwrap();
+        let headers = HeaderMap::new();
+        let sent = client.post(&target, &headers, Bytes::from_static(b"{}"));
+        let Err(error) = tokio::time::timeout(LIMIT, sent).await.unwrap() else {
+            panic!("{what}: a response");
+        };
+        assert!(error.timeout, "{what}: {}", error.message);
+        assert!(
+            error.message.contains("did not end within 400ms"),
+            "{what}: {}",
+            error.message
+        );
+        // Generous: the bound is 400 ms from the first byte.
+        assert!(
+            started.elapsed() < ms(3000),
+            "{what}: {:?}",
+            started.elapsed()
+        );
+    }
+    // The wait before the first byte is the model's, not the head's: a head that comes
+    // whole after three times the bound is read.
+    let address = dripping(
+        ms(1200),
+        b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok",
+        b"",
+        ms(0),
+        0,
+    )
+    .await;
+    let response = post(&client, &address, &HeaderMap::new()).await.unwrap();
+    assert_eq!(body_of(response).await.unwrap(), "ok");
 }

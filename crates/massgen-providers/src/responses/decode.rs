@@ -12,7 +12,7 @@ use sse_stream::Sse;
 use super::request::OPAQUE_KEY;
 use super::wire::{ErrorWire, EventWire, ResponseWire, UsageWire};
 use crate::errors::{self as common, ErrorInfo};
-use crate::sse::{EventDecoder, Step};
+use crate::sse::{EventDecoder, Held, Step};
 use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage};
 
 struct Call {
@@ -32,6 +32,8 @@ pub struct Decoder {
     /// Reasoning items finished since the last function call began.
     reasoning: Vec<Value>,
     reasoning_seen: bool,
+    /// What the calls and reasoning items took in, for the answer's cap.
+    held: Held,
 }
 
 impl Decoder {
@@ -41,6 +43,7 @@ impl Decoder {
             calls: Vec::new(),
             reasoning: Vec::new(),
             reasoning_seen: false,
+            held: Held::default(),
         }
     }
 
@@ -51,7 +54,8 @@ impl Decoder {
         })
     }
 
-    fn on_payload(&mut self, event: EventWire) -> Result<Step, ProviderError> {
+    /// One event; `size`: its data's bytes, what an output item it brings is held as.
+    fn on_payload(&mut self, event: EventWire, size: usize) -> Result<Step, ProviderError> {
         let mut out = Vec::new();
         let text = |delta: Option<String>| delta.filter(|d| !d.is_empty());
         match event.kind.as_str() {
@@ -69,10 +73,10 @@ impl Decoder {
                 out.push(ProviderChunk::Reasoning("\n\n".into()));
             }
             "response.output_item.added" => {
-                out.extend(self.on_item(event.output_index, event.item, false));
+                out.extend(self.on_item(event.output_index, event.item, false, size));
             }
             "response.output_item.done" => {
-                out.extend(self.on_item(event.output_index, event.item, true));
+                out.extend(self.on_item(event.output_index, event.item, true, size));
             }
             "response.function_call_arguments.delta" => {
                 let delta = event.delta.unwrap_or_default();
@@ -80,6 +84,7 @@ impl Decoder {
                     && !call.done
                 {
                     call.arguments.push_str(&delta);
+                    self.held.add(delta.len());
                 }
             }
             "response.function_call_arguments.done" => {
@@ -87,7 +92,9 @@ impl Decoder {
                     event.arguments,
                     self.call_for(event.output_index, event.item_id.as_deref()),
                 ) {
+                    let bytes = arguments.len();
                     call.arguments = arguments;
+                    self.held.add(bytes);
                 }
             }
             "response.completed" | "response.incomplete" => {
@@ -112,17 +119,20 @@ impl Decoder {
         Ok(Step::More(out))
     }
 
-    /// Tracks a function-call item; a call seen for the first time is announced.
+    /// Tracks a function-call item; a call seen for the first time is announced. An item
+    /// kept is held as `size` bytes (its event's).
     fn on_item(
         &mut self,
         output_index: Option<u32>,
         item: Option<Value>,
         done: bool,
+        size: usize,
     ) -> Option<ProviderChunk> {
         let item = item?;
         let field = |key: &str| item.get(key).and_then(Value::as_str).map(str::to_owned);
         match item.get("type").and_then(Value::as_str) {
             Some("function_call") => {
+                self.held.item(size);
                 let item_id = field("id");
                 let arguments = field("arguments");
                 if let Some(call) = self.call_for(output_index, item_id.as_deref()) {
@@ -148,6 +158,7 @@ impl Decoder {
                 Some(ProviderChunk::ToolCallStarted { name })
             }
             Some("reasoning") if done => {
+                self.held.item(size);
                 self.reasoning.push(item);
                 None
             }
@@ -223,7 +234,7 @@ impl EventDecoder for Decoder {
             return Ok(Step::More(Vec::new()));
         };
         let payload: EventWire = crate::sse::json_payload(&self.provider, data)?;
-        self.on_payload(payload)
+        self.on_payload(payload, data.len())
     }
 
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
@@ -232,6 +243,10 @@ impl EventDecoder for Decoder {
             self.provider.clone(),
             "stream ended early (no response.completed)",
         ))
+    }
+
+    fn held(&self) -> usize {
+        self.held.bytes()
     }
 }
 
