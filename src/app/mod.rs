@@ -6,6 +6,7 @@
 
 mod caller;
 pub mod descriptors;
+mod estimate;
 pub mod forward;
 mod observer;
 mod open;

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
 use super::descriptors::Descriptors;
+use super::estimate;
 use super::forward::{self, Observe};
 use super::observer::SessionObserver;
 use super::panels::{self, request_panel::request_panel};
@@ -126,13 +127,19 @@ impl UseCase<'_> {
         // Before any upstream call: short of descriptors the client gets a 503 now, never
         // a session that fails half-way on "Too many open files".
         let descriptors = self.permits.try_descriptors(&panel)?;
+        // Computed before the await: `Ask` holds the edge's share, which is `Send` only.
+        let first_round = estimate::first_round_usd(&panel, &ask.input);
         let reservation = self
-            .reserve_cost(&ask.caller, &panel, &ask.overrides)
+            .reserve_cost(&ask.caller, &panel, &ask.overrides, first_round)
             .await?;
         if let Some(reserved) = &reservation {
-            // The session may spend what it reserved, no more (never more than its own
-            // caps: the reservation is at most the smallest of them).
-            ask.overrides.max_cost_usd = Some(reserved.usd);
+            // The session may spend what it reserved, no more, and no more than its own
+            // caps (the reservation covers at least its first round, which may be more).
+            ask.overrides.max_cost_usd = Some(
+                ask.overrides
+                    .max_cost_usd
+                    .map_or(reserved.usd, |cap| cap.min(reserved.usd)),
+            );
         }
         let model_chosen = panels::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model))
             || !ask.overrides.models.is_empty();
@@ -187,14 +194,17 @@ impl UseCase<'_> {
     }
 
     /// Under `--max-key-cost-usd-per-day`, reserves the new session's maximum cost from what
-    /// `caller` may still spend today: the smallest of `--max-session-cost-usd`, the panel's
-    /// and the request's `max_cost_usd`, else all that is left (then the key's next session
-    /// waits for this one to end). Refused, before any upstream call, when nothing is left.
+    /// `ask`'s caller may still spend today: the smallest of `--max-session-cost-usd`, the
+    /// panel's and the request's `max_cost_usd`, else all that is left (then the key's next
+    /// session waits for this one to end), but never less than `first_round`, what its
+    /// first round can cost ([`estimate`]): however small its cap, a session's first calls
+    /// run at once. Refused, before any upstream call, when less than that is left.
     async fn reserve_cost(
         &self,
         caller: &Caller,
         panel: &PanelConfig,
         overrides: &Overrides,
+        first_round: f64,
     ) -> Result<Option<spend::Reservation>, Refusal> {
         let Some(quota) = self.quota else {
             return Ok(None);
@@ -215,7 +225,7 @@ impl UseCase<'_> {
             quota,
             caller.owner(),
             sessions.now_ms(),
-            cap,
+            (cap, first_round),
             production.records_interrupted_after,
         )
         .await;

@@ -19,6 +19,9 @@ pub struct Spent {
 pub struct Want {
     /// USD to reserve at most.
     pub usd: f64,
+    /// USD to reserve at least: what the session's first round can cost; refused when
+    /// less is left.
+    pub floor: f64,
     /// The owner's day's limit.
     pub limit: f64,
     /// What this process's other sessions of the owner hold reserved (counted instead of
@@ -64,33 +67,44 @@ pub struct QuotaSpent {
     pub spent: Spent,
     /// What running sessions hold reserved (given back as they end).
     pub reserved_usd: f64,
+    /// What the refused session had to reserve at least (its first round's cost).
+    pub first_round_usd: f64,
 }
 
 impl QuotaSpent {
     /// Whether a running session's end can make room: something is reserved and the day's
-    /// spend alone has not reached the limit (then only 00:00 UTC helps).
+    /// spend alone leaves room for the session's first round (else only 00:00 UTC helps).
     pub fn may_free_up(&self) -> bool {
-        self.reserved_usd > 0.0 && self.spent.usd < self.limit_usd
+        self.reserved_usd > 0.0 && self.spent.usd + self.first_round_usd < self.limit_usd
     }
 }
 
 impl DailyQuota {
     /// What a new session of an owner who spent `spent` today, while its running sessions
-    /// reserved `reserved`, may spend: all that is left, or `cap` when less.
+    /// reserved `reserved`, reserves: all that is left, or `cap` when less, but never less
+    /// than `floor` (what its first round can cost: its calls run at once, whatever its
+    /// cap); refused when less than that is left.
     pub fn allowance(
         &self,
         spent: Spent,
         reserved: f64,
         cap: Option<f64>,
+        floor: f64,
     ) -> Result<f64, QuotaSpent> {
         let left = self.limit_usd - spent.usd - reserved;
-        if left > 0.0 {
-            Ok(cap.map_or(left, |cap| cap.min(left)))
+        let floor = if floor.is_finite() {
+            floor.max(0.0)
+        } else {
+            left
+        };
+        if left > 0.0 && left >= floor {
+            Ok(cap.map_or(left, |cap| cap.max(floor).min(left)))
         } else {
             Err(QuotaSpent {
                 limit_usd: self.limit_usd,
                 spent,
                 reserved_usd: reserved,
+                first_round_usd: floor,
             })
         }
     }
@@ -109,8 +123,11 @@ mod tests {
                 tokens: 0,
             },
             reserved_usd: reserved,
+            first_round_usd: 0.5,
         };
         assert!(refused(3.0, 2.0).may_free_up());
+        // What is left after the spend alone is less than a first round.
+        assert!(!refused(4.6, 0.2).may_free_up());
         assert!(!refused(3.0, 0.0).may_free_up());
         // Spent to the limit: a running session's end gives back no room.
         assert!(!refused(5.0, 1.0).may_free_up());
@@ -131,21 +148,23 @@ mod tests {
     fn the_allowance_is_what_is_left_and_none_at_the_limit() {
         let quota = DailyQuota { limit_usd: 1.0 };
         let spent = |usd| Spent { usd, tokens: 9 };
-        assert_eq!(quota.allowance(spent(0.0), 0.0, None), Ok(1.0));
-        assert_eq!(quota.allowance(spent(0.75), 0.0, None), Ok(0.25));
-        assert_eq!(quota.allowance(spent(0.25), 0.5, None), Ok(0.25));
-        assert_eq!(quota.allowance(spent(0.0), 0.0, Some(0.1)), Ok(0.1));
+        assert_eq!(quota.allowance(spent(0.0), 0.0, None, 0.0), Ok(1.0));
+        assert_eq!(quota.allowance(spent(0.75), 0.0, None, 0.0), Ok(0.25));
+        assert_eq!(quota.allowance(spent(0.25), 0.5, None, 0.0), Ok(0.25));
+        assert_eq!(quota.allowance(spent(0.0), 0.0, Some(0.1), 0.0), Ok(0.1));
         assert_eq!(
             quota
-                .allowance(spent(0.0), 0.95, Some(0.1))
+                .allowance(spent(0.0), 0.95, Some(0.1), 0.0)
                 .map(|u| (u * 100.0).round()),
             Ok(5.0)
         );
-        let refused = quota.allowance(spent(1.0), 0.0, Some(0.1)).unwrap_err();
+        let refused = quota
+            .allowance(spent(1.0), 0.0, Some(0.1), 0.0)
+            .unwrap_err();
         assert_eq!(refused.limit_usd, 1.0);
         assert_eq!(refused.spent.tokens, 9);
-        assert!(quota.allowance(spent(2.0), 0.0, None).is_err());
-        let held = quota.allowance(spent(0.5), 0.5, None).unwrap_err();
+        assert!(quota.allowance(spent(2.0), 0.0, None, 0.0).is_err());
+        let held = quota.allowance(spent(0.5), 0.5, None, 0.0).unwrap_err();
         assert_eq!(held.reserved_usd, 0.5);
     }
 }

@@ -95,13 +95,14 @@ impl SpendLedger {
     }
 
     /// Reserves for a session of `owner` at most `cap` USD (all that is left without one)
-    /// of `quota`, counting what the database says the owner spent (`stored`, which may
-    /// hold other processes' spend) or this process's count, whichever is more.
+    /// and at least `floor` of `quota` ([`DailyQuota::allowance`]), counting what the
+    /// database says the owner spent (`stored`, which may hold other processes' spend) or
+    /// this process's count, whichever is more.
     fn reserve_here(
         &self,
         owner: &str,
         now_ms: u64,
-        cap: Option<f64>,
+        (cap, floor): (Option<f64>, f64),
         quota: DailyQuota,
         stored: Spent,
     ) -> Result<Reservation, QuotaSpent> {
@@ -111,7 +112,7 @@ impl SpendLedger {
         let own = today.spent.get(owner).copied().unwrap_or_default();
         let spent = if stored.usd > own.usd { stored } else { own };
         let reserved = today.reserved.get(owner).copied().unwrap_or_default();
-        let usd = quota.allowance(spent, reserved, cap)?;
+        let usd = quota.allowance(spent, reserved, cap, floor)?;
         *today.reserved.entry(owner.into()).or_default() += usd;
         Ok(Reservation {
             today: Arc::clone(&self.today),
@@ -272,8 +273,9 @@ async fn release_later(db: &RecordDb, id: &str, spent: f64) {
 }
 
 /// Reserves a new session's maximum cost for `owner` under `quota`: at most `cap` (the
-/// session's own cost limit), else all that is left of the day. Refused when nothing is
-/// left: spent, or reserved by the owner's running sessions. With PostgreSQL the
+/// session's own cost limit), else all that is left of the day, and at least `floor`
+/// (what its first round can cost, [`crate::app::estimate`]). Refused when less than that
+/// is left: spent, or reserved by the owner's running sessions. With PostgreSQL the
 /// reservation is made in the database too (every replica's sessions count), and it may
 /// be smaller there; a database that cannot be reached leaves this process's ledger
 /// (sessions still run when the records database is down), as for the spend.
@@ -284,7 +286,7 @@ pub async fn reserve(
     quota: DailyQuota,
     owner: &str,
     now_ms: u64,
-    cap: Option<f64>,
+    (cap, floor): (Option<f64>, f64),
     stale_after: Duration,
 ) -> Result<Reservation, QuotaSpent> {
     let usable = ledger.db_usable(db, now_ms);
@@ -304,7 +306,7 @@ pub async fn reserve(
         },
         None => Spent::default(),
     };
-    let mut reservation = ledger.reserve_here(owner, now_ms, cap, quota, stored)?;
+    let mut reservation = ledger.reserve_here(owner, now_ms, (cap, floor), quota, stored)?;
     let Some(db) = shared else {
         return Ok(reservation);
     };
@@ -314,6 +316,7 @@ pub async fn reserve(
     let own = (ledger.reserved(owner, now_ms) - reservation.usd).max(0.0);
     let want = Want {
         usd: reservation.usd,
+        floor,
         limit: quota.limit_usd,
         own,
     };
@@ -399,14 +402,18 @@ mod tests {
         let ledger = SpendLedger::default();
         let quota = DailyQuota { limit_usd: 5.0 };
         let none = Spent::default();
-        let reserve = |cap| ledger.reserve_here("a", NOON, cap, quota, none);
+        let reserve = |cap| ledger.reserve_here("a", NOON, (cap, 0.0), quota, none);
         // Five sessions capped at $1 fit in a $5 day; the sixth does not.
         let held: Vec<_> = (0..5).map(|_| reserve(Some(1.0)).unwrap()).collect();
         let refused = reserve(Some(1.0)).unwrap_err();
         assert_eq!(refused.reserved_usd, 5.0);
         assert_eq!(ledger.reserved("a", NOON), 5.0);
         // Another owner has its own day.
-        assert!(ledger.reserve_here("b", NOON, None, quota, none).is_ok());
+        assert!(
+            ledger
+                .reserve_here("b", NOON, (None, 0.0), quota, none)
+                .is_ok()
+        );
         // Two sessions spent 0.25 each; all end: the spend stays, the rest comes back.
         ledger.add("a", NOON, 0.25, 1);
         ledger.add("a", NOON, 0.25, 1);
@@ -422,14 +429,16 @@ mod tests {
             usd: 4.9,
             tokens: 1,
         };
-        let rest = ledger.reserve_here("a", NOON, None, quota, stored).unwrap();
+        let rest = ledger
+            .reserve_here("a", NOON, (None, 0.0), quota, stored)
+            .unwrap();
         assert!((rest.usd - 0.1).abs() < 1e-9);
         drop(rest);
         // A reservation of yesterday given back today leaves today alone.
         let late = reserve(Some(1.0)).unwrap();
         let tomorrow = NOON + DAY_MS;
         let today = ledger
-            .reserve_here("a", tomorrow, Some(2.0), quota, none)
+            .reserve_here("a", tomorrow, (Some(2.0), 0.0), quota, none)
             .unwrap();
         drop(late);
         assert_eq!(ledger.reserved("a", tomorrow), 2.0);

@@ -307,8 +307,16 @@ impl ApiError {
                  running sessions reserved ${:.6} of its ${} (--max-key-cost-usd-per-day; without \
                  keys, the whole server's). Each session reserves its maximum cost (the smallest of \
                  --max-session-cost-usd, the panel's and the request's max_cost_usd, else all that is \
-                 left) until it ends; retry when one has ended",
-                q.spent.usd, q.reserved_usd, q.limit_usd
+                 left), and at least what its first round can cost (${:.6} here: its agents' first \
+                 calls run at once), until it ends; retry when one has ended",
+                q.spent.usd, q.reserved_usd, q.limit_usd, q.first_round_usd
+            ),
+            Self::QuotaSpent(q) if q.spent.usd < q.limit_usd => format!(
+                "Daily spending limit reached: this API key spent ${:.6} ({} tokens) today of \
+                 its ${} (--max-key-cost-usd-per-day; without keys, the whole server's), and what \
+                 is left is less than this panel's first round can cost (${:.6}: its agents' first \
+                 calls run at once); it resets at 00:00 UTC",
+                q.spent.usd, q.spent.tokens, q.limit_usd, q.first_round_usd
             ),
             Self::QuotaSpent(q) => format!(
                 "Daily spending limit reached: this API key spent ${:.6} ({} tokens) today of \

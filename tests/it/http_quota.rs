@@ -17,8 +17,10 @@ use crate::support::{
 
 const KEY_A: &str = "sk-mg-quota-key-a-0123456789";
 const KEY_B: &str = "sk-mg-quota-key-b-0123456789";
-/// Less than any answer costs at the priced panel's prices.
-const LIMIT: &str = "0.000001";
+/// Enough for one session's first round at the priced panel's prices (the server reserves
+/// at least that before a session starts: about $0.0025 with the agents' 50-token output
+/// cap), less than a whole session costs (about $0.0034).
+const LIMIT: &str = "0.003";
 
 const FAST: [&str; 2] = [
     "alpha:ttft_ms=10,token_ms=1,vote=agent1",
@@ -28,7 +30,12 @@ const FAST: [&str; 2] = [
 /// Writes the priced default panel, an unpriced `massgen/unpriced` and the two keys into
 /// `dir`, on the simulator at `url`; returns the server's flags.
 fn quota_configs(dir: &Path, url: &str) -> Vec<String> {
-    let team = write(dir, "team.yaml", &priced_panel(url, &FAST, ""));
+    let team = write(
+        dir,
+        "team.yaml",
+        &priced_panel(url, &FAST, "")
+            .replace("\n      model: ", "\n      max_tokens: 50\n      model: "),
+    );
     let configs = dir.join("configs");
     std::fs::create_dir_all(&configs).unwrap();
     write(&configs, "unpriced.yaml", &panel_yaml(url, &FAST, ""));
@@ -111,8 +118,8 @@ async fn a_key_over_its_daily_cost_is_refused_on_every_door_and_the_other_key_is
     // its budget, and having spent more than the limit, A is done for today.
     let body = ok_json(post(url, chat.0, Some(KEY_A), &chat.1).await, "A's first").await;
     let meta = &body["massgen_metadata"];
-    assert_eq!(meta["max_cost_usd"], 0.000001, "{meta}");
-    assert!(meta["cost_usd"].as_f64().unwrap() >= 0.000001, "{meta}");
+    assert_eq!(meta["max_cost_usd"], 0.003, "{meta}");
+    assert!(meta["cost_usd"].as_f64().unwrap() >= 0.003, "{meta}");
 
     for (path, request) in on_each_door("massgen") {
         let response = post(url, path, Some(KEY_A), &request).await;
@@ -129,7 +136,7 @@ async fn a_key_over_its_daily_cost_is_refused_on_every_door_and_the_other_key_is
             assert_eq!(body["error"]["type"], "rate_limit_error", "{body}");
             body["error"]["message"].as_str().unwrap().to_string()
         };
-        for part in ["$0.000001", "--max-key-cost-usd-per-day", "00:00 UTC"] {
+        for part in ["$0.003", "--max-key-cost-usd-per-day", "00:00 UTC"] {
             assert!(message.contains(part), "{path}: {message}");
         }
         assert!(!message.contains(KEY_A), "{message}");
@@ -145,7 +152,7 @@ async fn a_key_over_its_daily_cost_is_refused_on_every_door_and_the_other_key_is
     // B has spent nothing: it is answered (once: at this limit one session spends it all).
     let [.., messages] = on_each_door("massgen");
     let body = ok_json(post(url, messages.0, Some(KEY_B), &messages.1).await, "B").await;
-    assert_eq!(body["massgen_metadata"]["max_cost_usd"], 0.000001, "{body}");
+    assert_eq!(body["massgen_metadata"]["max_cost_usd"], 0.003, "{body}");
     let again = post(url, messages.0, Some(KEY_B), &messages.1).await;
     assert_eq!(again.status(), 429);
 

@@ -53,7 +53,10 @@ fn start(panel: impl FnOnce(&str) -> String, flags: &[&str]) -> Budgeted {
 }
 
 /// Two simulated agents priced so that one session costs a few dollars (USD per million
-/// tokens), each first token after `ttft_ms`.
+/// tokens), each first token after `ttft_ms`, with an output cap (`max_tokens: 50`, above
+/// what the simulator writes in one call) as real configs have: without one a session's
+/// first round is counted at 4,096 output tokens an agent, which at these prices is more
+/// than the day.
 fn expensive(url: &str, ttft_ms: u64) -> String {
     let models = [
         format!("alpha:ttft_ms={ttft_ms},token_ms=1,vote=agent1"),
@@ -62,7 +65,7 @@ fn expensive(url: &str, ttft_ms: u64) -> String {
     let models: Vec<&str> = models.iter().map(String::as_str).collect();
     panel_yaml(url, &models, "").replace(
         "\n      model: ",
-        "\n      pricing: {input_per_million: 2000, output_per_million: 8000}\n      model: ",
+        "\n      pricing: {input_per_million: 2000, output_per_million: 8000}\n      max_tokens: 50\n      model: ",
     )
 }
 
@@ -163,6 +166,81 @@ async fn twenty_concurrent_sessions_of_a_key_keep_its_five_dollar_day() {
 }
 
 #[tokio::test]
+async fn a_hundred_tiny_budget_requests_keep_a_five_dollar_day() {
+    // Each request asks for a limit far below one call's cost. Its agents' first calls run
+    // at once whatever the limit, so each session reserves at least what that first round
+    // can cost: before, each reserved its $0.000001 and all of them ran a round (one run:
+    // 100 requests, $20.24 spent on a $5 day).
+    let s = start(
+        |url| expensive(url, 300),
+        &["--max-key-cost-usd-per-day", "5"],
+    );
+    let url = s.server.url.clone();
+    let mut body = chat_body(false);
+    body["massgen"] = json!({"max_cost_usd": 0.000001});
+    let results = post_at_once(
+        vec![url.clone(); 100],
+        "/v1/chat/completions",
+        Some(KEY_A),
+        &body,
+    )
+    .await;
+    let (answered, most) = answered_and_most(results);
+    let spent = spent_usd(&url).await;
+    let calls = mock_stats(&s.mock).await["requests"].as_u64().unwrap();
+    eprintln!(
+        "100 requests of max_cost_usd 0.000001 on a $5 day: {answered} answered, {calls} upstream calls, ${spent:.2} spent, at most ${most:.2} by one"
+    );
+    assert!(answered >= 1, "at least one session ran");
+    // The day is kept but for what the calls running when the allowance ran out spent
+    // beyond it: at most one session's worth.
+    assert!(
+        spent <= 5.0 + most,
+        "spent ${spent:.2} of a $5 day ({answered} sessions answered, the most one spent ${most:.2})"
+    );
+}
+
+#[tokio::test]
+async fn tiny_budget_requests_on_two_postgresql_replicas_keep_the_day() {
+    // As above, 80 requests split over two replicas sharing the day (one run before: $16.19
+    // spent on a $5 day).
+    let Some(pg) = PgServer::start() else { return };
+    let mock = mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let team = write(dir.path(), "team.yaml", &expensive(&mock.url, 300));
+    let keys = write(dir.path(), "keys.txt", &format!("{KEY_A}\n{KEY_B}\n"));
+    let flags: Vec<String> = [
+        "--config",
+        team.to_str().unwrap(),
+        "--api-keys-file",
+        keys.to_str().unwrap(),
+        "--max-key-cost-usd-per-day",
+        "5",
+    ]
+    .map(String::from)
+    .to_vec();
+    let a = serve_on(&flags, &pg.url());
+    let b = serve_on(&flags, &pg.url());
+    let mut body = chat_body(false);
+    body["massgen"] = json!({"max_cost_usd": 0.000001});
+    let urls = (0..80).map(|i| {
+        if i % 2 == 0 {
+            a.url.clone()
+        } else {
+            b.url.clone()
+        }
+    });
+    let results = post_at_once(urls, "/v1/chat/completions", Some(KEY_A), &body).await;
+    let (answered, most) = answered_and_most(results);
+    let spent = spent_usd(&a.url).await + spent_usd(&b.url).await;
+    eprintln!(
+        "80 requests of max_cost_usd 0.000001 on two replicas, a $5 day: {answered} answered, ${spent:.2} spent"
+    );
+    assert!(answered >= 1);
+    assert!(spent <= 5.0 + most, "spent ${spent:.2} of a $5 day");
+}
+
+#[tokio::test]
 async fn with_a_session_cap_a_keys_sessions_run_at_once_within_its_day() {
     // Each session reserves its $1 cap: five at once fit in the $5 day, the sixth does not.
     let s = start(
@@ -199,10 +277,11 @@ async fn with_a_session_cap_a_keys_sessions_run_at_once_within_its_day() {
 #[tokio::test]
 async fn a_key_that_cannot_reserve_is_refused_before_any_upstream_call() {
     // No session cap: a session reserves all that is left of the day, so while it runs
-    // the key's next session cannot reserve anything.
+    // the key's next session cannot reserve anything. A session costs about $3.40 here and
+    // reserves at least its first round (about $2.40): $8 leaves room for a second after.
     let s = start(
         |url| expensive(url, 3000),
-        &["--max-key-cost-usd-per-day", "5"],
+        &["--max-key-cost-usd-per-day", "8"],
     );
     let url = s.server.url.clone();
     let first = {

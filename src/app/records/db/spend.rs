@@ -213,7 +213,7 @@ impl RecordDb {
             limit_usd: want.limit,
         };
         let reserved = others.unwrap_or_default() + want.own;
-        let granted = match quota.allowance(spent, reserved, Some(want.usd)) {
+        let granted = match quota.allowance(spent, reserved, Some(want.usd), want.floor) {
             Ok(usd) => usd,
             Err(refused) => {
                 tx.commit().await?;
@@ -420,6 +420,7 @@ mod tests {
             async move {
                 let want = Want {
                     usd,
+                    floor: 0.0,
                     limit: 5.0,
                     own: 0.0,
                 };
