@@ -27,6 +27,7 @@ use super::session::{Ask, Step};
 use super::structured;
 use crate::app::{Caller, Sessions};
 use crate::server::AppState;
+use crate::server::bodies::ShareSlot;
 use crate::server::error::{ApiError, PathId};
 use crate::server::sse;
 use render::{Envelope, Live};
@@ -51,6 +52,7 @@ impl Door for Responses {
         state: &AppState,
         caller: Caller,
         body: &[u8],
+        _share: Option<&ShareSlot>,
     ) -> Result<Prepared<Plan>, ApiError> {
         let request = request::parse(body)?;
         let history::Conversation {
