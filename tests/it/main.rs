@@ -71,6 +71,7 @@ mod security_budgets;
 mod security_paths;
 mod security_records;
 mod security_schema;
+mod security_store;
 mod security_urls;
 mod structured_output;
 mod ui_e2e;
