@@ -352,6 +352,11 @@ pub struct ProductionArgs {
               ProductionSettings::default().max_buffered_body_bytes
           ))]
     pub max_buffered_body_bytes: Option<usize>,
+    /// Bytes of stored Responses API responses one API key (without keys: the server)
+    /// may hold; past it a `store: true` request gets 429 storage_quota_exceeded
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_STORED_BYTES_PER_KEY", value_parser = Number::<u64>::new(),
+          default_value_t = ProductionSettings::default().max_stored_bytes_per_key)]
+    pub max_stored_bytes_per_key: u64,
     /// Seconds a streaming client may leave its buffer full (not reading) before it is
     /// dropped as a disconnect
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_CLIENT_STALL_TIMEOUT_SECONDS", value_parser = Number::<u64>::new(),
@@ -429,6 +434,7 @@ impl Default for ProductionArgs {
             max_connections: d.max_connections,
             max_connections_per_address: None,
             max_buffered_body_bytes: None,
+            max_stored_bytes_per_key: d.max_stored_bytes_per_key,
             client_stall_timeout_seconds: d.client_stall_timeout.as_secs(),
             max_subscribers_per_session: d.max_subscribers_per_session,
             max_subscribers_per_key: d.max_subscribers_per_key,

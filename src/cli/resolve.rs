@@ -182,6 +182,10 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             Some(count(args.max_subscribers_per_key)),
             "--max-subscribers-per-key",
         ),
+        (
+            Some(args.max_stored_bytes_per_key),
+            "--max-stored-bytes-per-key",
+        ),
     ] {
         if value == Some(0) {
             return Err(Fatal::usage(format!("{name} must be at least 1")));
@@ -232,6 +236,7 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
         max_buffered_body_bytes: args
             .max_buffered_body_bytes
             .unwrap_or(memory.max_buffered_body_bytes),
+        max_stored_bytes_per_key: args.max_stored_bytes_per_key,
         client_stall_timeout: Duration::from_secs(args.client_stall_timeout_seconds),
         max_subscribers_per_session: args.max_subscribers_per_session,
         max_subscribers_per_key: args.max_subscribers_per_key,

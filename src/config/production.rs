@@ -12,6 +12,11 @@ use massgen_core::Secret;
 /// larger, so one largest body always fits).
 pub const DEFAULT_BUFFERED_BODY_BYTES: usize = 32 * 1024 * 1024;
 
+/// `--max-stored-bytes-per-key` unless given: 1 GiB holds some 20,000 turns of a coding
+/// agent (tens of KB of tool output and answer each) within the database's 30 days of
+/// retention, while a disk of a few GiB per key is enough for any key's worst.
+pub const DEFAULT_STORED_BYTES_PER_KEY: u64 = 1024 * 1024 * 1024;
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProductionSettings {
     /// Accepted bearer keys; empty means no authentication.
@@ -58,6 +63,9 @@ pub struct ProductionSettings {
     /// Request body bytes all requests together may hold (from the first byte read until
     /// the response is done); a request that would go over waits briefly, then gets 503.
     pub max_buffered_body_bytes: usize,
+    /// Bytes of stored Responses API responses one API key (the whole server, without
+    /// keys) may hold; past it a `store: true` request is answered 429.
+    pub max_stored_bytes_per_key: u64,
     /// A streaming client whose buffer stays full this long is dropped as a disconnect.
     pub client_stall_timeout: Duration,
     /// Readers of one session's `/events` at once; more are answered 429.
@@ -175,6 +183,7 @@ impl Default for ProductionSettings {
             max_connections: 4096,
             max_connections_per_address: 2048,
             max_buffered_body_bytes: DEFAULT_BUFFERED_BODY_BYTES,
+            max_stored_bytes_per_key: DEFAULT_STORED_BYTES_PER_KEY,
             client_stall_timeout: Duration::from_secs(30),
             max_subscribers_per_session: 16,
             max_subscribers_per_key: 64,

@@ -77,6 +77,8 @@ pub enum ApiError {
     TooManySubscribers { per: SubscriberScope, max: usize },
     /// 429: the key spent its `--max-key-cost-usd-per-day` today.
     QuotaSpent(QuotaSpent),
+    /// 429: the key's stored responses take its `--max-stored-bytes-per-key`.
+    StorageFull { stored: u64, limit: u64 },
     /// 404: no session record with this id (or not the caller's).
     SessionNotFound { id: String },
     /// 404: no stored response with this id (or not the caller's).
@@ -141,7 +143,8 @@ impl ApiError {
             | Self::TooManySessions { .. }
             | Self::TooManyKeySessions { .. }
             | Self::TooManySubscribers { .. }
-            | Self::QuotaSpent(_) => StatusCode::TOO_MANY_REQUESTS,
+            | Self::QuotaSpent(_)
+            | Self::StorageFull { .. } => StatusCode::TOO_MANY_REQUESTS,
             Self::SessionNotFound { .. } | Self::ResponseNotFound { .. } => StatusCode::NOT_FOUND,
         }
     }
@@ -184,7 +187,8 @@ impl ApiError {
             | Self::TooManySessions { .. }
             | Self::TooManyKeySessions { .. }
             | Self::TooManySubscribers { .. }
-            | Self::QuotaSpent(_) => "rate_limit_error",
+            | Self::QuotaSpent(_)
+            | Self::StorageFull { .. } => "rate_limit_error",
         }
     }
 
@@ -218,6 +222,7 @@ impl ApiError {
             Self::TooManySessions { .. } | Self::TooManyKeySessions { .. } => "too_many_sessions",
             Self::TooManySubscribers { .. } => "too_many_subscribers",
             Self::QuotaSpent(_) => "insufficient_quota",
+            Self::StorageFull { .. } => "storage_quota_exceeded",
             Self::SessionNotFound { .. } => "session_not_found",
             Self::ResponseNotFound { .. } => "response_not_found",
             Self::RecordsUnavailable => "records_unavailable",
@@ -323,6 +328,12 @@ impl ApiError {
                  its ${} (--max-key-cost-usd-per-day; without keys, the whole server's); it \
                  resets at 00:00 UTC",
                 q.spent.usd, q.spent.tokens, q.limit_usd
+            ),
+            Self::StorageFull { stored, limit } => format!(
+                "This API key's stored responses take {stored} bytes of its {limit} \
+                 (--max-stored-bytes-per-key; without keys, the whole server's): send \
+                 'store': false, or wait until older responses pass the records' retention \
+                 (--records-max-age-seconds)"
             ),
             Self::SessionNotFound { id } => format!("No session record '{id}'"),
             Self::BodiesBusy { budget, part: None } => format!(

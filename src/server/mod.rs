@@ -167,9 +167,13 @@ impl AppState {
             spend: Arc::default(),
         });
         let responses = ResponseStore::with_db(
-            records.records_max_sessions,
-            records.records_max_age,
-            doors::responses::store::MAX_BYTES,
+            doors::responses::store::Limits {
+                max_count: records.records_max_sessions,
+                max_age: records.records_max_age,
+                max_bytes: doors::responses::store::MAX_BYTES,
+                keys: records.api_keys.len(),
+                max_bytes_per_key: records.max_stored_bytes_per_key,
+            },
             responses_db,
         );
         Self {

@@ -75,6 +75,7 @@ mod security_records;
 mod security_schema;
 mod security_session_clock;
 mod security_shared_pools;
+mod security_store;
 mod security_upstream;
 mod security_urls;
 mod structured_output;

@@ -18,6 +18,7 @@ use massgen_core::coordination::SessionSummary;
 use super::session::{self, Ask, Beat, Incoming, Opened, Step};
 use crate::app::Caller;
 use crate::server::AppState;
+use crate::server::bodies::ShareSlot;
 use crate::server::error::ApiError;
 use crate::server::sse;
 
@@ -46,11 +47,14 @@ pub trait Door: Send + Sync + 'static {
     /// A streamed answer's rendering state.
     type Live: Live;
 
-    /// Reads `body` (the caller's) into the neutral ask and the plan.
+    /// Reads `body` (the caller's) into the neutral ask and the plan. `share`: the
+    /// request's part of `--max-buffered-body-bytes`, for text the request makes the
+    /// server hold besides its body (a stored conversation it continues).
     fn prepare(
         state: &AppState,
         caller: Caller,
         body: &[u8],
+        share: Option<&ShareSlot>,
     ) -> impl Future<Output = Result<Prepared<Self::Plan>, ApiError>> + Send;
 
     /// The stream's renderer.
@@ -90,7 +94,7 @@ pub async fn serve<D: Door>(incoming: Incoming) -> Result<Response, ApiError> {
         mut ask,
         plan,
         stream,
-    } = D::prepare(&state, caller, &body).await?;
+    } = D::prepare(&state, caller, &body, share.as_ref()).await?;
     // The body's share of the body budget goes with the session, not the response.
     ask.hold = share
         .as_ref()

@@ -22,6 +22,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         include_str!("migrations/0004_responses.sql"),
     ),
     (5, "evals", include_str!("migrations/0005_evals.sql")),
+    (
+        6,
+        "response chains",
+        include_str!("migrations/0006_response_chains.sql"),
+    ),
 ];
 
 /// The migrator of the first `count` migrations (all of them with `usize::MAX`), so a test

@@ -74,6 +74,7 @@ async fn migrates_an_empty_file_once_with_private_permissions() {
             "replicas",
             "reservations",
             "response_items",
+            "response_owners",
             "responses",
             "sessions",
             "spend"

@@ -19,6 +19,7 @@ use super::session::{Ask, Step};
 use crate::app::Caller;
 use crate::config::DeliberationFormat;
 use crate::server::AppState;
+use crate::server::bodies::ShareSlot;
 use crate::server::error::ApiError;
 use crate::server::sse::{self, data};
 use render::ChunkHeader;
@@ -44,6 +45,7 @@ impl Door for ChatCompletions {
         state: &AppState,
         caller: Caller,
         body: &[u8],
+        _share: Option<&ShareSlot>,
     ) -> Result<Prepared<Plan>, ApiError> {
         let mut request = request::parse(body)?;
         // The server's default when the request does not say.

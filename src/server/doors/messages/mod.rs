@@ -21,6 +21,7 @@ use super::session::{Ask, Incoming, Step};
 use super::structured;
 use crate::app::Caller;
 use crate::server::AppState;
+use crate::server::bodies::ShareSlot;
 use crate::server::error::ApiError;
 use crate::server::sse;
 use render::{Header, Live};
@@ -48,6 +49,7 @@ impl Door for Messages {
         state: &AppState,
         caller: Caller,
         body: &[u8],
+        _share: Option<&ShareSlot>,
     ) -> Result<Prepared<Plan>, ApiError> {
         let mut request = request::parse(body, true, &state.signer)?;
         let mut input = conversation::session_input(

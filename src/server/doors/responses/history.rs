@@ -3,35 +3,54 @@
 //! items (an id this server gave an output item, or one the client sent an item with).
 //! Reasoning goes, by value or by reference: agents never take deliberation as input. A
 //! reasoning item's `encrypted_content` must be one this deployment sealed.
+//!
+//! What a request brings in from storage (the conversation it continues, the items it
+//! references) is a few bytes of body that can stand for megabytes: it is bounded per
+//! request ([`MAX_REFERENCED_BYTES`], and what `--max-buffered-body-bytes` leaves beside
+//! the body) and charged to the request's share of that budget before it is read, as a
+//! body of its size would be.
 
 use massgen_core::provider::Message;
 use serde_json::Value;
 
 use super::request::{Entry, Item, ResponsesRequest, conversation};
+use super::store::chain::{ChainError, MAX_TURNS};
+use super::store::item_bytes;
 use crate::app::Caller;
 use crate::server::AppState;
+use crate::server::bodies::ShareSlot;
 use crate::server::error::ApiError;
 
-/// Text the `item_reference`s of one request may bring in, all together: a reference is
-/// a few bytes of body that can stand for a whole stored answer, so the body limit alone
-/// does not bound what a request makes the server hold.
+/// Text one request may bring in from storage, all together: the conversation
+/// `previous_response_id` continues and the items its `item_reference`s name.
 const MAX_REFERENCED_BYTES: usize = 32 * 1024 * 1024;
+/// What each referenced item costs besides its text, so a flood of empty items counts.
+const PER_ITEM: usize = 64;
 
 /// What a request continues, and what its response keeps.
 pub struct Conversation {
-    /// System and developer messages of the conversation's inputs.
+    /// System and developer messages of the whole conversation (the stored turns', then
+    /// this request's).
     pub system: Vec<String>,
     pub messages: Vec<Message>,
-    /// The request's items a later request may name by id: those sent with an id, and
-    /// those it named (kept again, so a conversation's items live as long as it goes on).
+    /// With `store`, this request's own turn (its input's system texts and messages):
+    /// what its response keeps, besides its answer and the parent's id.
+    pub turn: Option<(Vec<String>, Vec<Message>)>,
+    /// The request's items a later request may name by id: those sent with an id.
     pub items: Vec<(String, Item)>,
+    /// The stored responses this request used (the turns it continues, the holders of
+    /// the items it references): a stored answer renews them.
+    pub used: Vec<String>,
 }
 
-/// The stored conversation `previous_response_id` names, followed by this request's input.
+/// The stored conversation `previous_response_id` names, followed by this request's
+/// input. `body_bytes`: the request body's size (its share of the body budget already).
 pub async fn conversation_so_far(
     state: &AppState,
     caller: &Caller,
     request: &ResponsesRequest,
+    share: Option<&ShareSlot>,
+    body_bytes: usize,
 ) -> Result<Conversation, ApiError> {
     for item in &request.input {
         if let Entry::Reasoning(Some(sealed)) = &item.entry
@@ -47,53 +66,64 @@ pub async fn conversation_so_far(
             ));
         }
     }
-    let (mut system, mut messages) = match &request.previous_response_id {
-        None => (Vec::new(), Vec::new()),
+    // What the budget can ever hold beside this body: more would wait for room that never
+    // comes, so it is refused as too large instead of busy.
+    let allowed = MAX_REFERENCED_BYTES.min(
+        state
+            .settings
+            .production
+            .max_buffered_body_bytes
+            .saturating_sub(body_bytes),
+    );
+    let charge = |n: usize| async move {
+        match share {
+            Some(slot) => slot.charge(&state.production.bodies, n).await,
+            None => Ok(()),
+        }
+    };
+    let mut used = Vec::new();
+    let (mut system, mut messages, mut brought) = match &request.previous_response_id {
+        None => (Vec::new(), Vec::new(), 0),
         Some(previous_id) => {
-            let previous = state
+            let chain = state
                 .responses
-                .get(previous_id, caller)
+                .chain(previous_id, caller, allowed)
                 .await
-                .map_err(|_| ApiError::RecordsUnavailable)?
-                .ok_or_else(|| {
-                    ApiError::invalid(
-                        format!(
-                            "Previous response with id '{previous_id}' not found (responses are kept unless 'store' was false, for a limited time)"
-                        ),
-                        Some("previous_response_id"),
-                        "previous_response_not_found",
-                    )
-                })?;
-            (previous.system.clone(), previous.messages.clone())
+                .map_err(|e| chain_error(e, previous_id, allowed))?;
+            charge(chain.text_bytes).await?;
+            let (system, messages) = state
+                .responses
+                .turns(&chain, caller)
+                .await
+                .map_err(|e| chain_error(e, previous_id, allowed))?;
+            used.extend(chain.ids().map(str::to_string));
+            (system, messages, chain.text_bytes)
         }
     };
     let mut input = Vec::with_capacity(request.input.len());
     let mut items = Vec::new();
-    let mut referenced = 0usize;
     for sent in &request.input {
         let item = match &sent.entry {
             Entry::Item(item) => item.clone(),
             Entry::Reasoning(_) => Item::Reasoning,
             Entry::Reference(id) => {
-                let item = state
+                let (holder, item) = state
                     .responses
                     .item(id, caller)
                     .await
                     .map_err(|_| ApiError::RecordsUnavailable)?
                     .ok_or_else(|| unknown_item(id, sent.index))?;
-                referenced += size(&item);
-                if referenced > MAX_REFERENCED_BYTES {
-                    let path = format!("input[{}]", sent.index);
-                    return Err(ApiError::invalid_at(
-                        format!(
-                            "{path}: the items this request references hold more than {} MiB of text together; continue with 'previous_response_id' or send fewer references",
-                            MAX_REFERENCED_BYTES >> 20
-                        ),
-                        path,
-                        "too_many_references",
+                let size = item_bytes(&item) + PER_ITEM;
+                brought = brought.saturating_add(size);
+                if brought > allowed {
+                    return Err(too_many_references(
+                        sent.index,
+                        allowed,
+                        &request.previous_response_id,
                     ));
                 }
-                items.push((id.clone(), item.clone()));
+                charge(size).await?;
+                used.push(holder);
                 input.push(item);
                 continue;
             }
@@ -103,33 +133,81 @@ pub async fn conversation_so_far(
         }
         input.push(item);
     }
-    let (more_system, more_messages) = conversation(input);
-    system.extend(more_system);
-    messages.extend(more_messages);
+    let (turn_system, turn_messages) = conversation(input);
+    let turn = request
+        .store
+        .then(|| (turn_system.clone(), turn_messages.clone()));
+    system.extend(turn_system);
+    messages.extend(turn_messages);
     Ok(Conversation {
         system,
         messages,
+        turn,
         items,
+        used,
     })
 }
 
-/// About how much text an item holds.
-fn size(item: &Item) -> usize {
-    // Each one also costs its bookkeeping, so a flood of empty items counts too.
-    let text = match item {
-        Item::System { text } => text.len(),
-        Item::Message { message } => {
-            message.content.len()
-                + message
-                    .tool_calls
-                    .iter()
-                    .map(|c| c.name.len() + c.arguments.len())
-                    .sum::<usize>()
-        }
-        Item::Call { call } => call.name.len() + call.arguments.len(),
-        Item::Reasoning => 0,
+/// How much `bytes` is, for messages.
+fn mib(bytes: usize) -> String {
+    if bytes.is_multiple_of(1024 * 1024) {
+        format!("{} MiB", bytes >> 20)
+    } else {
+        format!("{bytes} bytes")
+    }
+}
+
+fn chain_error(e: ChainError, previous_id: &str, allowed: usize) -> ApiError {
+    let param = Some("previous_response_id");
+    match e {
+        ChainError::NotFound => ApiError::invalid(
+            format!(
+                "Previous response with id '{previous_id}' not found (responses are kept unless 'store' was false, for a limited time)"
+            ),
+            param,
+            "previous_response_not_found",
+        ),
+        ChainError::Broken { missing } => ApiError::invalid(
+            format!(
+                "Previous response '{previous_id}' continues a conversation whose earlier response '{missing}' is no longer stored (responses are kept for a limited time after their conversation was last used); start a new conversation with the messages that matter as input"
+            ),
+            param,
+            "previous_response_not_found",
+        ),
+        ChainError::TooLarge { bytes } => ApiError::invalid(
+            format!(
+                "previous_response_id: the conversation it continues holds more than {} of text (at least {bytes} bytes; a request may bring in at most 32 MiB from stored responses, and no more than --max-buffered-body-bytes leaves beside its body); start a new conversation with the messages that matter as input",
+                mib(allowed)
+            ),
+            param,
+            "conversation_too_large",
+        ),
+        ChainError::TooLong => ApiError::invalid(
+            format!(
+                "previous_response_id: the conversation it continues has more than {MAX_TURNS} turns; start a new conversation with the messages that matter as input"
+            ),
+            param,
+            "conversation_too_large",
+        ),
+        ChainError::Unavailable => ApiError::RecordsUnavailable,
+    }
+}
+
+fn too_many_references(index: usize, allowed: usize, previous: &Option<String>) -> ApiError {
+    let path = format!("input[{index}]");
+    let with = if previous.is_some() {
+        " together with the conversation previous_response_id continues"
+    } else {
+        ""
     };
-    text + 64
+    ApiError::invalid_at(
+        format!(
+            "{path}: the items this request references hold more than {} of text{with}; continue with 'previous_response_id' or send fewer references",
+            mib(allowed)
+        ),
+        path,
+        "too_many_references",
+    )
 }
 
 fn unknown_item(id: &str, index: usize) -> ApiError {

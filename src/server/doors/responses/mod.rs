@@ -27,6 +27,7 @@ use super::session::{Ask, Step};
 use super::structured;
 use crate::app::{Caller, Sessions};
 use crate::server::AppState;
+use crate::server::bodies::ShareSlot;
 use crate::server::error::{ApiError, PathId};
 use crate::server::sse;
 use render::{Envelope, Live};
@@ -51,13 +52,28 @@ impl Door for Responses {
         state: &AppState,
         caller: Caller,
         body: &[u8],
+        share: Option<&ShareSlot>,
     ) -> Result<Prepared<Plan>, ApiError> {
         let request = request::parse(body)?;
+        // Before any stored text is read: the response would not be kept. Its own turn is
+        // about its body's size; the answer is not known yet.
+        if request.store {
+            state
+                .responses
+                .room(&caller, body.len())
+                .await
+                .map_err(|full| ApiError::StorageFull {
+                    stored: full.stored,
+                    limit: full.limit,
+                })?;
+        }
         let history::Conversation {
             system,
             messages,
+            turn,
             items,
-        } = history::conversation_so_far(state, &caller, &request).await?;
+            used,
+        } = history::conversation_so_far(state, &caller, &request, share, body.len()).await?;
         // `instructions` hold for this request only; they are not kept with the conversation.
         let session_system: Vec<String> = request
             .instructions
@@ -65,8 +81,6 @@ impl Door for Responses {
             .cloned()
             .chain(system.iter().cloned())
             .collect();
-        // Only a stored response keeps the conversation; otherwise it moves to the session.
-        let kept = request.store.then(|| messages.clone());
         let mut input =
             conversation::session_input(session_system, messages, request.tools.clone(), "input")?;
         input.answer_bounds.max_output_tokens = limit::upstream_cap(request.max_output_tokens);
@@ -103,12 +117,15 @@ impl Door for Responses {
             metadata: request.metadata.clone(),
             seal: request.encrypted_reasoning.then(|| state.signer.clone()),
         };
-        let keep = kept.map(|messages| Keep {
+        // A stored response keeps its own turn and its parent's id, not the conversation.
+        let keep = turn.map(|(system, messages)| Keep {
             store: state.responses.clone(),
             owner: caller,
+            parent: request.previous_response_id.clone(),
             system,
             messages,
             items,
+            used,
         });
         Ok(Prepared {
             ask,
@@ -174,10 +191,15 @@ fn finish(state: &AppState, plan: Plan, session: &SessionRef) -> Finish {
 struct Keep {
     store: Arc<ResponseStore>,
     owner: Caller,
+    /// `previous_response_id`.
+    parent: Option<String>,
+    /// The request's own turn.
     system: Vec<String>,
     messages: Vec<Message>,
     /// The request's items that can be named by id later.
     items: Vec<(String, request::Item)>,
+    /// The stored responses the request used: renewed when this one is stored.
+    used: Vec<String>,
 }
 
 /// Everything the end of the response needs.
@@ -190,15 +212,17 @@ struct Finish {
 }
 
 impl Finish {
-    /// Stores the finished response (unless `store: false`): its object, the
-    /// conversation with the answer the client got, and its items by id.
+    /// Stores the finished response (unless `store: false`): its object, its turn with
+    /// the answer the client got, and its items by id.
     fn store(&mut self, object: &serde_json::Value, calls: &[ToolCall]) {
         let Some(Keep {
             store,
             owner,
+            parent,
             system,
             mut messages,
             mut items,
+            used,
         }) = self.keep.take()
         else {
             return;
@@ -213,11 +237,13 @@ impl Finish {
             self.env.id.clone(),
             Stored {
                 owner,
+                parent,
                 system,
                 messages,
                 response: object.to_string(),
                 items,
             },
+            used,
         );
     }
 }
@@ -269,16 +295,16 @@ pub async fn get(
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
 ) -> Result<Response, ApiError> {
-    let stored = state
+    let body = state
         .responses
-        .get(&id, &caller)
+        .body(&id, &caller)
         .await
         .map_err(|_| ApiError::RecordsUnavailable)?
         .ok_or(ApiError::ResponseNotFound { id })?;
     Ok((
         StatusCode::OK,
         [(header::CONTENT_TYPE, "application/json")],
-        stored.response.clone(),
+        body,
     )
         .into_response())
 }
