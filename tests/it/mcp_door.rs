@@ -42,6 +42,15 @@ fn configs(mock_url: &str, dir: &Path) -> (String, String) {
         "slow.yaml",
         &support::panel_yaml(mock_url, &slow, ""),
     );
+    let patient = [
+        "patient1:ttft_ms=4000,token_ms=1",
+        "patient2:ttft_ms=4000,token_ms=1",
+    ];
+    support::write(
+        &named,
+        "patient.yaml",
+        &support::panel_yaml(mock_url, &patient, ""),
+    );
     (team.display().to_string(), named.display().to_string())
 }
 
@@ -504,6 +513,32 @@ async fn a_client_cancels_its_call_by_its_request_id() {
     );
     until_active(&d.mock, 0, "after notifications/cancelled").await;
     drop(running);
+}
+
+#[tokio::test]
+async fn a_long_call_without_a_progress_token_is_kept_alive_and_answered() {
+    // Nothing to send while the agents think and no progress asked for: the stream carries
+    // keep-alive comments, so no client or proxy times it out for silence, and the result
+    // comes (before, a call past the MCP session's 5-minute idle expiry was lost).
+    let d = door(&["--keepalive-seconds", "1"]);
+    let url = &d.server.url;
+    let session = open_session(url).await;
+    let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "deliberate", "arguments": {"question": "Think first", "panel": "massgen/patient"}}});
+    let raw = post(url, Some(KEY), Some(&session), &call)
+        .await
+        .text()
+        .await
+        .unwrap();
+    let pings = raw.lines().filter(|l| l.starts_with(':')).count();
+    assert!(pings >= 3, "{pings} keep-alive comments in {raw}");
+    let result = raw
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .find(|m| m["id"] == 8)
+        .unwrap_or_else(|| panic!("no result in {raw}"));
+    assert_eq!(result["result"]["isError"], false, "{result}");
 }
 
 #[tokio::test]

@@ -212,8 +212,16 @@ pub fn run_bounded(mut cmd: Command, limit: Duration) -> Output {
     }
 }
 
+/// The binary under test: this build's, or the one `MASSGEN_TEST_BIN` names (another
+/// build, e.g. the one before a change, to see a new test fail on it).
 pub fn bin() -> &'static str {
-    env!("CARGO_BIN_EXE_massgen")
+    static BIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BIN.get_or_init(|| {
+        std::env::var("MASSGEN_TEST_BIN")
+            .ok()
+            .filter(|b| !b.is_empty())
+            .unwrap_or_else(|| env!("CARGO_BIN_EXE_massgen").to_string())
+    })
 }
 
 /// Starts `massgen ARGS…` and waits (≤ 20 s) for the line `<prefix> http://ADDR`.
