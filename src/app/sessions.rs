@@ -87,6 +87,12 @@ pub struct Overrides {
     /// `massgen.models`: the panel's agents, one per `provider/model` (empty: the panel's
     /// own). The door checks them against what the operator allows before the session.
     pub models: Vec<String>,
+    /// When the answer is due (the MCP door's `deadline_seconds`), presentation included:
+    /// three quarters of it for the deliberation (then the best answer so far is
+    /// presented, as at the session's own timeout) and the rest for the presentation
+    /// (which, late, falls back to the winning answer as it stands). Lowers the panel's
+    /// timeouts, never raises them.
+    pub deadline: Option<std::time::Duration>,
 }
 
 impl Overrides {
@@ -95,6 +101,11 @@ impl Overrides {
             options.voting_quorum = q;
         }
         options.max_cost_usd = smaller(options.max_cost_usd, self.max_cost_usd);
+        if let Some(deadline) = self.deadline {
+            let presenting = deadline / 4;
+            options.session_timeout = options.session_timeout.min(deadline - presenting);
+            options.presentation_timeout = options.presentation_timeout.min(presenting);
+        }
     }
 }
 

@@ -157,6 +157,11 @@ pub struct McpArgs {
     /// Most a deliberation may spend, in USD [default: no limit]
     #[arg(long, value_name = "USD", env = "MASSGEN_SERVER_MAX_SESSION_COST_USD", value_parser = Number::<f64>::new())]
     pub max_session_cost_usd: Option<f64>,
+    /// Seconds after which a `deliberate` call that asked for no progress and set no
+    /// `deadline_seconds` presents its best answer
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MCP_DEADLINE_SECONDS", value_parser = Number::<u64>::new(),
+          default_value_t = ServerSettings::default().mcp_deadline.as_secs())]
+    pub mcp_deadline_seconds: u64,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -266,6 +271,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FORMAT", env = "MASSGEN_SERVER_DELIBERATION_FORMAT",
           value_parser = deliberation_format, default_value = default_deliberation_format())]
     pub deliberation_format: DeliberationFormat,
+    /// Seconds after which an MCP `deliberate` call that asked for no progress and set no
+    /// `deadline_seconds` presents its best answer
+    #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MCP_DEADLINE_SECONDS", value_parser = Number::<u64>::new(),
+          default_value_t = ServerSettings::default().mcp_deadline.as_secs())]
+    pub mcp_deadline_seconds: u64,
     /// Key that signs the deliberation given to clients (thinking signatures, reasoning
     /// encrypted_content), so it verifies when sent back; replicas must share it [default: a
     /// random key per process]

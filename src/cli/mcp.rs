@@ -27,6 +27,10 @@ pub(super) async fn run(args: McpArgs) -> Result<(), Fatal> {
         }
         settings.production.max_session_cost_usd = Some(usd);
     }
+    if args.mcp_deadline_seconds == 0 {
+        return Err(Fatal::usage("--mcp-deadline-seconds must be at least 1"));
+    }
+    settings.mcp_deadline = std::time::Duration::from_secs(args.mcp_deadline_seconds);
     let plan = ServePlan {
         settings,
         default_config: args.config.filter(|p| !p.as_os_str().is_empty()),

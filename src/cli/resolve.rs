@@ -26,6 +26,9 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
     if args.keepalive_seconds == 0 {
         return Err(Fatal::usage("--keepalive-seconds must be at least 1"));
     }
+    if args.mcp_deadline_seconds == 0 {
+        return Err(Fatal::usage("--mcp-deadline-seconds must be at least 1"));
+    }
     if args.cache_ttl_seconds == Some(0) {
         return Err(Fatal::usage(
             "--cache-ttl-seconds must be at least 1 (leave it out to keep the cache off)",
@@ -87,6 +90,7 @@ pub fn resolve_serve(args: &ServeArgs, env: &Env) -> Result<ServePlan, Fatal> {
             production
         },
         cache_ttl: args.cache_ttl_seconds.map(Duration::from_secs),
+        mcp_deadline: Duration::from_secs(args.mcp_deadline_seconds),
     };
     Ok(ServePlan {
         settings,

@@ -140,6 +140,10 @@ pub struct ServerSettings {
     pub production: ProductionSettings,
     /// How long identical requests are answered from the response cache; `None`: off.
     pub cache_ttl: Option<Duration>,
+    /// The MCP door: a `deliberate` call with neither a progress token nor a
+    /// `deadline_seconds` presents its best answer after this long (clients that wait
+    /// without progress give up at 60 s or sooner).
+    pub mcp_deadline: Duration,
 }
 
 /// Where the Chat Completions door puts the deliberation (`--deliberation-format`,
@@ -192,6 +196,7 @@ impl Default for ServerSettings {
             reasoning_secret: None,
             production: ProductionSettings::default(),
             cache_ttl: None,
+            mcp_deadline: Duration::from_secs(50),
         }
     }
 }

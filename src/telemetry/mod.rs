@@ -14,7 +14,7 @@ use std::io::IsTerminal;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::filter::{EnvFilter, LevelFilter, Targets};
+use tracing_subscriber::filter::{EnvFilter, FilterExt, LevelFilter, Targets};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{Layer, Registry};
@@ -43,7 +43,8 @@ impl Telemetry {
 /// filter (massgen's spans at info), so `RUST_LOG=warn` quiets logs without losing traces.
 pub fn init(debug: bool, env: &crate::config::Env) -> Telemetry {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(if debug { "debug" } else { "info,rmcp=warn" }));
+        .unwrap_or_else(|_| EnvFilter::new(if debug { "debug" } else { "info,rmcp=warn" }))
+        .and(tracing_subscriber::filter::filter_fn(not_a_client_gone));
     let json = env("MASSGEN_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
     let ansi = std::io::stderr().is_terminal() && env("NO_COLOR").is_none();
     let fmt: Box<dyn Layer<Registry> + Send + Sync> = if json {
@@ -92,6 +93,18 @@ pub fn init(debug: bool, env: &crate::config::Env) -> Telemetry {
         .with(otel)
         .try_init();
     Telemetry { traces }
+}
+
+/// rmcp (pinned, =3.9.0) logs an ERROR ("fail to response message", "failed to send
+/// pending response during drain") whenever an MCP call's answer finds its transport
+/// closed: over stateless HTTP, the client closed the call's POST (gave up or cancelled),
+/// an ordinary event the MCP door logs at debug. Those two call sites are dropped; every
+/// other rmcp line passes.
+fn not_a_client_gone(meta: &tracing::Metadata<'_>) -> bool {
+    !(meta.target() == "rmcp::service"
+        && *meta.level() == tracing::Level::ERROR
+        && meta.file().is_some_and(|f| f.ends_with("service.rs"))
+        && matches!(meta.line(), Some(1518 | 1806)))
 }
 
 fn tracer_provider(env: &crate::config::Env) -> Result<SdkTracerProvider, String> {

@@ -51,6 +51,16 @@ fn configs(mock_url: &str, dir: &Path) -> (String, String) {
         "patient.yaml",
         &support::panel_yaml(mock_url, &patient, ""),
     );
+    // Answers after 2 s, votes after 4 s, presents after 6 s.
+    let steady = [
+        "steady1:ttft_ms=2000,token_ms=1",
+        "steady2:ttft_ms=2000,token_ms=1",
+    ];
+    support::write(
+        &named,
+        "steady.yaml",
+        &support::panel_yaml(mock_url, &steady, ""),
+    );
     (team.display().to_string(), named.display().to_string())
 }
 
@@ -338,6 +348,37 @@ async fn the_python_sdk_over_streamable_http() {
     assert_eq!(support::mock_stats(&d.mock).await["active"], 0);
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn the_agents_sdk_at_its_5_s_default_gets_an_answer_within_a_deadline() {
+    let Some(python) = crate::python_clients::python_with("") else {
+        return;
+    };
+    let d = door(&[]);
+    let url = format!("{}/mcp", d.server.url);
+    let mut cmd = Command::new(python);
+    cmd.args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+        .arg("tests/python/test_agents_mcp.py")
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .envs([
+            ("MASSGEN_MCP_URL", url.as_str()),
+            ("MASSGEN_API_KEY", KEY),
+            ("MASSGEN_MCP_STEADY_PANEL", "massgen/steady"),
+        ]);
+    support::offline(&mut cmd);
+    let output = tokio::task::block_in_place(|| support::run_bounded(cmd, PYTEST_TIMEOUT));
+    let log = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        output.status.success() && log.contains("2 passed"),
+        "pytest tests/python/test_agents_mcp.py failed:\n{log}"
+    );
+    // The call the client gave up on does not run on.
+    until_active(&d.mock, 0, "after the Agents SDK gave up").await;
+}
+
 #[test]
 fn the_python_sdk_over_stdio() {
     let Some(python) = mcp_python() else {
@@ -539,6 +580,202 @@ async fn a_long_call_without_a_progress_token_is_kept_alive_and_answered() {
         .find(|m| m["id"] == 8)
         .unwrap_or_else(|| panic!("no result in {raw}"));
     assert_eq!(result["result"]["isError"], false, "{result}");
+}
+
+/// A `deliberate` call's result on `url` (no progress token), its messages.
+async fn call_deliberate(url: &str, arguments: Value) -> Value {
+    let call = json!({"jsonrpc": "2.0", "id": 21, "method": "tools/call", "params": {
+        "name": "deliberate", "arguments": arguments}});
+    let stream = messages(post(url, Some(KEY), None, &call).await).await;
+    stream
+        .iter()
+        .find(|m| m["id"] == 21)
+        .unwrap_or_else(|| panic!("no result: {stream:?}"))["result"]
+        .clone()
+}
+
+#[tokio::test]
+async fn a_deadline_presents_the_best_answer_so_far() {
+    // The steady panel answers after 2 s, would vote after 4 s and present after 6 s: a
+    // 4 s deadline ends the deliberation at 3 s with the answers it has, as the session's
+    // own timeout does, and a presentation that cannot make the last second gives way to
+    // the winning answer as it stands.
+    let d = door(&[]);
+    let url = &d.server.url;
+    let started = std::time::Instant::now();
+    let out = call_deliberate(
+        url,
+        json!({"question": "Quick?", "panel": "massgen/steady", "deadline_seconds": 4}),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(out["isError"], false, "{out}");
+    assert_eq!(
+        out["structuredContent"]["consensus_reason"], "timeout",
+        "{out}"
+    );
+    assert!(took < Duration::from_secs(6), "answered after {took:?}");
+    let bad = call_deliberate(url, json!({"question": "q", "deadline_seconds": -1})).await;
+    assert_eq!(bad["isError"], true, "{bad}");
+}
+
+#[tokio::test]
+async fn a_call_without_progress_gets_the_servers_deadline_and_one_with_progress_does_not() {
+    let d = door(&["--mcp-deadline-seconds", "4"]);
+    let url = &d.server.url;
+    let quiet = call_deliberate(url, json!({"question": "Q?", "panel": "massgen/steady"})).await;
+    assert_eq!(
+        quiet["structuredContent"]["consensus_reason"], "timeout",
+        "{quiet}"
+    );
+    // With a progress token the client hears the panel work and the deliberation runs its
+    // course.
+    let call = json!({"jsonrpc": "2.0", "id": 22, "method": "tools/call", "params": {
+        "name": "deliberate", "arguments": {"question": "Q?", "panel": "massgen/steady"},
+        "_meta": {"progressToken": "p-22"}}});
+    let stream = messages(post(url, Some(KEY), None, &call).await).await;
+    let result = &stream.iter().find(|m| m["id"] == 22).unwrap()["result"];
+    assert_eq!(
+        result["structuredContent"]["consensus_reason"], "converged",
+        "{result}"
+    );
+}
+
+#[tokio::test]
+async fn a_quiet_panel_still_sends_progress_every_ten_seconds() {
+    // The slow panel's agents say nothing for 20 s: a client that waits only as long as
+    // progress comes (a timeout reset on progress) hears it is still at work.
+    let d = door(&[]);
+    let url = &d.server.url;
+    let started = std::time::Instant::now();
+    let mut response = slow_call(url, KEY, None, 31).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    let mut seen = String::new();
+    while !seen.contains("still deliberating") {
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .unwrap_or_else(|_| panic!("no progress within 15 s: {seen}"))
+            .unwrap()
+            .unwrap();
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(started.elapsed() >= Duration::from_secs(9), "{seen}");
+    assert!(seen.contains("notifications/progress"), "{seen}");
+    drop(response);
+    until_active(&d.mock, 0, "after the POST closed").await;
+}
+
+/// A POST of the 2026-07-28 protocol declaring the tasks extension in its `_meta`.
+async fn tasks_post(url: &str, key: &str, id: u64, method: &str, mut params: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientInfo": {"name": "massgen-tests", "version": "1"},
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        }
+    });
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+    let response = support::client_with_timeout(Duration::from_secs(30))
+        .post(format!("{url}/mcp"))
+        .bearer_auth(key)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    let name = body["params"]["name"]
+        .as_str()
+        .or(body["params"]["taskId"].as_str());
+    let response = match name {
+        Some(name) => response.header("mcp-name", name),
+        None => response,
+    };
+    let response = response.json(&body).send().await.unwrap();
+    let all = messages(response).await;
+    all.into_iter()
+        .find(|m| m["id"] == id)
+        .unwrap_or_else(|| panic!("no answer to {method}"))
+}
+
+#[tokio::test]
+async fn a_client_that_takes_tasks_gets_one_and_polls_it_to_the_answer() {
+    let mock = support::mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let (team, named) = configs(&mock.url, dir.path());
+    let server = support::serve_with_keys(
+        &[
+            "--config".as_ref(),
+            team.as_ref(),
+            "--configs-dir".as_ref(),
+            named.as_ref(),
+        ],
+        &format!("{KEY},sk-mg-other"),
+    );
+    let url = &server.url;
+    let started = std::time::Instant::now();
+    let created = tasks_post(
+        url,
+        KEY,
+        1,
+        "tools/call",
+        json!({"name": "deliberate", "arguments": {"question": "Plan it", "panel": "massgen/patient"}}),
+    )
+    .await;
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    assert_eq!(task["status"], "working", "{created}");
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "the task handle waited"
+    );
+    let id = task["taskId"].as_str().unwrap().to_string();
+    // Another key cannot read or cancel it.
+    let theirs = tasks_post(url, "sk-mg-other", 2, "tasks/get", json!({"taskId": id})).await;
+    assert!(theirs["error"].is_object(), "{theirs}");
+    let cancel = tasks_post(url, "sk-mg-other", 3, "tasks/cancel", json!({"taskId": id})).await;
+    assert!(cancel["error"].is_object(), "{cancel}");
+    // Its own key polls it to the answer.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let done = loop {
+        let got = tasks_post(url, KEY, 4, "tasks/get", json!({"taskId": id})).await;
+        let status = got["result"]["status"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if status != "working" {
+            break got;
+        }
+        assert!(std::time::Instant::now() < deadline, "still working: {got}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let result = &done["result"];
+    assert_eq!(result["status"], "completed", "{done}");
+    assert_eq!(result["result"]["isError"], false, "{done}");
+    assert_eq!(
+        result["result"]["structuredContent"]["session_id"],
+        id.as_str()
+    );
+    // A task cancelled by its key stops its upstream calls.
+    let created = tasks_post(
+        url,
+        KEY,
+        5,
+        "tools/call",
+        json!({"name": "deliberate", "arguments": {"question": "Slowly", "panel": "massgen/slow"}}),
+    )
+    .await;
+    let slow = created["result"]["taskId"].as_str().unwrap().to_string();
+    until_active(&mock, 2, "the slow task's calls").await;
+    let ack = tasks_post(url, KEY, 6, "tasks/cancel", json!({"taskId": slow})).await;
+    assert!(ack["result"].is_object(), "{ack}");
+    until_active(&mock, 0, "after tasks/cancel").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = tasks_post(url, KEY, 7, "tasks/get", json!({"taskId": slow})).await;
+        if got["result"]["status"] == "cancelled" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "not cancelled: {got}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test]

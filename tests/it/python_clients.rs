@@ -21,7 +21,7 @@ fn python() -> Option<String> {
 }
 
 /// [`python`], with `extra` modules too (`, mod`…): the packages only one test needs.
-fn python_with(extra: &str) -> Option<String> {
+pub(crate) fn python_with(extra: &str) -> Option<String> {
     let python = std::env::var("PYTHON").unwrap_or_else(|_| "python3".to_string());
     let probe = Command::new(&python)
         .args([

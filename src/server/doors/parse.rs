@@ -154,6 +154,7 @@ pub fn overrides(obj: &Map<String, Value>) -> Result<Overrides, ApiError> {
         voting_quorum,
         max_cost_usd,
         models: models(obj)?,
+        ..Overrides::default()
     })
 }
 

@@ -18,6 +18,9 @@ use crate::server::error::ApiError;
 pub const DELIBERATE: &str = "deliberate";
 pub const LIST_PANELS: &str = "list_panels";
 
+/// The longest `deadline_seconds`: an hour (a session's own timeout is the real bound).
+const MAX_DEADLINE_SECONDS: u64 = 3_600;
+
 /// Longest `context`, in characters; the question is bounded the same way. The HTTP body
 /// limit bounds both on `/mcp`; stdio has no body, so this is what bounds it there.
 const MAX_TEXT_CHARS: usize = 1_000_000;
@@ -61,6 +64,12 @@ fn deliberate_tool() -> Tool {
                     {"type": "string", "enum": ["all", "majority"]},
                     {"type": "integer", "minimum": 1}
                 ]
+            },
+            "deadline_seconds": {
+                "type": "number",
+                "exclusiveMinimum": 0,
+                "maximum": MAX_DEADLINE_SECONDS,
+                "description": "Answer within about this many seconds: at the deadline the panel stops deliberating and presents its best answer so far. Set it below your client's tool timeout."
             }
         },
         "required": ["question"],
@@ -230,12 +239,13 @@ pub fn deliberate_ask(caller: Caller, arguments: Option<&JsonObject>) -> Result<
             "panel",
             "max_cost_usd",
             "voting_quorum",
+            "deadline_seconds",
         ]
         .contains(&k.as_str())
     }) {
         return Err(invalid(
             format!(
-                "unknown argument '{unknown}': deliberate takes question, context, panel, max_cost_usd and voting_quorum"
+                "unknown argument '{unknown}': deliberate takes question, context, panel, max_cost_usd, voting_quorum and deadline_seconds"
             ),
             "arguments",
         ));
@@ -259,6 +269,9 @@ pub fn deliberate_ask(caller: Caller, arguments: Option<&JsonObject>) -> Result<
     let max_cost_usd = present(args, "max_cost_usd")
         .map(|v| parse::max_cost(v, "max_cost_usd"))
         .transpose()?;
+    let deadline_at = present(args, "deadline_seconds")
+        .map(deadline)
+        .transpose()?;
     Ok(Ask {
         caller,
         door: NAME,
@@ -274,9 +287,26 @@ pub fn deliberate_ask(caller: Caller, arguments: Option<&JsonObject>) -> Result<
             voting_quorum,
             max_cost_usd,
             models: Vec::new(),
+            deadline: deadline_at,
         },
         hold: None,
     })
+}
+
+/// `deadline_seconds`: a number of seconds above 0, at most [`MAX_DEADLINE_SECONDS`].
+fn deadline(value: &Value) -> Result<std::time::Duration, ApiError> {
+    value
+        .as_f64()
+        .filter(|s| s.is_finite() && *s > 0.0 && *s <= MAX_DEADLINE_SECONDS as f64)
+        .map(std::time::Duration::from_secs_f64)
+        .ok_or_else(|| {
+            invalid(
+                format!(
+                    "'deadline_seconds' must be a number above 0 and at most {MAX_DEADLINE_SECONDS}"
+                ),
+                "deadline_seconds",
+            )
+        })
 }
 
 /// The question the agents read: the material first, marked off, then the question (what
@@ -350,6 +380,11 @@ mod tests {
             Some(massgen_core::coordination::Quorum::Majority)
         );
         assert_eq!(a.overrides.max_cost_usd, Some(0.5));
+        let timed = ask(json!({"question": "q", "deadline_seconds": 4.5})).unwrap();
+        assert_eq!(
+            timed.overrides.deadline,
+            Some(std::time::Duration::from_millis(4500))
+        );
         assert_eq!(
             ask(json!({"question": "q", "panel": "massgen/x"}))
                 .unwrap()
@@ -373,6 +408,14 @@ mod tests {
                 "'voting_quorum' must be",
             ),
             (json!({"question": "q", "max_cost_usd": -1}), "above 0"),
+            (
+                json!({"question": "q", "deadline_seconds": 0}),
+                "'deadline_seconds' must be",
+            ),
+            (
+                json!({"question": "q", "deadline_seconds": "soon"}),
+                "'deadline_seconds' must be",
+            ),
             (
                 json!({"question": "q", "nope": 1}),
                 "unknown argument 'nope'",
