@@ -312,7 +312,8 @@ pub struct ProductionArgs {
     /// Sessions running at once, more get 429 [default: no cap]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SESSIONS", value_parser = Number::<usize>::new())]
     pub max_sessions: Option<usize>,
-    /// Sessions one API key (without keys: the server) runs at once, more get 429 [default: no cap]
+    /// Sessions one API key (without keys: the server) runs at once, more get 429 [default:
+    /// with keys and --max-sessions, a quarter of it (at least 1); else no cap]
     #[arg(long, value_name = "N", env = "MASSGEN_SERVER_MAX_SESSIONS_PER_KEY", value_parser = Number::<usize>::new())]
     pub max_sessions_per_key: Option<usize>,
     /// Requests per minute per API key [default: no limit]

@@ -215,6 +215,11 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
     };
     let memory = ProductionSettings::default();
     let in_memory = matches!(records_db, RecordsDb::Memory);
+    // One key's part of the server's sessions, so no key can take every slot.
+    let max_sessions_per_key = args.max_sessions_per_key.or(args
+        .max_sessions
+        .filter(|_| !api_keys.is_empty())
+        .map(|n| n.div_ceil(4)));
     Ok(ProductionSettings {
         api_keys,
         protect_metrics: args.protect_metrics,
@@ -223,7 +228,7 @@ pub fn resolve_production(args: &ProductionArgs, env: &Env) -> Result<Production
             .unwrap_or_default(),
         allowed_hosts: allowed_hosts(args)?,
         max_concurrent_sessions: args.max_sessions,
-        max_sessions_per_key: args.max_sessions_per_key,
+        max_sessions_per_key,
         rate_limit_per_minute: args.rate_limit_per_minute,
         rate_limit_burst: args.rate_limit_burst,
         auth_failures_per_minute: args.auth_failures_per_minute,

@@ -310,6 +310,8 @@ fn production_env_and_flags() {
         let keys: Vec<&str> = p.api_keys.iter().map(Secret::expose).collect();
         assert_eq!(keys, ["k-env-1", "k-env-2", "k-file-1", "k-file-2"]);
         assert_eq!(p.max_concurrent_sessions, Some(2), "flag wins");
+        // With keys, one key's part of the sessions: a quarter, rounded up.
+        assert_eq!(p.max_sessions_per_key, Some(1));
         assert_eq!(p.rate_limit_per_minute, Some(60));
         assert_eq!(p.max_upstream_calls, Some(40));
         assert_eq!(p.max_key_cost_usd_per_day, Some(0.75));
@@ -319,6 +321,46 @@ fn production_env_and_flags() {
         assert_eq!(p.records_dir, Some(PathBuf::from("/var/log/massgen")));
         assert!(!format!("{p:?}").contains("k-env-1"), "keys never print");
     });
+}
+
+#[test]
+fn a_keys_part_of_the_sessions_defaults_to_a_quarter() {
+    let keyed = [
+        ("MASSGEN_SERVER_API_KEYS", "k-1,k-2"),
+        ("MASSGEN_SERVER_MAX_SESSIONS", "10"),
+    ];
+    in_child_env(
+        "cli::a_keys_part_of_the_sessions_defaults_to_a_quarter",
+        &keyed,
+        || {
+            let p = plan_of(&[])
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .settings
+                .production;
+            assert_eq!(p.max_sessions_per_key, Some(3));
+            let given = plan_of(&["--max-sessions-per-key", "10"])
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .settings
+                .production;
+            assert_eq!(given.max_sessions_per_key, Some(10), "the flag wins");
+        },
+    );
+}
+
+#[test]
+fn without_keys_no_part_of_the_sessions_is_set() {
+    // Every request of a keyless server is the same caller.
+    in_child_env(
+        "cli::without_keys_no_part_of_the_sessions_is_set",
+        &[("MASSGEN_SERVER_MAX_SESSIONS", "10")],
+        || {
+            let p = plan_of(&[])
+                .unwrap_or_else(|e| panic!("{e:?}"))
+                .settings
+                .production;
+            assert_eq!(p.max_sessions_per_key, None);
+        },
+    );
 }
 
 #[test]
