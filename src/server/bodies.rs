@@ -255,6 +255,25 @@ pub async fn read_body(
     limit: usize,
     budget: &BodyBudget,
 ) -> Result<Bytes, ApiError> {
+    // Every body the server reads is JSON; a page of another site can send any other type
+    // without a preflight (`server::browsers`), so nothing else is read.
+    if !is_json(headers) {
+        if let Some(m) = metrics() {
+            m.rejected
+                .with_label_values(&["unsupported_media_type"])
+                .inc();
+        }
+        let got = headers
+            .get(header::CONTENT_TYPE)
+            .map(|v| {
+                String::from_utf8_lossy(v.as_bytes())
+                    .chars()
+                    .take(200)
+                    .collect()
+            })
+            .unwrap_or_default();
+        return Err(ApiError::UnsupportedContentType { got });
+    }
     if let Some(encoding) = headers
         .get_all(header::CONTENT_ENCODING)
         .iter()
@@ -316,6 +335,18 @@ pub async fn read_body(
     Ok(Bytes::from(buf))
 }
 
+/// `Content-Type: application/json` (any parameters, any case).
+fn is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| {
+            v.split(';')
+                .next()
+                .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+        })
+}
+
 /// Room for `more` bytes in `buf`: doubling, but never past a declared length once the
 /// bytes reach it, so a body that arrives as declared ends in one buffer of its size
 /// (collecting chunks and joining them would hold the body twice), and memory follows
@@ -351,6 +382,7 @@ mod tests {
 
     fn headers(length: Option<usize>) -> HeaderMap {
         let mut h = HeaderMap::new();
+        h.insert(header::CONTENT_TYPE, "application/json".parse().unwrap());
         if let Some(n) = length {
             h.insert(header::CONTENT_LENGTH, n.into());
         }
@@ -510,5 +542,28 @@ mod tests {
         assert_eq!(BodyBudget::new(16, 10).part(), 10);
         assert_eq!(BodyBudget::new(8, 10).part(), 8);
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn only_json_bodies_are_read() {
+        let budget = BodyBudget::new(100, 100);
+        for (content_type, json) in [
+            (Some("application/json"), true),
+            (Some("Application/JSON; charset=utf-8"), true),
+            (Some("text/plain"), false),
+            (Some("application/x-www-form-urlencoded"), false),
+            (None, false),
+        ] {
+            let mut h = HeaderMap::new();
+            if let Some(t) = content_type {
+                h.insert(header::CONTENT_TYPE, t.parse().unwrap());
+            }
+            let read = read_body(&h, None, Body::from("{}"), 100, &budget).await;
+            assert_eq!(read.is_ok(), json, "{content_type:?}");
+            if !json {
+                assert!(matches!(read, Err(ApiError::UnsupportedContentType { .. })));
+            }
+        }
+        assert_eq!(budget.used(), 0);
     }
 }

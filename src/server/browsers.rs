@@ -10,8 +10,10 @@
 //!   none of these.
 //! - `Origin`, when a browser sends one, must be the server's own (its page at `/`) or one
 //!   of `--cors-origins`.
-//! - A POST must declare its body `application/json`, which a page cannot send to another
-//!   origin without a preflight that the CORS settings answer.
+//!
+//! And where a body is read ([`super::bodies::read_body`]), after the route and the key:
+//! it must be declared `application/json`, which a page cannot send to another origin
+//! without a preflight that the CORS settings answer.
 //!
 //! Clients that are not browsers (SDKs, curl, agents) send no `Origin` and are unaffected;
 //! `/health` skips the `Host` check, for probes that address the server by a pod's name.
@@ -19,7 +21,7 @@
 use std::net::IpAddr;
 
 use axum::extract::{Request, State};
-use axum::http::{Method, header};
+use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
@@ -88,15 +90,6 @@ impl Policy {
                     code: "origin_not_allowed",
                 });
             }
-        }
-        if request.method() == Method::POST && !is_json(request) {
-            count("unsupported_media_type");
-            let got = request
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
-                .unwrap_or_default();
-            return Some(ApiError::UnsupportedContentType { got: clip(&got) });
         }
         None
     }
@@ -209,19 +202,6 @@ fn same_authority(origin: &str, authority: &str) -> bool {
     let (origin_name, origin_port) = split(rest);
     let (host_name, host_port) = split(authority);
     origin_name == host_name && origin_port.unwrap_or(default) == host_port.unwrap_or(default)
-}
-
-/// `Content-Type: application/json` (any parameters, any case).
-fn is_json(request: &Request) -> bool {
-    request
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| {
-            v.split(';')
-                .next()
-                .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
-        })
 }
 
 /// At most 200 characters of what a request sent, for a message.

@@ -414,7 +414,7 @@ async fn a_trickled_body_is_cut_with_408() {
     use tokio::io::AsyncWriteExt;
     let setup = fast(&["--body-timeout-seconds", "1"]);
     let (mut reader, mut writer) = connect(&setup.server.url).await.into_split();
-    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{";
+    let head = "POST /v1/chat/completions HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{";
     writer.write_all(head.as_bytes()).await.unwrap();
     // A byte every 200 ms (100 bytes would take 20 s): never a gap a read timeout sees.
     let trickle = async move {

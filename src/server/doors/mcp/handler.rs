@@ -312,9 +312,13 @@ fn clip(text: &str) -> String {
     text.chars().take(100).collect()
 }
 
-/// Whether the request declared the tasks extension (so it can take a task handle).
+/// Whether the request itself declared the tasks extension (a 2026-07-28 request's
+/// `_meta` capabilities), so it takes a task handle. A declaration at `initialize` is not
+/// enough: the MCP Inspector 2.12.0 makes one there and then reads a task handle as a
+/// tool result without content.
 fn wants_task(context: &RequestContext<RoleServer>) -> bool {
     context
+        .meta
         .client_capabilities()
         .is_some_and(|caps| caps.supports_tasks())
 }

@@ -6,9 +6,9 @@
 //!
 //! What a request brings in from storage (the conversation it continues, the items it
 //! references) is a few bytes of body that can stand for megabytes: it is bounded per
-//! request ([`MAX_REFERENCED_BYTES`], and what `--max-buffered-body-bytes` leaves beside
-//! the body) and charged to the request's share of that budget before it is read, as a
-//! body of its size would be.
+//! request ([`MAX_REFERENCED_BYTES`], and what the caller's part of
+//! `--max-buffered-body-bytes` leaves beside the body) and charged to the request's share
+//! of that budget before it is read, as a body of its size would be.
 
 use massgen_core::provider::Message;
 use serde_json::Value;
@@ -66,15 +66,11 @@ pub async fn conversation_so_far(
             ));
         }
     }
-    // What the budget can ever hold beside this body: more would wait for room that never
-    // comes, so it is refused as too large instead of busy.
-    let allowed = MAX_REFERENCED_BYTES.min(
-        state
-            .settings
-            .production
-            .max_buffered_body_bytes
-            .saturating_sub(body_bytes),
-    );
+    // What the caller's part of the body budget can ever hold beside this body: more would
+    // wait for room that never comes, so it is refused as too large instead of busy. (With
+    // the defaults that part is 10 MiB: more text than any model's context window takes.)
+    let allowed =
+        MAX_REFERENCED_BYTES.min(state.production.bodies.part().saturating_sub(body_bytes));
     let charge = |n: usize| async move {
         match share {
             Some(slot) => slot.charge(&state.production.bodies, n).await,
