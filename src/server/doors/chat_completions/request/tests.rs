@@ -199,8 +199,13 @@ fn client_tools_choice_and_followup() {
         Ok(_) => "ok",
     };
     let msgs = serde_json::json!([{"role": "user", "content": "x"}]);
+    // The client's own MCP tools (Claude Code's names) are the client's.
     assert_eq!(
         code(serde_json::json!({"messages": msgs, "tools": [tool("mcp__a__b")]})),
+        "ok"
+    );
+    assert_eq!(
+        code(serde_json::json!({"messages": msgs, "tools": [tool("new_answer")]})),
         "tool_name_collision"
     );
     assert_eq!(
