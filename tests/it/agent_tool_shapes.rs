@@ -195,56 +195,67 @@ async fn mcp_named_client_tools_complete_a_loop_on_every_door() {
     }
 }
 
-/// A server whose one agent (on the recording simulator, `policy=client_tool`) has the
-/// MCP server `massgen`: another massgen's `/mcp` door. Its own tools are
-/// `mcp__massgen__deliberate` and `mcp__massgen__list_panels`, the names Claude Code
-/// gives the same server's tools when the README's recipe adds it.
-struct OwnMcpPanel {
+/// A server whose agents run on the recording simulator (`policy=client_tool`), so a test
+/// sees what the agents were sent. Each agent is `(id, backend lines)` below `model`.
+struct Recorded {
     server: Proc,
     seen: Seen,
     _stop: tokio::sync::oneshot::Sender<()>,
-    _mcp: Setup,
     _dir: tempfile::TempDir,
 }
 
-async fn own_mcp_panel() -> OwnMcpPanel {
-    let mcp = Setup::with_panel(|url| panel_yaml(url, &[CLIENT_TOOL[0]], ""), &[]);
+async fn recorded(agents: &[(&str, &str)]) -> Recorded {
     let (sim, seen, stop) = recording::serve().await;
     let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        "agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      base_url: {sim}/v1\n      model: \"a:policy=client_tool,ttft_ms=5,token_ms=1\"\n      mcp_servers:\n        massgen: {{type: streamable-http, url: \"{}/mcp\"}}\n",
-        mcp.server.url
-    );
+    let mut yaml = String::from("agents:\n");
+    for (id, extra) in agents {
+        yaml.push_str(&format!(
+            "  - id: {id}\n    backend:\n      type: chatcompletion\n      base_url: {sim}/v1\n      model: \"{id}:policy=client_tool,ttft_ms=5,token_ms=1\"\n{extra}"
+        ));
+    }
     let config = write(dir.path(), "team.yaml", &yaml);
     let server = serve(&["--config", config.to_str().unwrap()]);
-    OwnMcpPanel {
+    Recorded {
         server,
         seen,
         _stop: stop,
-        _mcp: mcp,
         _dir: dir,
     }
 }
 
-/// The tool names of every coordination turn the simulator received (a request offering
+/// The coordination turns the simulator received since the last look (requests offering
 /// `new_answer` or `vote`).
-fn turn_tools(seen: &Seen) -> Vec<Vec<String>> {
+fn turns(seen: &Seen) -> Vec<Value> {
     recording::take(seen)
-        .iter()
-        .filter_map(|r| r["tools"].as_array())
-        .map(|tools| {
-            tools
+        .into_iter()
+        .filter(|r| {
+            tool_names(r)
                 .iter()
-                .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
-                .collect::<Vec<_>>()
+                .any(|n| n == "new_answer" || n == "vote")
         })
-        .filter(|names| names.iter().any(|n| n == "new_answer" || n == "vote"))
+        .collect()
+}
+
+fn tool_names(request: &Value) -> Vec<String> {
+    request["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["function"]["name"].as_str().map(str::to_string))
         .collect()
 }
 
 #[tokio::test]
 async fn a_client_tool_named_like_the_panels_own_mcp_tool_is_the_clients() {
-    let p = own_mcp_panel().await;
+    // The agent's MCP server `massgen` is another massgen's `/mcp` door: its own tools are
+    // `mcp__massgen__deliberate` and `mcp__massgen__list_panels`, the names Claude Code
+    // gives the same server's tools when the README's recipe adds it.
+    let mcp = Setup::with_panel(|url| panel_yaml(url, &[CLIENT_TOOL[0]], ""), &[]);
+    let servers = format!(
+        "      mcp_servers:\n        massgen: {{type: streamable-http, url: \"{}/mcp\"}}\n",
+        mcp.server.url
+    );
+    let p = recorded(&[("a", &servers)]).await;
     let tool = "mcp__massgen__list_panels";
     let first = first_request(Door::Messages, tool);
     tool_loop(
@@ -258,9 +269,9 @@ async fn a_client_tool_named_like_the_panels_own_mcp_tool_is_the_clients() {
     .await;
     // The agent was offered the client's tool under its name and its own server's tools,
     // the one the client's shadows under an alias.
-    let turns = turn_tools(&p.seen);
+    let turns = turns(&p.seen);
     assert!(!turns.is_empty());
-    let first_turn = &turns[0];
+    let first_turn = &tool_names(&turns[0]);
     for name in [
         tool,
         "own_mcp__massgen__list_panels",
@@ -269,4 +280,158 @@ async fn a_client_tool_named_like_the_panels_own_mcp_tool_is_the_clients() {
         assert!(first_turn.iter().any(|n| n == name), "{first_turn:?}");
     }
     assert_eq!(first_turn.iter().filter(|n| *n == tool).count(), 1);
+}
+
+/// A 1x1 PNG, as Claude Code's `Read` of a screenshot returns it (base64).
+const PNG: &str = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+
+/// Two agents: `seer` sees images, `blind` does not.
+async fn vision_panel() -> Recorded {
+    recorded(&[
+        ("seer", "      vision: true\n"),
+        ("blind", "      vision: false\n"),
+    ])
+    .await
+}
+
+/// Checks the last session's turns: `seer`'s carried the PNG as an image part, `blind`'s
+/// the note that it cannot see it, and both the image's mark.
+fn assert_image_reached_the_seer(seen: &Seen) {
+    let turns = turns(seen);
+    let of = |who: &str| -> Vec<&Value> {
+        turns
+            .iter()
+            .filter(|r| r["model"].as_str().unwrap_or_default().starts_with(who))
+            .collect()
+    };
+    let (seer, blind) = (of("seer:"), of("blind:"));
+    assert!(!seer.is_empty() && !blind.is_empty(), "{turns:?}");
+    let png = format!("data:image/png;base64,{PNG}");
+    for turn in &seer {
+        let strings = recording::strings(turn);
+        assert!(strings.contains(&png.as_str()), "{turn}");
+        assert!(strings.iter().any(|s| s.contains("[image 1]")), "{turn}");
+    }
+    for turn in &blind {
+        let strings = recording::strings(turn);
+        assert!(
+            !strings.iter().any(|s| s.starts_with("data:image")),
+            "{turn}"
+        );
+        assert!(
+            strings
+                .iter()
+                .any(|s| s.contains("[image 1]") && s.contains("Your model cannot see images")),
+            "{turn}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn claude_codes_tool_search_loads_a_deferred_tool_for_the_next_turn() {
+    let p = recorded(&[("a", "")]).await;
+    // Claude Code 2.1.332: WebFetch waits behind ToolSearch.
+    let mut first = first_request(Door::Messages, "ToolSearch");
+    first["tools"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"name": "WebFetch",
+        "description": "Fetch a URL", "defer_loading": true,
+        "input_schema": {"type": "object", "properties": {"url": {"type": "string"}}}}));
+    let reference = json!([{"type": "tool_reference", "tool_name": "WebFetch"}]);
+    let last = tool_loop(
+        &p.server.url,
+        Door::Messages,
+        &first,
+        "ToolSearch",
+        reference,
+        "[tool WebFetch loaded",
+    )
+    .await;
+    assert_eq!(last["stop_reason"], "end_turn");
+    let turns = turns(&p.seen);
+    let before = tool_names(&turns[0]);
+    let after = tool_names(turns.last().unwrap());
+    assert!(!before.contains(&"WebFetch".to_string()), "{before:?}");
+    assert!(after.contains(&"WebFetch".to_string()), "{after:?}");
+}
+
+#[tokio::test]
+async fn an_image_in_a_tool_result_reaches_the_agents_that_see_images() {
+    let p = vision_panel().await;
+    // Claude Code's Read of a PNG; the Chat door's tool message; a Responses output.
+    let results = [
+        (
+            Door::Messages,
+            json!([{"type": "text", "text": "Read image (1x1)"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": PNG}}]),
+        ),
+        (
+            Door::Chat,
+            json!([{"type": "text", "text": "Read image (1x1)"},
+                {"type": "image_url", "image_url": {"url": format!("data:image/png;base64,{PNG}")}}]),
+        ),
+        (
+            Door::Responses,
+            json!([{"type": "input_text", "text": "Read image (1x1)"},
+                {"type": "input_image", "image_url": format!("data:image/png;base64,{PNG}")}]),
+        ),
+    ];
+    for (door, result) in results {
+        let first = first_request(door, "Read");
+        let called = answer(&p.server.url, door, &first).await;
+        assert_eq!(door.calls(&called)[0].1, "Read", "{door:?}: {called}");
+        recording::take(&p.seen);
+        let next = door.follow_up(&first, &called, result);
+        let last = answer(&p.server.url, door, &next).await;
+        assert!(
+            door.text(&last).contains("Read image (1x1)"),
+            "{door:?}: {last}"
+        );
+        assert_image_reached_the_seer(&p.seen);
+    }
+}
+
+#[tokio::test]
+async fn documents_search_results_and_files_in_tool_results_reach_the_agents_as_text() {
+    let s = Setup::with_panel(|url| panel_yaml(url, &CLIENT_TOOL, ""), &[]);
+    let results = [
+        (
+            Door::Messages,
+            json!([{"type": "document", "title": "NOTES.md",
+                    "source": {"type": "text", "media_type": "text/plain", "data": "ship on Friday"}},
+                {"type": "search_result", "source": "https://example.com/a", "title": "A",
+                    "content": [{"type": "text", "text": "found on the web"}]},
+                {"type": "document", "title": "spec.pdf",
+                    "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}}]),
+            [
+                "ship on Friday",
+                "found on the web",
+                "spec.pdf\": a PDF the panel cannot read",
+            ],
+        ),
+        (
+            Door::Responses,
+            json!([{"type": "input_text", "text": "two files"},
+                {"type": "input_file", "filename": "NOTES.md",
+                    "file_data": "data:text/markdown;base64,c2hpcCBvbiBGcmlkYXk="},
+                {"type": "input_file", "filename": "spec.pdf",
+                    "file_data": "data:application/pdf;base64,JVBERi0="}]),
+            [
+                "ship on Friday",
+                "two files",
+                "spec.pdf (application/pdf): not a text file",
+            ],
+        ),
+    ];
+    for (door, result, quoted) in results {
+        let first = first_request(door, "Read");
+        let called = answer(&s.server.url, door, &first).await;
+        let next = door.follow_up(&first, &called, result);
+        let last = answer(&s.server.url, door, &next).await;
+        let text = door.text(&last);
+        for q in quoted {
+            assert!(text.contains(q), "{door:?}: {q} not in {text}");
+        }
+    }
 }
