@@ -435,3 +435,243 @@ async fn documents_search_results_and_files_in_tool_results_reach_the_agents_as_
         }
     }
 }
+
+/// Codex 0.169's MCP tools: a `namespace` tool holding function tools.
+fn codex_tools() -> Value {
+    json!([
+        {"type": "namespace", "name": "mcp__github", "description": "Tools of the github MCP server",
+         "tools": [{"type": "function", "name": "search_issues", "description": "Search issues",
+            "strict": false, "parameters": search_schema()}]},
+        {"type": "function", "name": "exec_command", "parameters": {"type": "object",
+            "properties": {"cmd": {"type": "string"}}}}
+    ])
+}
+
+#[tokio::test]
+async fn codex_namespace_tools_are_offered_and_their_calls_carry_the_namespace() {
+    let p = recorded(&[("a", ""), ("b", "")]).await;
+    let url = &p.server.url;
+    let mut first = first_request(Door::Responses, "unused");
+    first["tools"] = codex_tools();
+    // Stateless, as Codex sends it (`store: false`, the whole input every time).
+    let called = answer(url, Door::Responses, &first).await;
+    let call = called["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|i| i["type"] == "function_call")
+        .cloned()
+        .unwrap_or_else(|| panic!("{called}"));
+    assert_eq!(
+        (&call["name"], &call["namespace"]),
+        (&json!("search_issues"), &json!("mcp__github")),
+        "{call}"
+    );
+    let offered = tool_names(&turns(&p.seen)[0]);
+    assert!(
+        offered.iter().any(|n| n == "mcp__github__search_issues"),
+        "{offered:?}"
+    );
+    assert!(offered.iter().any(|n| n == "exec_command"), "{offered:?}");
+    let next = Door::Responses.follow_up(&first, &called, json!("issue 40 is open"));
+    let last = answer(url, Door::Responses, &next).await;
+    assert!(
+        Door::Responses.text(&last).contains("issue 40 is open"),
+        "{last}"
+    );
+    // The agents saw the echoed call under its flat name.
+    let seen = recording::strings(&turns(&p.seen)[0]).join("\n");
+    assert!(
+        seen.contains("result of mcp__github__search_issues"),
+        "{seen}"
+    );
+
+    // Stored: the next request names the response and sends only the output.
+    first["store"] = json!(true);
+    let called = answer(url, Door::Responses, &first).await;
+    let call_id = Door::Responses.calls(&called)[0].0.clone();
+    let next = json!({"model": "massgen", "store": false, "tools": codex_tools(),
+        "previous_response_id": called["id"],
+        "input": [{"type": "function_call_output", "call_id": call_id, "output": "stored and found"}]});
+    recording::take(&p.seen);
+    let last = answer(url, Door::Responses, &next).await;
+    assert!(
+        Door::Responses.text(&last).contains("stored and found"),
+        "{last}"
+    );
+    let seen = recording::strings(&turns(&p.seen)[0]).join("\n");
+    assert!(
+        seen.contains("result of mcp__github__search_issues"),
+        "{seen}"
+    );
+
+    // Streamed: the item and the arguments' end name the tool and its namespace.
+    first["stream"] = json!(true);
+    let r = post(url, "/v1/responses", None, &first).await;
+    assert_eq!(r.status(), 200);
+    let (events, _) = crate::support::parse_named_sse(&r.text().await.unwrap());
+    let done = events
+        .iter()
+        .find(|e| e.event == "response.function_call_arguments.done")
+        .expect("arguments done");
+    assert_eq!(done.data["name"], "search_issues");
+    assert_eq!(done.data["namespace"], "mcp__github");
+    let item = events
+        .iter()
+        .find(|e| {
+            e.event == "response.output_item.done" && e.data["item"]["type"] == "function_call"
+        })
+        .expect("the call's item");
+    assert_eq!(item.data["item"]["namespace"], "mcp__github");
+    assert_eq!(item.data["item"]["name"], "search_issues");
+}
+
+/// Codex CLI 0.169 (tests/clients) with one MCP server, `massgen` (a demo server's `/mcp`
+/// door): it sends that server's tools as the namespace `mcp__massgen`. The panel (whose
+/// agent calls `mcp__massgen__list_panels`, `call=` of the simulator) answers with that
+/// call; Codex runs it on the MCP server and sends the output back; the panel's answer
+/// quotes it.
+#[test]
+fn codex_runs_the_mcp_tool_the_panel_called_through_its_namespace() {
+    use crate::cli_clients::{CLIENT_TIMEOUT, client, isolated};
+    let Some(codex) = client("codex") else { return };
+    let mcp = serve(&["--demo"]);
+    let sim = recording::RecordingSimulator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      base_url: {}/v1\n      model: \"a:policy=client_tool,call=mcp__massgen__list_panels,ttft_ms=5,token_ms=1\"\n",
+        sim.url
+    );
+    let config = write(dir.path(), "team.yaml", &yaml);
+    let server = serve(&["--config", config.to_str().unwrap()]);
+
+    let home = tempfile::tempdir().unwrap();
+    let last = home.path().join("last.txt");
+    let provider = format!(
+        "model_providers.massgen={{name=\"MassGen\",base_url=\"{}/v1\",wire_api=\"responses\",env_key=\"MASSGEN_API_KEY\",request_max_retries=0,stream_max_retries=0}}",
+        server.url
+    );
+    let mcp_server = format!("mcp_servers.massgen={{url=\"{}/mcp\"}}", mcp.url);
+    let mut cmd = isolated(&codex, home.path());
+    cmd.env("CODEX_HOME", home.path())
+        .env("MASSGEN_API_KEY", "unused")
+        .args(["exec", "--skip-git-repo-check", "--ephemeral"])
+        .args([
+            "--sandbox",
+            "read-only",
+            "--disable",
+            "plugins",
+            "--json",
+            "-o",
+        ])
+        .arg(&last)
+        .args(["-c", "model_provider=massgen", "-c", "model=massgen"])
+        .args([
+            "-c",
+            "approval_policy=never",
+            "-c",
+            &provider,
+            "-c",
+            &mcp_server,
+        ])
+        .args(["-c", "check_for_update_on_startup=false"])
+        .args(["-c", "analytics.enabled=false"])
+        .arg("Which panels are there?");
+    let output = crate::support::run_bounded(cmd, CLIENT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let log = format!("{stdout}\n{}", String::from_utf8_lossy(&output.stderr));
+    assert!(output.status.success(), "codex failed: {log}");
+    let requests = sim.requests();
+    let offered: Vec<String> = requests.iter().flat_map(tool_names).collect();
+    assert!(
+        offered.iter().any(|n| n == "mcp__massgen__list_panels"),
+        "{offered:?}\n{log}"
+    );
+    // Codex ran the call on its MCP server: an `mcp_tool_call` item of `massgen`.
+    let items: Vec<Value> = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|e| e["type"] == "item.completed")
+        .map(|e| e["item"].clone())
+        .collect();
+    let call = items
+        .iter()
+        .find(|i| i["type"] == "mcp_tool_call")
+        .unwrap_or_else(|| panic!("no mcp_tool_call item: {log}"));
+    assert_eq!(
+        (&call["server"], &call["tool"]),
+        (&json!("massgen"), &json!("list_panels")),
+        "{call}"
+    );
+    // Its output came back, and the panel's answer quotes it.
+    let answer = std::fs::read_to_string(&last).unwrap_or_default();
+    assert!(
+        answer.contains("result of mcp__massgen__list_panels"),
+        "answer: {answer}\n{log}"
+    );
+}
+
+/// Claude Code (tests/clients) as the README sets it up: the server as its model
+/// (`ANTHROPIC_BASE_URL`) and as its MCP server `massgen` (the same server's `/mcp`), so
+/// it sends `mcp__massgen__deliberate` and `mcp__massgen__list_panels` with every request
+/// (each was a 400 before). The panel calls `mcp__massgen__list_panels`; Claude Code runs
+/// it on the MCP server and sends the result back; the panel's answer quotes it.
+#[test]
+fn claude_code_with_the_readmes_mcp_server_completes_a_tool_loop() {
+    use crate::cli_clients::{CLIENT_TIMEOUT, client, isolated};
+    let Some(claude) = client("claude") else {
+        return;
+    };
+    let sim = recording::RecordingSimulator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      base_url: {}/v1\n      model: \"a:policy=client_tool,call=mcp__massgen__list_panels,ttft_ms=5,token_ms=1\"\n",
+        sim.url
+    );
+    let config = write(dir.path(), "team.yaml", &yaml);
+    let server = serve(&["--config", config.to_str().unwrap()]);
+    let mcp_config = write(
+        dir.path(),
+        "mcp.json",
+        &json!({"mcpServers": {"massgen": {"type": "http", "url": format!("{}/mcp", server.url)}}})
+            .to_string(),
+    );
+
+    let home = tempfile::tempdir().unwrap();
+    let mut cmd = isolated(&claude, home.path());
+    cmd.env("ANTHROPIC_BASE_URL", &server.url)
+        .env("ANTHROPIC_API_KEY", "unused")
+        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        .env("DISABLE_TELEMETRY", "1")
+        .env("DISABLE_ERROR_REPORTING", "1")
+        .env("DISABLE_AUTOUPDATER", "1")
+        .env("CLAUDE_CODE_MAX_RETRIES", "1")
+        .env("CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK", "1")
+        .args(["-p", "Which panels are there?", "--output-format", "json"])
+        .arg("--mcp-config")
+        .arg(&mcp_config)
+        .args([
+            "--strict-mcp-config",
+            "--allowedTools",
+            "mcp__massgen__list_panels",
+        ])
+        .args(["--model", "massgen"]);
+    let output = crate::support::run_bounded(cmd, CLIENT_TIMEOUT);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "claude failed: {stdout}\n{stderr}");
+    let result: Value = serde_json::from_str(stdout.trim())
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
+    assert_eq!(result["is_error"], false, "{result}\n{stderr}");
+    let offered: Vec<String> = sim.requests().iter().flat_map(tool_names).collect();
+    assert!(
+        offered.iter().any(|n| n == "mcp__massgen__deliberate"),
+        "{offered:?}"
+    );
+    // The panel's second session saw the MCP server's answer (the panels it lists).
+    let text = result["result"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("result of mcp__massgen__list_panels") && text.contains("massgen"),
+        "{result}"
+    );
+}

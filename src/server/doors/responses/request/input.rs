@@ -13,6 +13,7 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::server::doors::images;
+use crate::server::doors::responses::namespaces::flat_name;
 use crate::server::error::ApiError;
 
 /// `input` and a message's `content`: a string, or a list.
@@ -79,6 +80,8 @@ pub(super) struct WireItem {
     content: Option<TextOr<WirePart>>,
     call_id: Option<String>,
     name: Option<String>,
+    /// A namespaced tool's call (Codex's MCP tools): named by its flat name.
+    namespace: Option<String>,
     arguments: Option<String>,
     output: Option<TextOr<WirePart>>,
     encrypted_content: Option<String>,
@@ -221,14 +224,20 @@ fn entry(i: usize, item: WireItem) -> Result<Entry, ApiError> {
                 },
             })
         }
-        ItemKind::FunctionCall => Entry::Item(Item::Call {
-            call: ToolCall {
-                id: required(item.call_id, "call_id")?,
-                name: required(item.name, "name")?,
-                arguments: required(item.arguments, "arguments")?,
-                opaque: None,
-            },
-        }),
+        ItemKind::FunctionCall => {
+            let name = required(item.name, "name")?;
+            Entry::Item(Item::Call {
+                call: ToolCall {
+                    id: required(item.call_id, "call_id")?,
+                    name: match item.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+                        Some(ns) => flat_name(ns, &name),
+                        None => name,
+                    },
+                    arguments: required(item.arguments, "arguments")?,
+                    opaque: None,
+                },
+            })
+        }
         ItemKind::FunctionCallOutput => {
             let call_id = required(item.call_id, "call_id")?;
             // Text, image and file parts: what OpenAI's function call outputs hold.
