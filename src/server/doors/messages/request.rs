@@ -9,6 +9,8 @@
 //! Anthropic documents for it (`results`); tools with `defer_loading` are offered once a
 //! `tool_reference` in the conversation loads them (Claude Code's tool search).
 
+use std::collections::HashSet;
+
 use massgen_core::coordination::ClientTools;
 use massgen_core::provider::{
     Image, Message, OutputFormat, Sampling, ToolCall, ToolChoice, ToolSpec,
@@ -399,7 +401,7 @@ fn client_tools(
     loaded: &[Loaded],
 ) -> Result<ClientTools, ApiError> {
     let mut specs: Vec<ToolSpec> = Vec::new();
-    let mut deferred: Vec<String> = Vec::new();
+    let mut deferred: HashSet<String> = HashSet::new();
     let list = list.unwrap_or_default();
     tools::check_count(list.len())?;
     for (i, Obj(tool)) in list.into_iter().enumerate() {
@@ -422,14 +424,13 @@ fn client_tools(
             },
         )?;
         if defer {
-            deferred.push(spec.name.clone());
+            deferred.insert(spec.name.clone());
         }
         tools::push_unique(&mut specs, i, spec)?;
     }
-    if let Some(unknown) = loaded
-        .iter()
-        .find(|l| !specs.iter().any(|s| s.name == l.name))
-    {
+    // Sets: a body may hold many references, and `tools` up to 256 names.
+    let names: HashSet<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    if let Some(unknown) = loaded.iter().find(|l| !names.contains(l.name.as_str())) {
         return Err(ApiError::invalid_at(
             format!(
                 "'{}': the tool_reference names '{}', which is not in 'tools'",
@@ -440,7 +441,9 @@ fn client_tools(
         ));
     }
     // Deferred tools wait for a reference: until then the agents are not offered them.
-    deferred.retain(|name| !loaded.iter().any(|l| &l.name == name));
+    for l in loaded {
+        deferred.remove(&l.name);
+    }
     specs.retain(|s| !deferred.contains(&s.name));
     let (choice, parallel) = match choice {
         None => (None, None),

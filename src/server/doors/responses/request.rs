@@ -270,7 +270,7 @@ struct Tools {
 
 /// `tools`, `tool_choice` and `parallel_tool_calls`: function tools in the Responses shape
 /// (`{"type":"function","name",…}`) and `namespace` tools holding them, flattened; no
-/// name twice, at most [`tools::MAX_TOOLS`] functions in all.
+/// name twice, at most [`tools::MAX_TOOLS`] tools in all, a namespace's counted.
 fn parse_tools(
     list: Option<Vec<WireTool>>,
     choice: Option<Value>,
@@ -311,7 +311,6 @@ fn parse_tools(
         tools::push_unique(&mut specs, i, spec)?;
         echoed.push(echo(tool));
     }
-    tools::check_count(specs.len())?;
     let choice = match choice {
         None => None,
         Some(Value::String(s)) => Some(match s.as_str() {
@@ -362,6 +361,8 @@ fn namespace(
             "invalid_type",
         ));
     };
+    // Before reading them: a namespace's tools count against the bound like the others.
+    tools::check_count(specs.len() + inner.len())?;
     for (j, item) in inner.iter().enumerate() {
         let at = format!("tools[{i}].tools[{j}]");
         let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
@@ -580,6 +581,15 @@ mod tests {
             assert_eq!(e.param(), Some("tools"));
             assert!(e.message().contains(problem), "{}", e.message());
         }
+        // A namespace's tools count against the bound.
+        let many: Vec<Value> = (0..tools::MAX_TOOLS)
+            .map(|n| json!({"type": "function", "name": format!("f{n}")}))
+            .collect();
+        let e = parse_json(json!({"input": "x", "tools": [
+            {"type": "function", "name": "g"},
+            {"type": "namespace", "name": "ns", "tools": many}]}))
+        .unwrap_err();
+        assert!(e.message().contains("at most 256"), "{}", e.message());
     }
 
     #[test]
