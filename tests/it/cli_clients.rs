@@ -16,10 +16,10 @@ use crate::support;
 
 const KEY: &str = "sk-mg-door-test";
 /// A demo session takes a few seconds; the clients start in under one.
-const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const CLIENT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// `tests/clients/node_modules/.bin/<name>`, or `None` (skip) when not installed.
-fn client(name: &str) -> Option<PathBuf> {
+pub(crate) fn client(name: &str) -> Option<PathBuf> {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("tests/clients/node_modules/.bin")
         .join(name);
@@ -36,7 +36,7 @@ fn client(name: &str) -> Option<PathBuf> {
 
 /// The environment both CLIs run in: nothing inherited but PATH, a fresh HOME, no route
 /// off loopback ([`support::offline`]); their own off-switches are set too (see each test).
-fn isolated(program: &Path, home: &Path) -> Command {
+pub(crate) fn isolated(program: &Path, home: &Path) -> Command {
     let mut cmd = Command::new(program);
     cmd.current_dir(home)
         .env_clear()

@@ -322,3 +322,90 @@ async fn present_tool_calls_lets_the_winner_restate_them() {
     );
     assert_eq!(a.requests().len(), 2);
 }
+
+/// An agent's own MCP-like source with `mcp__github__search`: it records the names it is
+/// called by.
+#[derive(Debug, Default)]
+struct GithubTools(std::sync::Mutex<Vec<String>>);
+
+const SEARCH: &str = "mcp__github__search";
+
+impl AgentTools for GithubTools {
+    fn discover(&self) -> futures::future::BoxFuture<'static, Vec<OwnTool>> {
+        let tool = OwnTool {
+            spec: ToolSpec {
+                name: SEARCH.into(),
+                description: "Search the panel's GitHub".into(),
+                parameters: json!({"type": "object", "properties": {}}),
+            },
+            read_only: true,
+        };
+        Box::pin(async move { vec![tool] })
+    }
+
+    fn call(
+        &self,
+        name: String,
+        _arguments: String,
+    ) -> futures::future::BoxFuture<'static, Result<String, String>> {
+        self.0.lock().unwrap().push(name.clone());
+        Box::pin(async move {
+            match name.as_str() {
+                SEARCH => Ok("issue 40 is open".to_string()),
+                other => Err(format!("unknown tool {other}")),
+            }
+        })
+    }
+
+    fn limits(&self) -> ToolLimits {
+        ToolLimits::default()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_client_tool_named_like_an_own_tool_keeps_its_name_and_the_own_one_takes_an_alias() {
+    // Claude Code's MCP server `github` and the panel's: the same `mcp__github__search`.
+    let a = Scripted::new("a", |req, _| {
+        if is_presentation(req) {
+            return present(&["should not present"]);
+        }
+        let own_done = req.messages.iter().any(|m| m.role == Role::Tool);
+        if !own_done {
+            return text_then(&[], vec![tool_call("own_mcp__github__search", "{}")]);
+        }
+        text_then(&[], vec![tool_call(SEARCH, r#"{"q":"issue 40"}"#)])
+    });
+    let github = std::sync::Arc::new(GithubTools::default());
+    let mut s = spec(&[("a", &a)], OrchestratorOptions::default());
+    s.agents[0].tools = Some(github.clone());
+    s.input.tools = ClientTools {
+        tools: vec![std::sync::Arc::new(ToolSpec {
+            name: SEARCH.into(),
+            description: "Search the client's GitHub".into(),
+            parameters: json!({"type": "object", "properties": {"q": {"type": "string"}}}),
+        })],
+        choice: None,
+        parallel: None,
+    };
+    let run = run(s).await;
+    // The own tool ran under its own name; the client got its own tool's call.
+    assert_eq!(*github.0.lock().unwrap(), [SEARCH]);
+    assert_eq!(
+        calls_in(&run),
+        [(SEARCH.to_string(), r#"{"q":"issue 40"}"#.to_string())]
+    );
+    let first = &a.requests()[0];
+    assert_eq!(
+        tool_names(first),
+        ["new_answer", SEARCH, "own_mcp__github__search"]
+    );
+    let client = first.tools.iter().find(|t| t.name == SEARCH).unwrap();
+    assert_eq!(client.description, "Search the client's GitHub");
+    let second = &a.requests()[1];
+    assert!(
+        second
+            .messages
+            .iter()
+            .any(|m| m.role == Role::Tool && m.content == "issue 40 is open")
+    );
+}

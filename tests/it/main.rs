@@ -7,6 +7,7 @@
 
 mod support;
 
+mod agent_tool_shapes;
 mod auto_config;
 mod bench_smoke;
 mod chat_roundtrip;

@@ -10,6 +10,8 @@
 //! words=N          answer length in words, >= 1 (30)
 //! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy|client_tool|judge (auto)
 //!                  client_tool: call the first non-workflow tool offered (see plan.rs)
+//! call=PREFIX      client_tool calls the first offered tool whose name starts with PREFIX
+//!                  (else, as without it, the first non-workflow tool)
 //!                  judge: grade the question's <candidate_answer> against its
 //!                  <reference_answer>, ending with `VERDICT: CORRECT|INCORRECT` (truth.rs)
 //!                  A forced tool_choice overrides the policy (see forced.rs), except for
@@ -50,6 +52,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "usage",
     "accuracy",
     "seed",
+    "call",
 ];
 
 const MAX_WORDS: usize = 100_000;
@@ -76,6 +79,8 @@ pub struct Behaviour {
     pub accuracy: Option<Accuracy>,
     /// Seeds the accuracy draws.
     pub seed: u64,
+    /// `client_tool` calls the first offered tool whose name starts with this.
+    pub call: Option<String>,
 }
 
 /// A probability in [0, 1]. Its own type so that [`Behaviour`] stays `Eq`: NaN, the one
@@ -158,6 +163,7 @@ impl Default for Behaviour {
             usage: true,
             accuracy: None,
             seed: 0,
+            call: None,
         }
     }
 }
@@ -281,6 +287,8 @@ impl Behaviour {
                 }
             }
             "seed" => self.seed = number(key, value, u64::MAX)?,
+            "call" if !value.is_empty() => self.call = Some(value.to_string()),
+            "call" => return Err(invalid(key, value, "expected the start of a tool name")),
             _ => return Err(invalid(key, value, "unsupported")),
         }
         Ok(())

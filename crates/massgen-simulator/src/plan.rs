@@ -342,7 +342,13 @@ pub fn plan_with(b: &Behaviour, req: &Request, next_draw: &dyn Fn(&str) -> u64) 
         Policy::ClientTool if results.is_some() => plain(true),
         Policy::ClientTool if can_vote => tools(vec![vote()]),
         Policy::ClientTool if o.client.is_some() => {
-            let (name, params) = o.client.clone().unwrap_or_default();
+            let chosen = b.call.as_deref().and_then(|prefix| {
+                o.tools
+                    .iter()
+                    .find(|(name, _)| name.starts_with(prefix))
+                    .cloned()
+            });
+            let (name, params) = chosen.or_else(|| o.client.clone()).unwrap_or_default();
             tools(vec![ToolCall {
                 arguments: instance::arguments(&params, true).to_string(),
                 name,
@@ -544,6 +550,19 @@ mod tests {
             {"role": "tool", "tool_call_id": "c1", "content": "rainy"}]});
         let req = parse_request(body.to_string().as_bytes()).unwrap();
         assert!(matches!(plan(&b, &req).reply, Reply::Text(t) if t.contains("rainy")));
+        // `call=PREFIX` picks the first tool whose name starts so (else the first).
+        let mut two = workflow(&[]);
+        two.as_array_mut().unwrap().push(weather.clone());
+        two.as_array_mut().unwrap().push(json!({"type": "function",
+            "function": {"name": "mcp__gh__search", "parameters": {"type": "object"}}}));
+        let q = "<original_message>Q?</original_message>";
+        let pick = |model: &str| {
+            calls(plan(&beh(model), &request(two.clone(), q)))[0]
+                .0
+                .clone()
+        };
+        assert_eq!(pick("a:policy=client_tool,call=mcp__"), "mcp__gh__search");
+        assert_eq!(pick("a:policy=client_tool,call=nothing"), "get_weather");
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! The checks every door applies to the client's function tools, whatever their wire
-//! shape: a usable name that does not collide with the coordination tools, a JSON Schema
-//! object for the arguments, no name twice, and a `tool_choice` that fits the tools.
+//! shape: a usable name that is not one of the workflow tools every panel offers, a JSON
+//! Schema object for the arguments, no name twice, and a `tool_choice` that fits the tools.
+//! Any other name is the client's, `mcp__…` included: an agent's own tool of the same name
+//! is offered to the agents under an alias (`massgen_core::coordination::own_names`).
 
 use massgen_core::coordination::ClientTools;
 use massgen_core::provider::{ToolChoice, ToolSpec};
-use massgen_core::tool_names::{self, MCP_PREFIX, WORKFLOW_TOOLS};
+use massgen_core::tool_names::{self, WORKFLOW_TOOLS};
 use serde_json::Value;
 
 use crate::server::error::ApiError;
@@ -17,8 +19,8 @@ pub struct ToolAt<'a> {
     pub schema_field: &'a str,
 }
 
-/// One function tool; a name that collides with a coordination tool (or takes the MCP
-/// prefix) would make the agents' turns ambiguous.
+/// One function tool; a name that is a workflow tool's would make the agents' turns
+/// ambiguous.
 pub fn tool_spec(
     name: &str,
     description: Option<&str>,
@@ -28,8 +30,8 @@ pub fn tool_spec(
     if tool_names::is_reserved(name) {
         return Err(tools_error(
             format!(
-                "The client tool '{name}' collides with a massgen coordination tool ({}) or the reserved prefix '{MCP_PREFIX}'; rename it",
-                WORKFLOW_TOOLS.join(", ")
+                "The client tool '{name}' has the name of the panel's own workflow tool '{name}' (every panel offers {} to its agents); rename it",
+                WORKFLOW_TOOLS.join(" and ")
             ),
             "tool_name_collision",
         ));

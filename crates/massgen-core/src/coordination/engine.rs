@@ -24,6 +24,7 @@ use super::events::{
     SessionErrorKind, SessionEvent, SessionSummary,
 };
 use super::options::{FinalAnswerStrategy, OrchestratorOptions};
+use super::own_names;
 use super::present::Presenter;
 use super::prompt::{self, Instructions};
 use super::spec::{Clock, SessionAgent, SessionInput, SessionSpec};
@@ -388,7 +389,22 @@ impl Session {
             _ = sleep_until(deadline) => return Ok(()),
             found = all => found,
         };
-        for (own, tools) in self.own_tools.iter_mut().zip(found) {
+        // The client's tools keep their names; an own tool one of them shadows is offered
+        // under an alias, and the agent's source is wrapped to take calls of it.
+        let client: HashSet<&str> = self
+            .input
+            .tools
+            .tools
+            .iter()
+            .map(|t| t.name.as_str())
+            .collect();
+        for ((own, agent), tools) in self.own_tools.iter_mut().zip(&mut self.agents).zip(found) {
+            let (tools, aliases) = own_names::rename(tools, &client);
+            if !aliases.is_empty()
+                && let Some(inner) = agent.tools.take()
+            {
+                agent.tools = Some(Arc::new(own_names::Renamed::new(inner, aliases)));
+            }
             *own = SplitTools::new(tools, self.options.planning_mode);
         }
         Ok(())

@@ -32,6 +32,7 @@ mod engine;
 mod evaluate;
 pub mod events;
 pub mod options;
+pub mod own_names;
 mod present;
 pub mod prompt;
 mod spec;

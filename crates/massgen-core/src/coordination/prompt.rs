@@ -417,9 +417,11 @@ pub fn missing_tool_reminder(offer_new_answer: bool, offer_vote: bool) -> String
     format!("You did not call a tool. Finish your turn now with exactly one call to {tools}.")
 }
 
-/// How many images the client's messages hold (history and question).
+/// How many images the client's messages hold (history, question, and the tool results
+/// that follow it).
 pub fn image_count(input: &SessionInput) -> usize {
-    input.history.iter().map(|m| m.images.len()).sum::<usize>() + input.question_images.len()
+    let in_messages = |list: &[Message]| list.iter().map(|m| m.images.len()).sum::<usize>();
+    in_messages(&input.history) + input.question_images.len() + in_messages(&input.followup)
 }
 
 /// The user message of a turn or of the presentation, whose text (from
@@ -427,11 +429,13 @@ pub fn image_count(input: &SessionInput) -> usize {
 /// agent that can see images gets them attached in that order; one that cannot gets a
 /// note instead, so it neither guesses their content nor ignores that they exist.
 pub fn user_turn(mut text: String, input: &SessionInput, vision: bool) -> Message {
+    // In the order the text marks them: history, question, tool results.
     let images: Vec<Image> = input
         .history
         .iter()
         .flat_map(|m| m.images.iter())
         .chain(&input.question_images)
+        .chain(input.followup.iter().flat_map(|m| m.images.iter()))
         .cloned()
         .collect();
     if images.is_empty() {
@@ -443,9 +447,10 @@ pub fn user_turn(mut text: String, input: &SessionInput, vision: bool) -> Messag
     // Appended, not formatted into a new string: the text can hold a big question.
     if !vision {
         text.push_str(
-            "\n\nEach [image N] above marks an image the user attached. Your model cannot \
-             see images, so they are not shown to you: do not guess what they show. Other \
-             agents may see them; rely on what their answers say about the images.",
+            "\n\nEach [image N] above marks an image of the conversation (one the user \
+             attached or a tool returned). Your model cannot see images, so they are not \
+             shown to you: do not guess what they show. Other agents may see them; rely on \
+             what their answers say about the images.",
         );
         return Message::user(text);
     }
@@ -527,14 +532,15 @@ fn question_blocks(input: &SessionInput, more: usize) -> String {
     out.push_str(&image_marks(input.question_images.len(), &mut images));
     out.push_str("\n</original_message>\n");
     if !input.followup.is_empty() {
-        out.push_str(&tool_results_block(&input.followup));
+        out.push_str(&tool_results_block(&input.followup, &mut images));
     }
     out
 }
 
 /// What happened after the original message: the tool calls made for it (as chosen in an
-/// earlier session) and the results the client sent back, each result named by its call.
-fn tool_results_block(followup: &[Message]) -> String {
+/// earlier session) and the results the client sent back, each result named by its call
+/// and followed by the marks of its images (numbered on from `images`).
+fn tool_results_block(followup: &[Message], images: &mut usize) -> String {
     let mut out = String::from(
         "<tool_results>\nTools were already called for the original message; the client ran \
          them and sent these results:\n",
@@ -558,9 +564,17 @@ fn tool_results_block(followup: &[Message]) -> String {
             Role::Tool => {
                 let id = m.tool_call_id.as_deref().unwrap_or("?");
                 let name = names.get(id).copied().unwrap_or("a tool");
-                out.push_str(&format!("result of {name} [{id}]: {}\n", m.content));
+                out.push_str(&format!(
+                    "result of {name} [{id}]: {}{}\n",
+                    m.content,
+                    image_marks(m.images.len(), images)
+                ));
             }
-            _ => out.push_str(&format!("{}\n", render_history(m))),
+            _ => out.push_str(&format!(
+                "{}{}\n",
+                render_history(m),
+                image_marks(m.images.len(), images)
+            )),
         }
     }
     out.push_str("</tool_results>\n");
@@ -707,5 +721,55 @@ mod tests {
             kept.get(&[format!("agent{n}")]);
             assert!(kept.len() <= VOTE_TOOLS_KEPT);
         }
+    }
+
+    #[test]
+    fn tool_result_images_are_marked_after_the_question_and_attached_in_order() {
+        let image = |url: &str| Image {
+            source: crate::provider::ImageSource::Url { url: url.into() },
+            detail: None,
+        };
+        let mut earlier = Message::user("see");
+        earlier.images = vec![image("https://x/1.png")];
+        let mut call = Message::assistant(String::new());
+        call.tool_calls = vec![ToolCall {
+            id: "t1".into(),
+            name: "Read".into(),
+            arguments: "{}".into(),
+            opaque: None,
+        }];
+        let mut result = Message::tool_result("t1", "a screenshot");
+        result.images = vec![image("https://x/3.png")];
+        let input = SessionInput {
+            history: vec![earlier],
+            question: "What changed?".into(),
+            question_images: vec![image("https://x/2.png")],
+            followup: vec![call, result],
+            ..Default::default()
+        };
+        assert_eq!(image_count(&input), 3);
+        let text = coordination_user(&input, &[]);
+        assert!(text.contains("user: see [image 1]"), "{text}");
+        assert!(text.contains("What changed? [image 2]"), "{text}");
+        assert!(
+            text.contains("result of Read [t1]: a screenshot [image 3]"),
+            "{text}"
+        );
+        let seen = user_turn(text.clone(), &input, true);
+        let urls: Vec<_> = seen
+            .images
+            .iter()
+            .map(|i| match &i.source {
+                crate::provider::ImageSource::Url { url } => url.as_str(),
+                crate::provider::ImageSource::Base64 { .. } => "",
+            })
+            .collect();
+        assert_eq!(
+            urls,
+            ["https://x/1.png", "https://x/2.png", "https://x/3.png"]
+        );
+        let blind = user_turn(text, &input, false);
+        assert!(blind.images.is_empty());
+        assert!(blind.content.contains("or a tool returned"));
     }
 }

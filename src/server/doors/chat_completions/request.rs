@@ -381,7 +381,8 @@ fn messages(list: Option<Vec<Obj<WireMessage>>>) -> Result<(Vec<String>, Vec<Mes
     let mut system = Vec::new();
     let mut rest = Vec::with_capacity(list.len());
     for (i, Obj(m)) in list.into_iter().enumerate() {
-        let (content, images) = content(i, m.content, m.role == "user")?;
+        // Images come in user messages and in tool results (a screenshot a tool returned).
+        let (content, images) = content(i, m.content, m.role == "user" || m.role == "tool")?;
         match m.role.as_str() {
             "system" | "developer" => system.push(content),
             "user" => {
@@ -397,7 +398,9 @@ fn messages(list: Option<Vec<Obj<WireMessage>>>) -> Result<(Vec<String>, Vec<Mes
             }
             "tool" => {
                 let id = m.tool_call_id.0.unwrap_or_default();
-                rest.push(Message::tool_result(id, content));
+                let mut message = Message::tool_result(id, content);
+                message.images = images;
+                rest.push(message);
             }
             other => {
                 return Err(message_error(
@@ -425,12 +428,12 @@ fn tool_call(call: WireToolCall) -> ToolCall {
     }
 }
 
-/// A message's text (its text parts joined by line breaks) and, in user messages, its
-/// images.
+/// A message's text (its text parts joined by line breaks) and, in user and tool
+/// messages (`with_images`), its images.
 fn content(
     index: usize,
     content: Option<TextOrList<Obj<Part>>>,
-    user: bool,
+    with_images: bool,
 ) -> Result<(String, Vec<Image>), ApiError> {
     let parts = match content {
         None => return Ok((String::new(), Vec::new())),
@@ -452,10 +455,10 @@ fn content(
                     ));
                 }
             },
-            "image_url" if !user => {
+            "image_url" if !with_images => {
                 return Err(message_error(
                     at(),
-                    "an image part; images are accepted in user messages only",
+                    "an image part; images are accepted in user and tool messages only",
                 ));
             }
             "image_url" => images.push(image(part.image_url, &at())?),

@@ -3,9 +3,13 @@
 //! (`messages[1].content[0].type`). Lenient where Claude Code and the SDK send more than a
 //! panel can use (`cache_control` anywhere, echoed `thinking` and `redacted_thinking`
 //! blocks, `thinking`, `context_management`, `output_config.effort`, `top_k`, sampling
-//! settings), strict where ignoring a field would change the answer (documents, Anthropic's
-//! own server and client tool types, MCP connectors) or where a thinking block's
-//! `signature` says it was made elsewhere.
+//! settings), strict where ignoring a field would change the answer (documents in user
+//! turns, Anthropic's own server and client tool types, MCP connectors) or where a thinking
+//! block's `signature` says it was made elsewhere. A `tool_result` takes every block type
+//! Anthropic documents for it (`results`); tools with `defer_loading` are offered once a
+//! `tool_reference` in the conversation loads them (Claude Code's tool search).
+
+use std::collections::HashSet;
 
 use massgen_core::coordination::ClientTools;
 use massgen_core::provider::{
@@ -21,10 +25,12 @@ use crate::server::doors::reasoning::Signer;
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::doors::{images, json, parse, structured};
 use crate::server::error::ApiError;
+use results::Loaded;
 use wire::{
     Block, Body, ChoiceKind, Format, ImageSource, Metadata, Role, Tool, Turn, WireToolChoice,
 };
 
+mod results;
 mod wire;
 
 /// Anthropic's bound on `stop_sequences`.
@@ -93,9 +99,13 @@ pub fn parse(
             ));
         }
     };
-    let tools = client_tools(wire.tools.take(), wire.tool_choice.take())?;
     let mut system = wire.system.take().map_or_else(Vec::new, wire::texts);
-    let (in_messages, messages) = turns(wire.messages.take(), signer)?;
+    let Turns {
+        system: in_messages,
+        messages,
+        loaded,
+    } = turns(wire.messages.take(), signer)?;
+    let tools = client_tools(wire.tools.take(), wire.tool_choice.take(), &loaded)?;
     system.extend(in_messages);
     let shared = wire.shared();
     let prompt_tokens = prompt_tokens(&system, &messages, &tools);
@@ -173,11 +183,16 @@ fn output_format(
     structured::json_schema(name, None, format.schema.as_ref(), false, param).map(Some)
 }
 
-/// `messages` as neutral messages; `role: "system"` entries come back apart.
-fn turns(
-    list: Option<Vec<Obj<Turn>>>,
-    signer: &Signer,
-) -> Result<(Vec<String>, Vec<Message>), ApiError> {
+/// `messages` read: the neutral messages, and apart from them the `role: "system"`
+/// entries' texts and the tools the tool results load.
+struct Turns {
+    system: Vec<String>,
+    messages: Vec<Message>,
+    loaded: Vec<Loaded>,
+}
+
+/// `messages` as [`Turns`].
+fn turns(list: Option<Vec<Obj<Turn>>>, signer: &Signer) -> Result<Turns, ApiError> {
     let Some(list) = list else {
         return Err(ApiError::invalid(
             "'messages' is required",
@@ -194,17 +209,22 @@ fn turns(
     }
     let mut system = Vec::new();
     let mut messages = Vec::with_capacity(list.len());
+    let mut loaded = Vec::new();
     for (i, Obj(turn)) in list.into_iter().enumerate() {
         let role = turn.role;
         let blocks = turn.blocks();
         let at = |j: usize| format!("messages[{i}].content[{j}]");
         match role {
             Role::System => system.push(system_turn(blocks, at)?),
-            Role::User => user_turn(blocks, at, &mut messages)?,
+            Role::User => user_turn(blocks, at, &mut messages, &mut loaded)?,
             Role::Assistant => messages.push(assistant_turn(blocks, at, signer)?),
         }
     }
-    Ok((system, messages))
+    Ok(Turns {
+        system,
+        messages,
+        loaded,
+    })
 }
 
 /// A block of a kind the turn's role cannot hold.
@@ -235,6 +255,7 @@ fn user_turn(
     blocks: Vec<Block>,
     at: impl Fn(usize) -> String,
     out: &mut Vec<Message>,
+    loaded: &mut Vec<Loaded>,
 ) -> Result<(), ApiError> {
     let mut texts = Vec::new();
     let mut pictures = Vec::new();
@@ -246,19 +267,13 @@ fn user_turn(
                 tool_use_id,
                 content,
                 is_error,
-            } => {
-                let content = match content {
-                    None => String::new(),
-                    Some(content) => wire::texts(content).join("\n"),
-                };
-                // The neutral message has no error flag: the agents read it in the text.
-                let content = if is_error.0 == Some(true) {
-                    format!("[error] {content}")
-                } else {
-                    content
-                };
-                out.push(Message::tool_result(tool_use_id, content));
-            }
+            } => out.push(results::tool_result(
+                tool_use_id,
+                content,
+                is_error.0 == Some(true),
+                &at(j),
+                loaded,
+            )?),
             other => {
                 return Err(misplaced(
                     at(j),
@@ -376,16 +391,21 @@ fn check_signature(
     ))
 }
 
-/// `tools` (`name`, `description`, `input_schema`; `type` absent or `custom`) and
-/// `tool_choice` (`auto`, `any`, `tool`, `none`, `disable_parallel_tool_use`).
+/// `tools` (`name`, `description`, `input_schema`, `defer_loading`; `type` absent or
+/// `custom`) and `tool_choice` (`auto`, `any`, `tool`, `none`,
+/// `disable_parallel_tool_use`). A deferred tool is offered once `loaded` names it; a
+/// reference to a tool `tools` does not hold is refused, as Anthropic refuses it.
 fn client_tools(
     list: Option<Vec<Obj<Tool>>>,
     choice: Option<Obj<WireToolChoice>>,
+    loaded: &[Loaded],
 ) -> Result<ClientTools, ApiError> {
     let mut specs: Vec<ToolSpec> = Vec::new();
+    let mut deferred: HashSet<String> = HashSet::new();
     let list = list.unwrap_or_default();
     tools::check_count(list.len())?;
     for (i, Obj(tool)) in list.into_iter().enumerate() {
+        let defer = tool.defer_loading.0 == Some(true);
         if let Some(kind) = tool.kind.0.as_deref().filter(|k| *k != "custom") {
             return Err(tools_error(
                 format!(
@@ -403,8 +423,28 @@ fn client_tools(
                 schema_field: "input_schema",
             },
         )?;
+        if defer {
+            deferred.insert(spec.name.clone());
+        }
         tools::push_unique(&mut specs, i, spec)?;
     }
+    // Sets: a body may hold many references, and `tools` up to 256 names.
+    let names: HashSet<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    if let Some(unknown) = loaded.iter().find(|l| !names.contains(l.name.as_str())) {
+        return Err(ApiError::invalid_at(
+            format!(
+                "'{}': the tool_reference names '{}', which is not in 'tools'",
+                unknown.path, unknown.name
+            ),
+            unknown.path.clone(),
+            "invalid_message",
+        ));
+    }
+    // Deferred tools wait for a reference: until then the agents are not offered them.
+    for l in loaded {
+        deferred.remove(&l.name);
+    }
+    specs.retain(|s| !deferred.contains(&s.name));
     let (choice, parallel) = match choice {
         None => (None, None),
         Some(Obj(c)) => {
@@ -419,6 +459,13 @@ fn client_tools(
             (Some(choice), c.disable_parallel_tool_use.map(|d| !d))
         }
     };
+    if let Some(ToolChoice::Function(name)) = &choice
+        && deferred.contains(name)
+    {
+        return Err(choice_error(format!(
+            "'tool_choice' names the tool '{name}', which has 'defer_loading' and is not loaded yet (no tool_reference names it)"
+        )));
+    }
     tools::client_tools(specs, choice, parallel, "any")
 }
 

@@ -235,7 +235,11 @@ pub fn output_items(output: &[Value]) -> Vec<(String, Item)> {
                 "function_call" => Item::Call {
                     call: massgen_core::provider::ToolCall {
                         id: text("call_id"),
-                        name: text("name"),
+                        // As the agents knew it: a namespaced tool's flat name.
+                        name: match item["namespace"].as_str() {
+                            Some(ns) => super::namespaces::flat_name(ns, &text("name")),
+                            None => text("name"),
+                        },
                         arguments: text("arguments"),
                         opaque: None,
                     },

@@ -6,6 +6,7 @@
 //! `response.failed` events after.
 
 mod history;
+mod namespaces;
 pub mod render;
 pub mod request;
 pub mod store;
@@ -112,6 +113,7 @@ impl Door for Responses {
             previous_response_id: request.previous_response_id.clone(),
             store: request.store,
             tools: request.tools_json.clone(),
+            namespaces: request.namespaces.clone(),
             tool_choice: request.tool_choice_json.clone(),
             parallel_tool_calls: request.tools.parallel.unwrap_or(true),
             metadata: request.metadata.clone(),

@@ -9,6 +9,7 @@ use massgen_core::coordination::SessionSummary;
 use massgen_core::provider::{ToolCall, Usage};
 use serde_json::{Map, Value, json};
 
+use super::namespaces::{Namespaces, name_fields};
 use crate::server::doors::limit::{AnswerLimit, Cut, pieces};
 use crate::server::doors::reasoning::Signer;
 use crate::server::error::ApiError;
@@ -30,6 +31,8 @@ pub struct Envelope {
     pub previous_response_id: Option<String>,
     pub store: bool,
     pub tools: Vec<Value>,
+    /// The request's namespaced tools: their calls name the tool and its namespace.
+    pub namespaces: Arc<Namespaces>,
     pub tool_choice: Value,
     pub parallel_tool_calls: bool,
     pub metadata: Map<String, Value>,
@@ -148,9 +151,14 @@ fn message_item(id: &str, status: &str, text: Option<&str>) -> Value {
     json!({"id": id, "type": "message", "status": status, "role": "assistant", "content": content})
 }
 
-fn call_item(id: &str, status: &str, call: &ToolCall, arguments: &str) -> Value {
-    json!({"id": id, "type": "function_call", "status": status, "arguments": arguments,
-        "call_id": call.id, "name": call.name})
+/// A `function_call` item; a namespaced tool's has its own `name` and its `namespace`.
+fn call_item(env: &Envelope, id: &str, status: &str, call: &ToolCall, arguments: &str) -> Value {
+    let mut item = json!({"id": id, "type": "function_call", "status": status,
+        "arguments": arguments, "call_id": call.id});
+    if let Some(object) = item.as_object_mut() {
+        name_fields(object, &call.name, &env.namespaces);
+    }
+    item
 }
 
 /// The `output` of a non-streamed response: the deliberation, then the answer (cut by
@@ -175,6 +183,7 @@ pub fn output(
     }
     for (n, call) in summary.final_tool_calls.iter().enumerate() {
         out.push(call_item(
+            env,
             &env.item_id("fc", n),
             "completed",
             call,
@@ -427,7 +436,7 @@ impl Live {
             let index = self.next_index();
             out.push(self.event(
                 "response.output_item.added",
-                json!({"item": call_item(&id, "in_progress", call, ""), "output_index": index}),
+                json!({"item": call_item(&self.env, &id, "in_progress", call, ""), "output_index": index}),
             ));
             for piece in pieces(&call.arguments, ARGUMENT_PIECE_BYTES) {
                 out.push(self.event(
@@ -435,12 +444,13 @@ impl Live {
                     json!({"item_id": id, "output_index": index, "delta": piece}),
                 ));
             }
-            out.push(self.event(
-                "response.function_call_arguments.done",
-                json!({"item_id": id, "output_index": index, "name": call.name,
-                    "arguments": call.arguments}),
-            ));
-            let item = call_item(&id, "completed", call, &call.arguments);
+            let mut done = json!({"item_id": id, "output_index": index,
+                "arguments": call.arguments});
+            if let Some(object) = done.as_object_mut() {
+                name_fields(object, &call.name, &self.env.namespaces);
+            }
+            out.push(self.event("response.function_call_arguments.done", done));
+            let item = call_item(&self.env, &id, "completed", call, &call.arguments);
             out.push(self.event(
                 "response.output_item.done",
                 json!({"item": item.clone(), "output_index": index}),

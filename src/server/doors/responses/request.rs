@@ -13,11 +13,14 @@ mod input;
 
 pub use input::{Entry, InputItem, Item, conversation};
 
+use std::sync::Arc;
+
 use massgen_core::coordination::ClientTools;
 use massgen_core::provider::{OutputFormat, Sampling, ToolChoice, ToolSpec};
 use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value, json};
 
+use super::namespaces::{Namespaced, Namespaces, flat_name};
 use crate::app::Overrides;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::{self, type_error, unsupported};
@@ -26,11 +29,12 @@ use crate::server::doors::{json, structured};
 use crate::server::error::ApiError;
 
 /// Tool types Codex sends with every request that a panel cannot offer: OpenAI-hosted
-/// search (`web_search`), deferred tool loading (`tool_search`), grammar-constrained
-/// free-form tools (`custom`) and groups of Codex's own multi-agent tools (`namespace`).
-/// Codex works without them (it falls back to its function tools), so they are left out
-/// of what the panel sees instead of failing every Codex request.
-const IGNORED_TOOL_TYPES: [&str; 4] = ["web_search", "tool_search", "custom", "namespace"];
+/// search (`web_search`), deferred tool loading (`tool_search`: the panel has no tool
+/// search, so deferred functions are offered from the start) and grammar-constrained
+/// free-form tools (`custom`, also inside a namespace). Codex works without them (it falls
+/// back to its function tools), so they are left out of what the panel sees instead of
+/// failing every Codex request. `namespace` tools are flattened (see `namespaces`).
+const IGNORED_TOOL_TYPES: [&str; 3] = ["web_search", "tool_search", "custom"];
 
 /// OpenAI's limits on `metadata`.
 const METADATA_MAX_KEYS: usize = 16;
@@ -60,8 +64,10 @@ pub struct ResponsesRequest {
     /// `include` holds `reasoning.encrypted_content`: reasoning items carry one.
     pub encrypted_reasoning: bool,
     pub tools: ClientTools,
-    /// The function tools as sent, echoed in the response.
+    /// The function and namespace tools as sent, echoed in the response.
     pub tools_json: Vec<Value>,
+    /// The namespaced tools, by the flat names the agents know them by.
+    pub namespaces: Arc<Namespaces>,
     pub tool_choice_json: Value,
     pub max_output_tokens: Option<u64>,
     /// `text.format` when it asks for JSON.
@@ -152,7 +158,11 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
         }
     }
     let tool_choice_json = body.tool_choice.clone().unwrap_or("auto".into());
-    let (tools, tools_json) = parse_tools(body.tools, body.tool_choice, body.parallel_tool_calls)?;
+    let Tools {
+        tools,
+        echoed: tools_json,
+        namespaces,
+    } = parse_tools(body.tools, body.tool_choice, body.parallel_tool_calls)?;
     let input = match body.input {
         Some(input) => input::read(input)?,
         None => {
@@ -187,6 +197,7 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
         tool_choice_json,
         tools,
         tools_json,
+        namespaces: Arc::new(namespaces),
         max_output_tokens: body.max_output_tokens,
         previous_response_id: body.previous_response_id,
         metadata: check_metadata(body.metadata)?,
@@ -249,25 +260,40 @@ fn text_format(text: Option<WireText>) -> Result<(Option<OutputFormat>, Value), 
     Ok((parsed, json!({"format": format})))
 }
 
+/// The request's tools read: what the agents are offered, what the response echoes, and
+/// the namespaced ones by their flat names.
+struct Tools {
+    tools: ClientTools,
+    echoed: Vec<Value>,
+    namespaces: Namespaces,
+}
+
 /// `tools`, `tool_choice` and `parallel_tool_calls`: function tools in the Responses shape
-/// (`{"type":"function","name",…}`), no name twice.
+/// (`{"type":"function","name",…}`) and `namespace` tools holding them, flattened; no
+/// name twice, at most [`tools::MAX_TOOLS`] tools in all, a namespace's counted.
 fn parse_tools(
     list: Option<Vec<WireTool>>,
     choice: Option<Value>,
     parallel: Option<bool>,
-) -> Result<(ClientTools, Vec<Value>), ApiError> {
+) -> Result<Tools, ApiError> {
     let mut specs: Vec<ToolSpec> = Vec::new();
     let mut echoed = Vec::new();
+    let mut namespaces = Namespaces::new();
     let list = list.unwrap_or_default();
     tools::check_count(list.len())?;
     for (i, tool) in list.into_iter().enumerate() {
         if IGNORED_TOOL_TYPES.contains(&tool.kind.as_str()) {
             continue;
         }
+        if tool.kind == "namespace" {
+            namespace(i, &tool, &mut specs, &mut namespaces)?;
+            echoed.push(echo(tool));
+            continue;
+        }
         if tool.kind != "function" {
             return Err(tools_error(
                 format!(
-                    "tools[{i}]: tools of type '{}' are not supported (function tools only)",
+                    "tools[{i}]: tools of type '{}' are not supported (function and namespace tools only)",
                     tool.kind
                 ),
                 "invalid_value",
@@ -298,15 +324,80 @@ fn parse_tools(
                 .get("name")
                 .and_then(Value::as_str)
                 .ok_or_else(|| choice_error("'tool_choice' needs 'name'".into()))?;
-            Some(ToolChoice::Function(name.to_string()))
+            Some(ToolChoice::Function(
+                match o.get("namespace").and_then(Value::as_str) {
+                    Some(ns) => flat_name(ns, name),
+                    None => name.to_string(),
+                },
+            ))
         }
         Some(Value::Object(_)) => return Err(choice_error(CHOICE_FORMS.into())),
         Some(_) => return Err(type_error("tool_choice", "a string or an object")),
     };
-    Ok((
-        tools::client_tools(specs, choice, parallel, "required")?,
+    Ok(Tools {
+        tools: tools::client_tools(specs, choice, parallel, "required")?,
         echoed,
-    ))
+        namespaces,
+    })
+}
+
+/// The function tools of the `namespace` tool `tools[i]`, flattened into `specs` (see
+/// `namespaces`); its `custom` tools are left out as at the top level.
+fn namespace(
+    i: usize,
+    tool: &WireTool,
+    specs: &mut Vec<ToolSpec>,
+    namespaces: &mut Namespaces,
+) -> Result<(), ApiError> {
+    if tool.name.is_empty() {
+        return Err(tools_error(
+            format!("tools[{i}]: a namespace tool needs a 'name'"),
+            "invalid_value",
+        ));
+    }
+    let Some(Value::Array(inner)) = tool.rest.get("tools") else {
+        return Err(tools_error(
+            format!("tools[{i}].tools must be an array of function tools"),
+            "invalid_type",
+        ));
+    };
+    // Before reading them: a namespace's tools count against the bound like the others.
+    tools::check_count(specs.len() + inner.len())?;
+    for (j, item) in inner.iter().enumerate() {
+        let at = format!("tools[{i}].tools[{j}]");
+        let kind = item.get("type").and_then(Value::as_str).unwrap_or_default();
+        if kind == "custom" {
+            continue;
+        }
+        let name = item.get("name").and_then(Value::as_str).unwrap_or_default();
+        if kind != "function" || name.is_empty() {
+            return Err(tools_error(
+                format!(
+                    "{at}: a namespace holds function tools with a 'name' (and custom tools, left out)"
+                ),
+                "invalid_value",
+            ));
+        }
+        let flat = flat_name(&tool.name, name);
+        let spec = tools::tool_spec(
+            &flat,
+            item.get("description").and_then(Value::as_str),
+            item.get("parameters"),
+            &ToolAt {
+                at: &at,
+                schema_field: "parameters",
+            },
+        )?;
+        tools::push_unique(specs, i, spec)?;
+        namespaces.insert(
+            flat,
+            Namespaced {
+                namespace: tool.name.clone(),
+                name: name.to_string(),
+            },
+        );
+    }
+    Ok(())
 }
 
 const CHOICE_FORMS: &str = "'tool_choice' must be \"none\", \"auto\", \"required\" or {\"type\": \"function\", \"name\": …}";
@@ -405,7 +496,8 @@ mod tests {
             req.tools_json,
             [
                 json!({"type": "function", "name": "exec_command", "strict": false,
-                "parameters": {"type": "object"}})
+                "parameters": {"type": "object"}}),
+                json!({"type": "namespace", "name": "multi_agent_v1", "tools": []})
             ]
         );
         assert_eq!(messages.len(), 3);
@@ -423,6 +515,81 @@ mod tests {
             ]
         );
         assert!(matches!(req.input[2].entry, Entry::Reasoning(None)));
+    }
+
+    #[test]
+    fn namespace_tools_are_flattened_for_the_agents() {
+        // Codex 0.169's MCP tools, a call it echoes and a choice naming one.
+        let req = parse_json(json!({
+            "input": [
+                {"role": "user", "content": "Find the issue"},
+                {"type": "function_call", "call_id": "c1", "name": "search_issues",
+                 "namespace": "mcp__github", "arguments": "{}"},
+                {"type": "function_call_output", "call_id": "c1", "output": "none"}
+            ],
+            "tools": [
+                {"type": "function", "name": "exec_command", "parameters": {"type": "object"}},
+                {"type": "namespace", "name": "mcp__github", "description": "GitHub MCP tools",
+                 "tools": [
+                    {"type": "function", "name": "search_issues", "description": "Search issues",
+                     "strict": false, "defer_loading": true,
+                     "parameters": {"type": "object", "properties": {"q": {"type": "string"}}}},
+                    {"type": "custom", "name": "patch", "format": {"type": "grammar"}}]}
+            ],
+            "tool_choice": {"type": "function", "namespace": "mcp__github", "name": "search_issues"}
+        }))
+        .unwrap();
+        let names: Vec<&str> = req.tools.tools.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["exec_command", "mcp__github__search_issues"]);
+        assert_eq!(req.tools.tools[1].description, "Search issues");
+        assert_eq!(
+            req.tools.choice,
+            Some(ToolChoice::Function("mcp__github__search_issues".into()))
+        );
+        assert_eq!(
+            req.namespaces["mcp__github__search_issues"],
+            Namespaced {
+                namespace: "mcp__github".into(),
+                name: "search_issues".into()
+            }
+        );
+        assert_eq!(req.tools_json[1]["type"], "namespace");
+        let (_, messages) = flat(&req);
+        assert_eq!(messages[1].tool_calls[0].name, "mcp__github__search_issues");
+
+        for (tools, problem) in [
+            (
+                json!([{"type": "namespace", "name": "ns"}]),
+                "tools[0].tools must be an array",
+            ),
+            (
+                json!([{"type": "namespace", "name": "ns", "tools": [{"type": "mcp"}]}]),
+                "tools[0].tools[0]: a namespace holds function tools",
+            ),
+            (
+                json!([{"type": "namespace", "name": "ns", "tools": [{"type": "function", "name": "f"}]},
+                    {"type": "function", "name": "ns__f"}]),
+                "the name 'ns__f' is used twice",
+            ),
+            (
+                json!([{"type": "namespace", "name": "ns",
+                    "tools": [{"type": "function", "name": "new", "parameters": 3}]}]),
+                "tools[0].tools[0].parameters must be a JSON Schema object",
+            ),
+        ] {
+            let e = parse_json(json!({"input": "x", "tools": tools})).unwrap_err();
+            assert_eq!(e.param(), Some("tools"));
+            assert!(e.message().contains(problem), "{}", e.message());
+        }
+        // A namespace's tools count against the bound.
+        let many: Vec<Value> = (0..tools::MAX_TOOLS)
+            .map(|n| json!({"type": "function", "name": format!("f{n}")}))
+            .collect();
+        let e = parse_json(json!({"input": "x", "tools": [
+            {"type": "function", "name": "g"},
+            {"type": "namespace", "name": "ns", "tools": many}]}))
+        .unwrap_err();
+        assert!(e.message().contains("at most 256"), "{}", e.message());
     }
 
     #[test]

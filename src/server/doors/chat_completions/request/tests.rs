@@ -171,6 +171,33 @@ fn image_parts_of_user_messages_become_images() {
 }
 
 #[test]
+fn tool_messages_take_text_and_image_parts() {
+    let req = parse_json(serde_json::json!({"messages": [
+        {"role": "user", "content": "What does the page look like?"},
+        {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+            "function": {"name": "screenshot", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": [
+            {"type": "text", "text": "the page"},
+            {"type": "image_url", "image_url": {"url": "https://example.com/shot.png"}}]}
+    ]}))
+    .unwrap();
+    let result = &req.input.followup[1];
+    assert_eq!(result.content, "the page");
+    assert_eq!(result.images.len(), 1);
+    let e = parse_json(serde_json::json!({"messages": [
+        {"role": "user", "content": "x"},
+        {"role": "assistant", "content": [{"type": "image_url", "image_url": {"url": "https://example.com/a.png"}}]}
+    ]}))
+    .unwrap_err();
+    assert!(
+        e.message()
+            .contains("images are accepted in user and tool messages only"),
+        "{}",
+        e.message()
+    );
+}
+
+#[test]
 fn client_tools_choice_and_followup() {
     let tool = |n: &str| serde_json::json!({"type": "function", "function": {"name": n, "parameters": {"type": "object"}}});
     let req = parse_json(serde_json::json!({
@@ -199,8 +226,13 @@ fn client_tools_choice_and_followup() {
         Ok(_) => "ok",
     };
     let msgs = serde_json::json!([{"role": "user", "content": "x"}]);
+    // The client's own MCP tools (Claude Code's names) are the client's.
     assert_eq!(
         code(serde_json::json!({"messages": msgs, "tools": [tool("mcp__a__b")]})),
+        "ok"
+    );
+    assert_eq!(
+        code(serde_json::json!({"messages": msgs, "tools": [tool("new_answer")]})),
         "tool_name_collision"
     );
     assert_eq!(

@@ -82,6 +82,98 @@ fn tool_results_keep_their_text_and_error_flag() {
     assert_eq!(req.messages[3].content, "go on");
 }
 
+/// Claude Code's tool search (2.1.332): the tools `ToolSearch` may load carry
+/// `defer_loading`, and loading one is a `tool_result` holding a `tool_reference`.
+fn searched(result: Value, tools: Value) -> Value {
+    json!({"max_tokens": 10, "tools": tools, "messages": [
+        {"role": "user", "content": "Fetch the page"},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "ToolSearch",
+            "input": {"query": "select:WebFetch"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": result}]}]})
+}
+
+fn deferred_tools() -> Value {
+    json!([
+        {"name": "ToolSearch", "input_schema": {"type": "object"}},
+        {"name": "WebFetch", "input_schema": {"type": "object"}, "defer_loading": true},
+        {"name": "WebSearch", "input_schema": {"type": "object"}, "defer_loading": true}
+    ])
+}
+
+fn offered(req: &MessagesRequest) -> Vec<&str> {
+    req.tools.tools.iter().map(|t| t.name.as_str()).collect()
+}
+
+#[test]
+fn deferred_tools_are_offered_once_a_tool_reference_loads_them() {
+    let reference = json!([{"type": "tool_reference", "tool_name": "WebFetch"}]);
+    let req = parse_json(searched(reference.clone(), deferred_tools())).unwrap();
+    assert_eq!(offered(&req), ["ToolSearch", "WebFetch"]);
+    assert_eq!(
+        req.messages[2].content,
+        "[tool WebFetch loaded: it is offered from now on]"
+    );
+    // Before the search only the tools not deferred are offered.
+    let mut first = searched(json!("x"), deferred_tools());
+    first["messages"] = json!([{"role": "user", "content": "Fetch the page"}]);
+    assert_eq!(offered(&parse_json(first.clone()).unwrap()), ["ToolSearch"]);
+    first["tool_choice"] = json!({"type": "tool", "name": "WebSearch"});
+    let (param, message) = refusal(first);
+    assert_eq!(param, "tool_choice");
+    assert!(message.contains("'defer_loading'"), "{message}");
+    // A reference must name a tool of the request.
+    let unknown = json!([{"type": "tool_reference", "tool_name": "NotebookEdit"}]);
+    let (param, message) = refusal(searched(unknown, deferred_tools()));
+    assert_eq!(param, "messages[2].content[0].content[0].tool_name");
+    assert!(
+        message.contains("'NotebookEdit', which is not in 'tools'"),
+        "{message}"
+    );
+}
+
+#[test]
+fn tool_results_take_every_documented_block() {
+    // The smallest PNG header the image checks accept: 1x1.
+    let png = "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5ErkJggg==";
+    let content = json!([
+        {"type": "text", "text": "Read 1 image"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": png}},
+        {"type": "document", "title": "notes.txt", "context": "from disk",
+            "source": {"type": "text", "media_type": "text/plain", "data": "line one"}},
+        {"type": "document", "source": {"type": "content", "content": [
+            {"type": "text", "text": "inner"},
+            {"type": "image", "source": {"type": "url", "url": "https://example.com/b.png"}}]}},
+        {"type": "document", "title": "spec.pdf",
+            "source": {"type": "base64", "media_type": "application/pdf", "data": "JVBERi0="}},
+        {"type": "search_result", "source": "https://example.com/s", "title": "Result",
+            "content": [{"type": "text", "text": "found it"}], "citations": {"enabled": true}}
+    ]);
+    let req = parse_json(searched(content, json!([]))).unwrap();
+    let result = &req.messages[2];
+    assert_eq!(result.role, MessageRole::Tool);
+    assert_eq!(result.images.len(), 2);
+    assert_eq!(
+        result.content,
+        "Read 1 image\n\n[document \"notes.txt\"]\nfrom disk\nline one\n[document]\ninner\n\
+         [document \"spec.pdf\": a PDF the panel cannot read; its content is not shown]\n\
+         [search result \"Result\" from https://example.com/s]\nfound it"
+    );
+    let bad = json!([{"type": "document", "source": {"type": "file", "file_id": "f"}}]);
+    let (param, message) = refusal(searched(bad, json!([])));
+    assert_eq!(param, "messages[2].content[0].content[0].source");
+    assert!(
+        message.contains("source type 'file' is not supported"),
+        "{message}"
+    );
+    let bad = json!([{"type": "image", "source": {"type": "base64", "media_type": "image/gif",
+        "data": "R0lGODlh"}}]);
+    assert_eq!(code(searched(bad, json!([]))), "unsupported_image_type");
+    let unknown = json!([{"type": "video", "url": "x"}]);
+    let (param, message) = refusal(searched(unknown, json!([])));
+    assert_eq!(param, "messages[2].content[0]");
+    assert!(message.contains("unknown variant `video`"), "{message}");
+}
+
 #[test]
 fn what_a_panel_cannot_honour_is_refused() {
     let msgs = json!([{"role": "user", "content": "x"}]);

@@ -52,7 +52,7 @@ impl Body {
     }
 }
 
-/// Where only text goes (`system`, a tool result's content).
+/// Where only text goes (`system`, a search result's content).
 #[derive(Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
 pub(super) enum TextBlock {
@@ -115,7 +115,7 @@ pub(super) enum Block {
     },
     ToolResult {
         tool_use_id: String,
-        content: Option<TextOrList<Obj<TextBlock>>>,
+        content: Option<TextOrList<Obj<ResultBlock>>>,
         #[serde(default)]
         is_error: Loose<bool>,
     },
@@ -142,6 +142,56 @@ impl Block {
     }
 }
 
+/// What a `tool_result`'s content may hold: every block type of Anthropic's
+/// `ToolResultBlockParam` (text, image, document, search result, tool reference).
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum ResultBlock {
+    Text {
+        text: String,
+    },
+    Image {
+        source: Obj<ImageSource>,
+    },
+    Document {
+        source: Obj<DocumentSource>,
+        #[serde(default)]
+        title: Loose<String>,
+        #[serde(default)]
+        context: Loose<String>,
+    },
+    SearchResult {
+        source: String,
+        title: String,
+        content: Vec<Obj<TextBlock>>,
+    },
+    /// A tool the result loads (tool search): a deferred tool is offered from then on.
+    ToolReference {
+        tool_name: String,
+    },
+}
+
+/// A document's source: `text` (`data`), `content` (a string or text and image blocks),
+/// or a PDF (`base64` `data`, or a `url`). Read field by field, like [`ImageSource`].
+#[derive(Deserialize)]
+pub(super) struct DocumentSource {
+    #[serde(rename = "type", default)]
+    pub(super) kind: Loose<String>,
+    #[serde(default)]
+    pub(super) data: Loose<String>,
+    #[serde(default)]
+    pub(super) url: Loose<String>,
+    pub(super) content: Option<TextOrList<Obj<SourceBlock>>>,
+}
+
+/// A block of a `content` document source.
+#[derive(Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub(super) enum SourceBlock {
+    Text { text: String },
+    Image { source: Obj<ImageSource> },
+}
+
 /// Read field by field, so each missing part gets its own message.
 #[derive(Deserialize)]
 pub(super) struct ImageSource {
@@ -166,6 +216,9 @@ pub(super) struct Tool {
     #[serde(default)]
     pub(super) description: Loose<String>,
     pub(super) input_schema: Option<Value>,
+    /// Tool search: not offered until a `tool_reference` loads it.
+    #[serde(default)]
+    pub(super) defer_loading: Loose<bool>,
 }
 
 #[derive(Deserialize)]

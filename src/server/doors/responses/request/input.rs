@@ -7,11 +7,13 @@
 use std::fmt;
 use std::marker::PhantomData;
 
+use base64::Engine;
 use massgen_core::provider::{Image, Message, Role, ToolCall};
 use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::{Deserialize, Serialize};
 
 use crate::server::doors::images;
+use crate::server::doors::responses::namespaces::flat_name;
 use crate::server::error::ApiError;
 
 /// `input` and a message's `content`: a string, or a list.
@@ -78,12 +80,15 @@ pub(super) struct WireItem {
     content: Option<TextOr<WirePart>>,
     call_id: Option<String>,
     name: Option<String>,
+    /// A namespaced tool's call (Codex's MCP tools): named by its flat name.
+    namespace: Option<String>,
     arguments: Option<String>,
     output: Option<TextOr<WirePart>>,
     encrypted_content: Option<String>,
 }
 
-/// A content part: `input_text`, `output_text`, `text`, `refusal`, `input_image`.
+/// A content part: `input_text`, `output_text`, `text`, `refusal`, `input_image`, and
+/// in a function call's output `input_file`.
 #[derive(Debug, Deserialize)]
 pub(super) struct WirePart {
     #[serde(rename = "type")]
@@ -93,6 +98,9 @@ pub(super) struct WirePart {
     image_url: Option<String>,
     file_id: Option<serde_json::Value>,
     detail: Option<String>,
+    file_data: Option<String>,
+    file_url: Option<String>,
+    filename: Option<String>,
 }
 
 /// An input item in neutral form; also what a stored response keeps of its items, so a
@@ -216,20 +224,27 @@ fn entry(i: usize, item: WireItem) -> Result<Entry, ApiError> {
                 },
             })
         }
-        ItemKind::FunctionCall => Entry::Item(Item::Call {
-            call: ToolCall {
-                id: required(item.call_id, "call_id")?,
-                name: required(item.name, "name")?,
-                arguments: required(item.arguments, "arguments")?,
-                opaque: None,
-            },
-        }),
+        ItemKind::FunctionCall => {
+            let name = required(item.name, "name")?;
+            Entry::Item(Item::Call {
+                call: ToolCall {
+                    id: required(item.call_id, "call_id")?,
+                    name: match item.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+                        Some(ns) => flat_name(ns, &name),
+                        None => name,
+                    },
+                    arguments: required(item.arguments, "arguments")?,
+                    opaque: None,
+                },
+            })
+        }
         ItemKind::FunctionCallOutput => {
             let call_id = required(item.call_id, "call_id")?;
-            let (output, _) = content(i, "output", item.output, false)?;
-            Entry::Item(Item::Message {
-                message: Message::tool_result(call_id, output),
-            })
+            // Text, image and file parts: what OpenAI's function call outputs hold.
+            let (output, images) = content(i, "output", item.output, true)?;
+            let mut message = Message::tool_result(call_id, output);
+            message.images = images;
+            Entry::Item(Item::Message { message })
         }
         ItemKind::Reasoning => Entry::Reasoning(item.encrypted_content.filter(|c| !c.is_empty())),
         ItemKind::ItemReference => Entry::Reference(required(item.id, "id")?),
@@ -243,7 +258,8 @@ pub(super) fn at(path: String, problem: &str) -> ApiError {
 
 /// The text of `content` (a message's) or `output` (a function call's): a string, or
 /// text parts joined by line breaks; with `images`, `input_image` parts are read too
-/// (user messages).
+/// (user messages, function call outputs), and in `output` `input_file` parts (see
+/// [`file`]).
 fn content(
     i: usize,
     field: &str,
@@ -266,17 +282,21 @@ fn content(
                 read.push(image(&path, part)?);
                 continue;
             }
-            "input_image" if field == "content" => {
+            "input_image" => {
                 return Err(at(
                     path,
-                    "is an image part; images are accepted in user messages only",
+                    "is an image part; images are accepted in user messages and function call outputs only",
                 ));
+            }
+            "input_file" if field == "output" => {
+                texts.push(file(&path, part)?);
+                continue;
             }
             other => {
                 let supported = if field == "content" {
                     "text and image parts"
                 } else {
-                    "text parts"
+                    "text, image and file parts"
                 };
                 return Err(at(
                     format!("{path}.type"),
@@ -314,6 +334,65 @@ fn image(path: &str, part: WirePart) -> Result<Image, ApiError> {
             refused.code,
         )
     })
+}
+
+/// An `input_file` part of a function call's output, as text: a text file's content
+/// under its name (`file_data`, a `data:` URL or bare base64, whose type is `text/…` or
+/// JSON, or, untyped, valid UTF-8), any other file (a PDF, an archive) or a `file_url` as a
+/// line naming it, since no agent here reads one and this server never fetches a URL; a
+/// `file_id` is refused (there is no file store).
+fn file(path: &str, part: WirePart) -> Result<String, ApiError> {
+    let name = part.filename.filter(|n| !n.is_empty());
+    let label = |fallback: &str| name.clone().unwrap_or_else(|| fallback.to_string());
+    if let Some(data) = part.file_data {
+        let (media_type, encoded) = match data.strip_prefix("data:") {
+            Some(rest) => match rest.split_once(',') {
+                Some((header, encoded)) => (
+                    header
+                        .strip_suffix(";base64")
+                        .map(str::to_ascii_lowercase)
+                        .filter(|t| !t.is_empty()),
+                    encoded,
+                ),
+                None => {
+                    return Err(at(
+                        format!("{path}.file_data"),
+                        "is a data: URL without ',' before its data",
+                    ));
+                }
+            },
+            None => (None, data.as_str()),
+        };
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(encoded.trim())
+            .map_err(|_| at(format!("{path}.file_data"), "is not valid base64"))?;
+        let texty = media_type
+            .as_deref()
+            .is_none_or(|t| t.starts_with("text/") || t == "application/json");
+        let text = String::from_utf8(bytes)
+            .ok()
+            .filter(|t| texty && !t.contains('\0'));
+        let label = label("a file");
+        return Ok(match text {
+            Some(text) => format!("[file {label}]\n{text}"),
+            None => format!(
+                "[file {label} ({}): not a text file, which the panel cannot read; its content is not shown]",
+                media_type.as_deref().unwrap_or("binary")
+            ),
+        });
+    }
+    if let Some(url) = part.file_url {
+        return Ok(format!(
+            "[file {} at {url}: not fetched (this server never fetches a URL); its content is not shown]",
+            label("a file")
+        ));
+    }
+    let problem = if part.file_id.is_some_and(|f| !f.is_null()) {
+        "is an 'input_file' with a 'file_id'; uploaded files are not supported, send 'file_data'"
+    } else {
+        "is an 'input_file' part without 'file_data' or 'file_url'"
+    };
+    Err(at(path.to_string(), problem))
 }
 
 /// `items` as a conversation: system texts apart, the rest as messages, an assistant's
@@ -478,6 +557,66 @@ mod tests {
             "{}",
             e.message()
         );
+    }
+
+    #[test]
+    fn function_call_outputs_take_text_image_and_file_parts() {
+        use base64::Engine;
+        let b64 = |t: &str| base64::engine::general_purpose::STANDARD.encode(t);
+        let output = json!([
+            {"type": "input_text", "text": "Read 3 files"},
+            {"type": "input_image", "image_url": "https://example.com/shot.png", "detail": "low"},
+            {"type": "input_file", "filename": "notes.md",
+                "file_data": format!("data:text/markdown;base64,{}", b64("# notes"))},
+            {"type": "input_file", "filename": "raw.txt", "file_data": b64("plain")},
+            {"type": "input_file", "filename": "spec.pdf",
+                "file_data": format!("data:application/pdf;base64,{}", b64("%PDF-1.7"))},
+            {"type": "input_file", "file_url": "https://example.com/big.zip"}
+        ]);
+        let req = parse_json(json!({"input": [
+            {"role": "user", "content": "x"},
+            {"type": "function_call", "call_id": "c1", "name": "read", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": output}]}))
+        .unwrap();
+        let Entry::Item(Item::Message { message }) = &req.input[2].entry else {
+            panic!("a tool message")
+        };
+        assert_eq!(message.images.len(), 1);
+        assert_eq!(message.images[0].detail.as_deref(), Some("low"));
+        assert_eq!(
+            message.content,
+            "Read 3 files\n[file notes.md]\n# notes\n[file raw.txt]\nplain\n\
+             [file spec.pdf (application/pdf): not a text file, which the panel cannot read; its content is not shown]\n\
+             [file a file at https://example.com/big.zip: not fetched (this server never fetches a URL); its content is not shown]"
+        );
+        let with = |part: Value| {
+            json!({"input": [{"role": "user", "content": "x"},
+                {"type": "function_call_output", "call_id": "c1", "output": [part]}]})
+        };
+        let cases = [
+            (
+                json!({"type": "input_file", "file_id": "file_1"}),
+                "file_id",
+            ),
+            (
+                json!({"type": "input_file", "file_data": "%%%"}),
+                "not valid base64",
+            ),
+            (
+                json!({"type": "input_audio"}),
+                "only text, image and file parts",
+            ),
+        ];
+        for (part, problem) in cases {
+            let e = parse_json(with(part)).unwrap_err();
+            assert_eq!(e.code(), "invalid_message");
+            assert!(e.message().contains(problem), "{}", e.message());
+        }
+        // Files stay out of messages.
+        let e = parse_json(json!({"input": [{"role": "user",
+            "content": [{"type": "input_file", "file_data": "eA=="}]}]}))
+        .unwrap_err();
+        assert_eq!(e.param(), Some("input[0].content[0].type"));
     }
 
     #[test]
