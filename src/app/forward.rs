@@ -1,6 +1,8 @@
-//! The one task between the engine and a door: every event is seen by the session's
-//! observers (record, metrics, spend, what the session holds) as soon as the engine emits
-//! it, then moved to the door through a small channel. The session runs on its own clock:
+//! The one task between a source and its reader: between the engine and a door, every
+//! event is seen by the session's observers (record, metrics, spend, what the session
+//! holds) as soon as the engine emits it, then moved to the door through a small channel;
+//! between a session's record and a reader of its events (`/v1/sessions/{id}/events`),
+//! chunks move the same way with nobody observing. The session runs on its own clock:
 //! the forwarder never stops reading the engine, so a session's end (its record, its slot,
 //! its spend) never waits on a client. What a slow client has not read yet is held for it,
 //! bounded in bytes; a client that goes away, lets that bound fill, or leaves its channel
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use futures::{Stream, StreamExt};
 use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
@@ -23,6 +26,9 @@ pub struct Bounds {
     /// Bytes ([`Weigh::weight`]) held for a reader that is behind; one more item than fits
     /// drops the reader (a single item is always taken, whatever its weight).
     pub ahead_bytes: usize,
+    /// The source may wait for the reader: it is read only while nothing is held (a
+    /// record being copied for a reader, not an engine that must run on its own clock).
+    pub source_waits: bool,
     /// A reader that leaves its channel full this long is dropped.
     pub stall: Duration,
 }
@@ -33,6 +39,21 @@ pub trait Observe<T>: Send + 'static {
     fn see(&mut self, item: &mut T);
     /// After the source ended.
     fn end(self) -> impl Future<Output = ()> + Send;
+    /// Whether the source is still read to its end once the reader is gone (a session's
+    /// record must get its end; a mere copy for a reader need not).
+    fn needs_the_rest(&self) -> bool {
+        true
+    }
+}
+
+/// Nobody observes: the items only move to the reader, and the source is left once the
+/// reader is gone.
+impl<T> Observe<T> for () {
+    fn see(&mut self, _: &mut T) {}
+    async fn end(self) {}
+    fn needs_the_rest(&self) -> bool {
+        false
+    }
 }
 
 /// About how many bytes an item holds (its heap text included): what the read-ahead is
@@ -57,7 +78,7 @@ pub enum Dropped {
 /// is set), `cancel` is dropped and the rest of `from` is observed to its end.
 pub fn spawn<T, C, O>(
     tasks: &TaskTracker,
-    mut from: mpsc::Receiver<T>,
+    from: impl Stream<Item = T> + Send + 'static,
     bounds: Bounds,
     cancel: C,
     observer: O,
@@ -71,12 +92,14 @@ where
     let Bounds {
         capacity,
         ahead_bytes,
+        source_waits,
         stall,
     } = bounds;
     let (to, received) = mpsc::channel(capacity);
     let stalled = Arc::new(AtomicBool::new(false));
     let flag = Arc::clone(&stalled);
     tasks.spawn(async move {
+        let mut from = std::pin::pin!(from);
         let mut observer = Some(observer);
         let mut queue: VecDeque<(T, usize)> = VecDeque::new();
         let mut queued = 0usize;
@@ -111,7 +134,7 @@ where
                     }
                     break;
                 }
-                item = from.recv(), if !ended => match item {
+                item = from.next(), if !ended && (!source_waits || queue.is_empty()) => match item {
                     Some(mut item) => {
                         if let Some(observer) = observer.as_mut() {
                             observer.see(&mut item);
@@ -143,8 +166,8 @@ where
         drop(cancel);
         drop(queue);
         drop(to);
-        if let Some(mut observer) = observer {
-            while let Some(mut item) = from.recv().await {
+        if let Some(mut observer) = observer.filter(Observe::needs_the_rest) {
+            while let Some(mut item) = from.next().await {
                 observer.see(&mut item);
             }
             observer.end().await;
@@ -207,10 +230,18 @@ mod tests {
         let bounds = Bounds {
             capacity: 2,
             ahead_bytes: 1_000,
+            source_waits: false,
             stall: Duration::from_secs(60),
         };
         let tasks = TaskTracker::new();
-        let (mut reader, stalled) = spawn(&tasks, from, bounds, (), observer, |_, _| {});
+        let (mut reader, stalled) = spawn(
+            &tasks,
+            tokio_stream::wrappers::ReceiverStream::new(from),
+            bounds,
+            (),
+            observer,
+            |_, _| {},
+        );
         // The source never waits on the reader (channel of 4, reader of 2, nobody reads).
         for i in 0..100u32 {
             tokio::time::timeout(Duration::from_secs(5), tx.send(i))
@@ -246,12 +277,13 @@ mod tests {
         let bounds = Bounds {
             capacity: 1,
             ahead_bytes: 1_000,
+            source_waits: false,
             stall,
         };
         let tasks = TaskTracker::new();
         let (reader, stalled) = spawn(
             &tasks,
-            from,
+            tokio_stream::wrappers::ReceiverStream::new(from),
             bounds,
             Arc::clone(&cancel),
             observer,
@@ -281,10 +313,18 @@ mod tests {
         let bounds = Bounds {
             capacity: 1,
             ahead_bytes: 1_000,
+            source_waits: false,
             stall: Duration::from_secs(60),
         };
         let tasks = TaskTracker::new();
-        let (mut reader, stalled) = spawn(&tasks, from, bounds, (), observer, |_, _| {});
+        let (mut reader, stalled) = spawn(
+            &tasks,
+            tokio_stream::wrappers::ReceiverStream::new(from),
+            bounds,
+            (),
+            observer,
+            |_, _| {},
+        );
         for i in 0..10u32 {
             tx.send(i).await.unwrap();
         }
@@ -315,6 +355,7 @@ mod tests {
         let bounds = Bounds {
             capacity: 1,
             ahead_bytes: 10,
+            source_waits: false,
             stall: Duration::from_secs(3600),
         };
         let tasks = TaskTracker::new();
@@ -322,7 +363,7 @@ mod tests {
         let told = Arc::clone(&why);
         let (reader, stalled) = spawn(
             &tasks,
-            from,
+            tokio_stream::wrappers::ReceiverStream::new(from),
             bounds,
             Arc::clone(&cancel),
             observer,
@@ -352,6 +393,43 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         assert_eq!(seen.load(Ordering::Relaxed), 20);
+        drop(reader);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_source_that_waits_is_read_only_as_the_reader_takes() {
+        let read = Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let counted = Arc::clone(&read);
+        let source = futures::stream::iter(0..100u32).inspect(move |_| {
+            counted.fetch_add(1, Ordering::Relaxed);
+        });
+        let guard = Arc::new(());
+        let bounds = Bounds {
+            capacity: 2,
+            ahead_bytes: 0,
+            source_waits: true,
+            stall: Duration::from_secs(30),
+        };
+        let tasks = TaskTracker::new();
+        let (mut reader, stalled) =
+            spawn(&tasks, source, bounds, Arc::clone(&guard), (), |_, _| {});
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // Two in the channel, one held: nothing more is read, and nobody is dropped yet.
+        assert_eq!(read.load(Ordering::Relaxed), 3);
+        assert!(!stalled.load(Ordering::Relaxed));
+        assert_eq!(reader.recv().await, Some(0));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(read.load(Ordering::Relaxed), 4);
+        // A reader that then takes nothing for the stall time is dropped, and the source is
+        // left (nothing observes the rest).
+        tokio::time::sleep(Duration::from_secs(31)).await;
+        assert!(stalled.load(Ordering::Relaxed));
+        assert_eq!(
+            Arc::strong_count(&guard),
+            1,
+            "the reader's place is given back"
+        );
+        assert_eq!(read.load(Ordering::Relaxed), 4);
         drop(reader);
     }
 }

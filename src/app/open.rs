@@ -1,10 +1,11 @@
-//! The use case, once for every door: a door's [`Ask`] becomes a running session. [`open`]
+//! The use case, once for every edge: an [`Ask`] becomes a running session. [`open`]
 //! chooses the panel (named, `massgen/model:`, `massgen/path:`, request panels), takes the
 //! session's places and its upstream calls' descriptors ([`Permits`]), reserves its cost
 //! under the key's daily quota, starts it and puts the one [forwarder](super::forward)
-//! between the engine and the door. What the session holds goes with its last event.
+//! between the engine and the edge. What the session holds goes with its last event.
 //!
-//! [`open`]: UseCase::open
+//! [`open`]: App::open
+//! [`Permits`]: super::permits::Permits
 
 use std::any::Any;
 use std::sync::Arc;
@@ -16,16 +17,17 @@ use massgen_core::provider::Sampling;
 use tokio::sync::mpsc;
 use tokio_util::sync::DropGuard;
 
+use super::app::App;
 use super::descriptors::Descriptors;
 use super::estimate;
 use super::forward::{self, Observe};
 use super::observer::SessionObserver;
 use super::panels::{self, request_panel::request_panel};
-use super::permits::{KeySessionSlot, Permits};
+use super::permits::KeySessionSlot;
 use super::records::SessionInfo;
-use super::spend::{self, DailyQuota};
+use super::spend;
 use super::{Caller, Overrides, Refusal, SessionRequest, Sessions, StartError};
-use crate::config::{Env, PanelCatalog, PanelConfig, ServerSettings};
+use crate::config::PanelConfig;
 use crate::telemetry;
 
 /// How much of the deliberation the client sees (`massgen.deliberation`).
@@ -69,29 +71,17 @@ pub struct Opened {
     pub stalled: Arc<AtomicBool>,
 }
 
-/// What the use case runs on (the edge lends it for one request).
-pub struct UseCase<'a> {
-    pub catalog: &'a PanelCatalog,
-    pub settings: &'a ServerSettings,
-    /// Environment lookup for `massgen/path:` configs.
-    pub env: &'a Env,
-    pub sessions: &'a Sessions,
-    pub permits: &'a Permits,
-    /// `--max-key-cost-usd-per-day`.
-    pub quota: Option<DailyQuota>,
-}
-
-impl UseCase<'_> {
+impl App {
     /// The panel `ask` runs on: its model's, or the one its `massgen.models` make.
     pub fn resolve_panel(&self, ask: &Ask) -> Result<Arc<PanelConfig>, Refusal> {
-        let settings = self.settings;
+        let settings = self.settings();
         let panel = panels::resolve(
             ask.route_as.as_deref().unwrap_or(&ask.model),
-            self.catalog,
+            self.catalog(),
             settings,
             settings.allow_model_override,
             settings.default_model.as_deref(),
-            self.env,
+            self.env(),
         )?;
         let models = &ask.overrides.models;
         if models.is_empty() {
@@ -100,7 +90,7 @@ impl UseCase<'_> {
         Ok(Arc::new(request_panel(
             &panel,
             models,
-            self.catalog,
+            self.catalog(),
             settings.allow_request_panels,
         )?))
     }
@@ -111,11 +101,11 @@ impl UseCase<'_> {
         self.open_on(ask, panel).await
     }
 
-    /// [`UseCase::open`] on `panel`, already resolved for `ask` ([`UseCase::resolve_panel`]):
+    /// [`App::open`] on `panel`, already resolved for `ask` ([`App::resolve_panel`]):
     /// a caller that needed the panel first (the response cache's key) does not resolve it
     /// twice (for `massgen/path:`, a second read of the file, which could differ).
     pub async fn open_on(&self, mut ask: Ask, panel: Arc<PanelConfig>) -> Result<Opened, Refusal> {
-        if !self.settings.allow_request_sampling {
+        if !self.settings().allow_request_sampling {
             // Ignored, not refused: most clients send `temperature` by default (LangChain,
             // LiteLLM, the Agents SDK), and the panel's settings are the operator's.
             ask.input.sampling = Sampling::default();
@@ -143,7 +133,7 @@ impl UseCase<'_> {
         }
         let model_chosen = panels::model_chosen(ask.route_as.as_deref().unwrap_or(&ask.model))
             || !ask.overrides.models.is_empty();
-        let sessions = self.sessions;
+        let sessions = self.sessions();
         let door = ask.door;
         let started = sessions
             .start(
@@ -173,7 +163,7 @@ impl UseCase<'_> {
             sessions,
             started.events,
             started.cancel,
-            self.settings.production.client_stall_timeout,
+            self.settings().production.client_stall_timeout,
             Watch {
                 observer: started.observer,
                 held: Some(Held {
@@ -209,7 +199,7 @@ impl UseCase<'_> {
         let Some(quota) = self.quota else {
             return Ok(None);
         };
-        let production = &self.settings.production;
+        let production = &self.settings().production;
         let cap = [
             production.max_session_cost_usd,
             panel.orchestrator.max_cost_usd,
@@ -218,7 +208,7 @@ impl UseCase<'_> {
         .into_iter()
         .flatten()
         .reduce(f64::min);
-        let sessions = self.sessions;
+        let sessions = self.sessions();
         let reserved = spend::reserve(
             sessions.spend(),
             sessions.records().db(),
@@ -324,11 +314,12 @@ fn relay(
     let bounds = forward::Bounds {
         capacity: CLIENT_BUFFER,
         ahead_bytes: CLIENT_READ_AHEAD_BYTES,
+        source_waits: false,
         stall,
     };
     forward::spawn(
         sessions.tasks(),
-        from,
+        tokio_stream::wrappers::ReceiverStream::new(from),
         bounds,
         cancel,
         watch,

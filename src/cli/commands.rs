@@ -19,6 +19,7 @@ use super::flags::{CheckConfigArgs, HealthcheckArgs, MockUpstreamArgs, ServeArgs
 use super::resolve::resolve_serve;
 use super::signals::{spawn_signal_watcher, stopped};
 use crate::app::HttpProviders;
+use crate::app::{App, AppParts};
 use crate::config::{AUTO_SOURCE, Env, ServerSettings, check_panel, process_env};
 use crate::server::AppState;
 
@@ -62,7 +63,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     check_default_model(&catalog, settings.default_model.as_deref())?;
     // Before listening: a configured database that cannot be used ends start-up (exit 2),
     // never a silent fall back to memory.
-    let records = crate::server::open_records(&settings.production)
+    let records = crate::app::records::RecordStore::open(&settings.production, true)
         .await
         .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?;
     let listener = bind(&settings.host, settings.port).await?;
@@ -93,15 +94,16 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Fatal> {
         let layout = crate::app::descriptors::Layout::of(&catalog, &settings, plan.demo);
         crate::app::descriptors::install(&layout, limit, catalog.default.as_deref());
     }
-    let state = AppState::with_records(
+    let app = App::new(AppParts {
         catalog,
         settings,
         providers,
-        Arc::clone(&tools),
+        tools: Arc::clone(&tools),
         env,
-        Arc::new(massgen_core::coordination::SystemClock),
+        clock: Arc::new(massgen_core::coordination::SystemClock),
         records,
-    );
+    });
+    let state = AppState::new(Arc::new(app));
     let result = crate::server::serve(listener, state, stopped(stop_rx)).await;
     tools.shutdown().await;
     result.map_err(|e| Fatal::runtime(format!("server failed: {e:#}")))

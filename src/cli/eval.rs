@@ -12,12 +12,12 @@ use super::fatal::Fatal;
 use super::flags::{EvalArgs, GraderName};
 use super::resolve::ServePlan;
 use super::signals::Signals;
+use crate::app::{App, AppParts};
 use crate::app::{Caller, HttpProviders, KeyId, Owner};
 use crate::config::{Env, PanelCatalog, PanelConfig, RecordsDb, ServerSettings, process_env};
 use crate::eval::arms::{self, Baselines, Variant};
 use crate::eval::grade::Grader;
 use crate::eval::run::{Interrupt, Plan, run};
-use crate::server::AppState;
 
 /// Sessions in flight at most: each holds its agents' upstream connections and its events.
 const MAX_CONCURRENCY: usize = 1024;
@@ -139,24 +139,24 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
     );
     // As `serve` does: every session holds a descriptor per HTTP/1.1 agent.
     let _ = crate::app::descriptors::raise_open_file_limit();
-    let records = crate::server::open_records_keeping(&plan.settings.production)
+    let records = crate::app::records::RecordStore::open(&plan.settings.production, false)
         .await
         .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?;
     let http = massgen_providers::http_client()
         .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
     let interrupt = watch_signals()?;
     let tools = start_tools(&catalog);
-    let state = AppState::with_records(
+    let app = Arc::new(App::new(AppParts {
         catalog,
-        plan.settings,
-        Arc::new(HttpProviders::new(http)),
-        Arc::clone(&tools),
+        settings: plan.settings,
+        providers: Arc::new(HttpProviders::new(http)),
+        tools: Arc::clone(&tools),
         env,
-        Arc::new(massgen_core::coordination::SystemClock),
+        clock: Arc::new(massgen_core::coordination::SystemClock),
         records,
-    );
+    }));
     let finished = run(
-        state,
+        app,
         Plan {
             data: args.data.display().to_string(),
             items,

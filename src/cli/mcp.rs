@@ -12,9 +12,9 @@ use super::fatal::Fatal;
 use super::flags::McpArgs;
 use super::resolve::ServePlan;
 use super::signals::{spawn_signal_watcher, stopped};
+use crate::app::App;
 use crate::app::HttpProviders;
 use crate::config::{Env, ServerSettings, process_env};
-use crate::server::AppState;
 use crate::server::doors::mcp;
 
 pub(super) async fn run(args: McpArgs) -> Result<(), Fatal> {
@@ -47,20 +47,16 @@ pub(super) async fn run(args: McpArgs) -> Result<(), Fatal> {
         .map_err(|e| Fatal::runtime(format!("cannot build the HTTP client: {e}")))?;
     let tools = start_tools(&catalog);
     let env: Arc<Env> = Arc::new(process_env);
-    let state = AppState::new(
+    let app = Arc::new(App::in_memory(
         catalog,
         plan.settings,
         Arc::new(HttpProviders::new(http)),
         Arc::clone(&tools),
         env,
-    );
-    let sessions = Arc::clone(&state.sessions);
-    let result = mcp::serve_stdio(state, stopped(stop_rx)).await;
+    ));
+    let result = mcp::serve_stdio(Arc::clone(&app), stopped(stop_rx)).await;
     // The client is gone: what still runs has nobody to answer.
-    sessions.cancel_all();
-    let tasks = sessions.tasks();
-    tasks.close();
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), tasks.wait()).await;
+    app.shutdown().await;
     tools.shutdown().await;
     result.map_err(|e| Fatal::runtime(format!("{e:#}")))
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use massgen_core::coordination::{FinalAnswerStrategy, Quorum};
 
-use super::item::{ArmInfo, ArmKind};
+use crate::app::evals::{ArmInfo, ArmKind};
 use crate::config::PanelConfig;
 
 /// What to compare the panels with.

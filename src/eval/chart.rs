@@ -4,8 +4,8 @@
 
 use std::fmt::Write as _;
 
-use super::item::ArmKind;
 use super::report::{ArmReport, Report};
+use crate::app::evals::ArmKind;
 
 const WIDTH: f64 = 760.0;
 const HEIGHT: f64 = 500.0;

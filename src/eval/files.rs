@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use super::item::{ArmInfo, ItemResult};
 use super::regular::{self, Links};
+use crate::app::evals::{ArmInfo, ItemResult};
 
 pub const RUN_FILE: &str = "run.json";
 pub const ITEMS_FILE: &str = "items.jsonl";
@@ -250,7 +250,7 @@ fn read_items(text: &str) -> Result<(Vec<ItemResult>, u64), String> {
 #[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use super::*;
-    use crate::eval::item::ArmKind;
+    use crate::app::evals::ArmKind;
 
     fn result(item: &str) -> ItemResult {
         ItemResult {

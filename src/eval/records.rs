@@ -10,11 +10,10 @@ use std::sync::Arc;
 
 use crate::app::records::db::RecordDb;
 use crate::app::records::db::evals::EvalRun;
-use crate::server::AppState;
 
 use super::files::RunFile;
-use super::item::ItemResult;
 use super::report::Report;
+use crate::app::evals::ItemResult;
 
 pub struct Records {
     db: Option<Arc<RecordDb>>,
@@ -26,9 +25,9 @@ impl Records {
     /// Saves `run` as running under `owner`; `None` when its id is another owner's run in
     /// the database (nothing of it was touched). Without a database, or when the write
     /// fails (said on stderr), the run goes on: every later write checks the owner too.
-    pub async fn claim(state: &AppState, owner: &str, run: &RunFile) -> Option<Self> {
+    pub async fn claim(app: &crate::app::App, owner: &str, run: &RunFile) -> Option<Self> {
         let records = Self {
-            db: state.sessions.records().db().cloned(),
+            db: app.records().db().cloned(),
             run_id: run.run_id.clone(),
             owner: owner.to_string(),
         };

@@ -6,8 +6,8 @@ use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::item::{ArmInfo, ArmKind, ItemResult};
 use super::stats::{mcnemar_exact, percentile, wilson};
+use crate::app::evals::{ArmInfo, ArmKind, ItemResult};
 
 /// What was run, for the report's heading.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

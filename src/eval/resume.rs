@@ -8,7 +8,7 @@ use sha2::{Digest, Sha256};
 
 use super::arms::Arms;
 use super::data::{Item, Prompt};
-use super::item::{ArmInfo, ItemResult};
+use crate::app::evals::{ArmInfo, ItemResult};
 use crate::config::PanelConfig;
 
 /// One unit of work: an item on a panel arm, or an item on an agent's baselines (which of

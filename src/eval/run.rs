@@ -16,15 +16,14 @@ use super::arms::{AgentArms, Arms, PanelArm};
 use super::data::Item;
 use super::files::{OutDir, Previous, RunFile};
 use super::grade::{self, Grader};
-use super::item::{ArmInfo, ItemResult};
 use super::progress::Progress;
 use super::records::Records;
 use super::report::{self, Report, RunInfo};
 use super::resume::{self, Fingerprints, Job};
 use super::session::{self, Label, Outcome};
-use crate::app::Caller;
+use crate::app::evals::{ArmInfo, ItemResult};
+use crate::app::{App, Caller};
 use crate::config::PanelConfig;
-use crate::server::AppState;
 
 /// Everything a run is made of, checked.
 pub struct Plan {
@@ -79,7 +78,7 @@ pub struct Finished {
 }
 
 struct Run {
-    state: AppState,
+    app: Arc<App>,
     plan: Plan,
     run_id: String,
     fingerprints: Fingerprints,
@@ -99,10 +98,10 @@ struct Run {
     results: Mutex<Vec<ItemResult>>,
 }
 
-pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
+pub async fn run(app: Arc<App>, plan: Plan) -> Result<Finished, String> {
     let (mut out, previous) = OutDir::open(&plan.out)?;
     let arm_infos = plan.arms.infos();
-    let (run_file, records, previous_items) = take_run(&state, &plan, &mut out, previous).await?;
+    let (run_file, records, previous_items) = take_run(&app, &plan, &mut out, previous).await?;
     let fingerprints = Fingerprints::new(&plan.items, &plan.arms, &plan.settings);
     // The budget counts what earlier invocations of the run spent, on anything.
     let spent_before = report::known_spend(&previous_items);
@@ -137,7 +136,7 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
         progress: Progress::new(plan.items.len(), plan.items.len() - pending_items),
         results: Mutex::default(),
         run_id: run_file.run_id.clone(),
-        state,
+        app,
         plan,
     });
     let concurrency = run.plan.concurrency.max(1);
@@ -150,11 +149,11 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
     run.plan.interrupt.jobs_done.store(true, Ordering::Relaxed);
     run.progress.finish(run.spent());
     // Every session's record is written before the run says it is done.
-    let tasks = run.state.sessions.tasks();
+    let tasks = run.app.sessions().tasks();
     tasks.close();
     let _ = tokio::time::timeout(Duration::from_secs(10), tasks.wait()).await;
-    run.state
-        .sessions
+    run.app
+        .sessions()
         .records()
         .close(Duration::from_secs(10))
         .await;
@@ -185,7 +184,7 @@ pub async fn run(state: AppState, plan: Plan) -> Result<Finished, String> {
 /// as another owner's (a `run.json` edited), starts a new run from scratch, its id new and
 /// the folder's earlier lines dropped, and the other run is left as it was.
 async fn take_run(
-    state: &AppState,
+    app: &App,
     plan: &Plan,
     out: &mut OutDir,
     previous: Previous,
@@ -218,14 +217,14 @@ async fn take_run(
             fresh()
         }
     };
-    let records = match Records::claim(state, owner, &run).await {
+    let records = match Records::claim(app, owner, &run).await {
         Some(records) => records,
         None => {
             restarted(&plan.out, &run.run_id);
             items.clear();
             out.restart()?;
             run = fresh();
-            Records::claim(state, owner, &run).await.ok_or_else(|| {
+            Records::claim(app, owner, &run).await.ok_or_else(|| {
                 format!(
                     "the records hold the new run id {} as another owner's",
                     run.run_id
@@ -348,7 +347,7 @@ impl Run {
             item: &item.id,
             arm,
         };
-        let outcome = session::run(&self.state, Arc::clone(panel), input, &label).await;
+        let outcome = session::run(&self.app, Arc::clone(panel), input, &label).await;
         if let Some(usd) = outcome.cost_usd {
             *lock(&self.spent) += usd;
         }

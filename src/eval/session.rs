@@ -8,9 +8,8 @@ use massgen_core::coordination::{EventKind, SessionInput};
 use serde_json::{Map, Value, json};
 
 use super::data::{Item, Prompt};
-use crate::app::{Ask, Caller, Deliberation, Overrides};
+use crate::app::{App, Ask, Caller, Deliberation, Overrides};
 use crate::config::PanelConfig;
-use crate::server::AppState;
 use crate::server::error::ApiError;
 
 /// The door name the records give eval sessions.
@@ -61,15 +60,14 @@ pub fn input(
         body["response_format"] = json!({"type": "json_schema", "json_schema": {
             "name": "answer", "schema": schema, "strict": false}});
     }
-    let request =
-        crate::server::doors::chat_completions::request::parse(body.to_string().as_bytes())
-            .map_err(|e| format!("line {}: {}", item.line, e.message()))?;
+    let request = crate::server::doors::chat_completions::request::from_value(body)
+        .map_err(|e| format!("line {}: {}", item.line, e.message()))?;
     Ok(request.input)
 }
 
 /// Runs `input` on `panel` and waits for its end.
 pub async fn run(
-    state: &AppState,
+    app: &App,
     panel: Arc<PanelConfig>,
     input: SessionInput,
     label: &Label<'_>,
@@ -90,7 +88,7 @@ pub async fn run(
         overrides: Overrides::default(),
         hold: None,
     };
-    let mut opened = match state.use_case().open_on(ask, panel).await {
+    let mut opened = match app.open_on(ask, panel).await {
         Ok(opened) => opened,
         Err(refusal) => {
             // Refused before any upstream call: it cost nothing.

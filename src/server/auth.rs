@@ -10,7 +10,9 @@ use massgen_core::Secret;
 use sha2::{Digest, Sha256};
 use subtle::{ConditionallySelectable, ConstantTimeEq};
 
-use super::AppState;
+use std::sync::Arc;
+
+use super::Edge;
 use super::error::ApiError;
 pub use crate::app::{Caller, KeyId, Owner};
 use crate::telemetry::metrics;
@@ -92,19 +94,19 @@ fn presented(headers: &HeaderMap) -> Option<&str> {
 /// and its static files hold no data; the page sends the key itself on API calls. CORS
 /// preflights carry no credentials: the CORS layer, in front of this one, answers them
 /// (for the origins it allows); any other `OPTIONS` needs a key like any request.
-fn is_open(state: &AppState, method: &Method, path: &str) -> bool {
+fn is_open(edge: &Edge, method: &Method, path: &str) -> bool {
     path == "/health"
-        || (path == "/metrics" && !state.production.protect_metrics)
+        || (path == "/metrics" && !edge.protect_metrics)
         || ((method == Method::GET || method == Method::HEAD) && super::ui::is_page_path(path))
 }
 
 pub async fn authenticate(
-    State(state): State<AppState>,
+    State(edge): State<Arc<Edge>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let keys = &state.production.keys;
-    if !keys.enabled() || is_open(&state, request.method(), request.uri().path()) {
+    let keys = &edge.keys;
+    if !keys.enabled() || is_open(&edge, request.method(), request.uri().path()) {
         request.extensions_mut().insert(Caller::default());
         return next.run(request).await;
     }
@@ -126,7 +128,7 @@ pub async fn authenticate(
     // Counted per client address: past the limit the answer is a 429, and no longer logged
     // (a flood of wrong keys must not flood the logs either).
     let from = super::limits::ClientAddr::of(&request);
-    if let Err(limited) = state.production.limits.auth_failed(from) {
+    if let Err(limited) = edge.limits.auth_failed(from) {
         return limited.into_response();
     }
     if let Some(m) = metrics() {

@@ -25,7 +25,9 @@ use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use super::AppState;
+use std::sync::Arc;
+
+use super::Edge;
 use super::error::ApiError;
 use crate::config::ServerSettings;
 use crate::telemetry::metrics;
@@ -127,8 +129,8 @@ impl Policy {
 }
 
 /// The middleware: refuses what [`Policy`] refuses, in the door's error shape.
-pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match state.production.browsers.refuse(&request) {
+pub async fn guard(State(edge): State<Arc<Edge>>, request: Request, next: Next) -> Response {
+    match edge.browsers.refuse(&request) {
         Some(refused) => {
             tracing::info!(
                 path = %request.uri().path(),

@@ -10,12 +10,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
 
-use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, PathId, SHOULD_RETRY};
+use crate::app::App;
+use crate::app::evals::ItemResult;
 use crate::app::records::db::RecordDb;
 use crate::app::records::db::evals::{EvalRun, MAX_ITEMS_PAGE, MAX_RUNS};
-use crate::eval::item::ItemResult;
 
 const EVALS_JS: &str = include_str!("ui/assets/evals.js");
 
@@ -26,12 +26,12 @@ const ITEMS_DEFAULT: usize = 200;
 
 /// The caller's runs, newest first, each with its arms and their headline numbers.
 pub async fn list_evals(
-    State(state): State<AppState>,
+    State(app): State<std::sync::Arc<App>>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, Refused> {
     let limit = number(&query, "limit", 1, MAX_RUNS)?.unwrap_or(LIST_DEFAULT);
-    let db = database(&state)?;
+    let db = database(&app)?;
     let data: Vec<Value> = db
         .eval_runs(Some(caller.owner()), limit)
         .await
@@ -45,14 +45,14 @@ pub async fn list_evals(
 /// The caller's run `id` with its report and a page of its items (`offset`, `limit`);
 /// someone else's looks like a missing one.
 pub async fn get_eval(
-    State(state): State<AppState>,
+    State(app): State<std::sync::Arc<App>>,
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, Refused> {
     let limit = number(&query, "limit", 1, MAX_ITEMS_PAGE)?.unwrap_or(ITEMS_DEFAULT);
     let offset = number(&query, "offset", 0, usize::MAX)?.unwrap_or(0);
-    let db = database(&state)?;
+    let db = database(&app)?;
     let run = db
         .eval_run(&id)
         .await
@@ -144,8 +144,8 @@ fn in_arm_order(items: Vec<ItemResult>, run: &EvalRun) -> Vec<ItemResult> {
     ranked.into_iter().map(|(_, item)| item).collect()
 }
 
-fn database(state: &AppState) -> Result<&std::sync::Arc<RecordDb>, Refused> {
-    state.sessions.records().db().ok_or(Refused::NeedsDatabase)
+fn database(app: &App) -> Result<&std::sync::Arc<RecordDb>, Refused> {
+    app.records().db().ok_or(Refused::NeedsDatabase)
 }
 
 /// Query parameter `name` as a whole number in `min..=max`, given at most once.
@@ -228,7 +228,7 @@ impl IntoResponse for Refused {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::eval::item::{ArmInfo, ArmKind};
+    use crate::app::evals::{ArmInfo, ArmKind};
 
     fn run(report: Option<Value>) -> EvalRun {
         let arm = |name: &str, kind| ArmInfo {

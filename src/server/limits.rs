@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultKeyedRateLimiter, Quota, RateLimiter};
 
-use super::AppState;
+use super::Edge;
 use super::error::{ApiError, SubscriberScope};
 use crate::app::{Caller, KeyId};
 use crate::config::ProductionSettings;
@@ -195,7 +195,7 @@ fn count(reason: &str) {
 }
 
 /// Applies the per-key rate to everything but `/health` and `/metrics`.
-pub async fn rate_limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn rate_limit(State(edge): State<Arc<Edge>>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
     if path != "/health" && path != "/metrics" {
         let caller = request
@@ -204,7 +204,7 @@ pub async fn rate_limit(State(state): State<AppState>, request: Request, next: N
             .copied()
             .unwrap_or_default();
         let from = ClientAddr::of(&request);
-        if let Err(e) = state.production.limits.check_rate(caller.key, from) {
+        if let Err(e) = edge.limits.check_rate(caller.key, from) {
             return e.into_response();
         }
     }

@@ -16,8 +16,11 @@ use super::AppState;
 use super::auth::Caller;
 use super::error::{ApiError, PathId};
 use super::limits::SubscriberSlot;
-use super::{sse, stall};
+use super::sse;
+use crate::app::App;
+use crate::app::forward::{self, Weigh};
 use crate::app::records::{Cursor, list_entry_json, record_json};
+use tokio_util::task::TaskTracker;
 
 /// Whether the events response is live (`running`) or a replay (`finished`).
 pub const STATUS_HEADER: &str = "x-massgen-session-status";
@@ -28,7 +31,7 @@ const LIST_MAX: usize = 1000;
 
 /// The caller's newest sessions first, running and finished, as short summaries.
 pub async fn list_sessions(
-    State(state): State<AppState>,
+    State(app): State<Arc<App>>,
     Extension(caller): Extension<Caller>,
     // Pairs, not a struct: a repeated or unknown parameter must not become axum's
     // plain-text rejection.
@@ -45,8 +48,7 @@ pub async fn list_sessions(
             .filter(|n| (1..=LIST_MAX).contains(n))
             .ok_or_else(limit_error)?,
     };
-    let data: Vec<_> = state
-        .sessions
+    let data: Vec<_> = app
         .records()
         .list_all(&caller, limit)
         .await
@@ -68,12 +70,11 @@ fn limit_error() -> ApiError {
 /// The caller's record `id` (live here, else from the database); someone else's looks
 /// like a missing one.
 pub async fn get_session(
-    State(state): State<AppState>,
+    State(app): State<Arc<App>>,
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
 ) -> Result<Response, ApiError> {
-    let record = state
-        .sessions
+    let record = app
         .records()
         .find(&id, &caller)
         .await
@@ -96,12 +97,9 @@ pub async fn session_events(
 ) -> Result<Response, ApiError> {
     // The place first: a reader over the limits costs no database lookup.
     let session: Arc<str> = Arc::from(id.as_str());
-    let slot = state
-        .production
-        .limits
-        .try_subscriber(caller.key, &session)?;
+    let slot = state.edge.limits.try_subscriber(caller.key, &session)?;
     let following = state
-        .sessions
+        .app
         .records()
         .follow(&id, &caller)
         .await
@@ -115,9 +113,10 @@ pub async fn session_events(
         "running"
     };
     let session = Arc::clone(&following.id);
-    let frames = frames(following.cursor, state.settings.keepalive);
-    let stall = state.settings.production.client_stall_timeout;
-    let mut response = sse::response(bounded(frames, slot, stall, session));
+    let frames = frames(following.cursor, state.settings().keepalive);
+    let stall = state.settings().production.client_stall_timeout;
+    let tasks = state.app.sessions().tasks();
+    let mut response = sse::response(bounded(tasks, frames, slot, stall, session));
     response
         .headers_mut()
         .insert(STATUS_HEADER, HeaderValue::from_static(status));
@@ -127,19 +126,34 @@ pub async fn session_events(
 /// Chunks held for one reader between the record and its connection.
 const READER_BUFFER: usize = 2;
 
-/// Moves `frames` to the response through [`READER_BUFFER`] chunks, so a reader holds at
-/// most about three chunks whatever the record's size. A reader that leaves the buffer
+impl Weigh for Bytes {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+/// Moves `frames` to the response through [`READER_BUFFER`] chunks and one read ahead
+/// ([`forward`], on the app's tracked tasks, so shutdown waits for it), so a reader holds
+/// at most about three chunks whatever the record's size. A reader that leaves the buffer
 /// full for `stall` (it stopped reading, or its HTTP/2 window is 0) is dropped as the
 /// chat streams drop theirs: its place (`slot`) is freed at once, and the response ends in
 /// an error, which closes the connection (HTTP/1) or resets the stream (HTTP/2) as soon
 /// as the reader takes what was already buffered.
 fn bounded(
+    tasks: &TaskTracker,
     frames: impl Stream<Item = Bytes> + Send + 'static,
     slot: SubscriberSlot,
     stall: Duration,
     session: Arc<str>,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
-    let (mut from, stalled) = stall::forward(frames, READER_BUFFER, stall, slot, move |_| {
+    let bounds = forward::Bounds {
+        capacity: READER_BUFFER,
+        // The record waits for its reader: one chunk read ahead at most.
+        ahead_bytes: 0,
+        source_waits: true,
+        stall,
+    };
+    let (mut from, stalled) = forward::spawn(tasks, frames, bounds, slot, (), move |_, _| {
         tracing::warn!(
             session_id = %session,
             stall_seconds = stall.as_secs_f64(),

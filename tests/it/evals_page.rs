@@ -10,10 +10,10 @@ use std::process::Command;
 use std::time::Duration;
 
 use massgen::app::Owner;
+use massgen::app::evals::{ArmInfo, ArmKind, ItemResult};
 use massgen::app::records::db::RecordDb;
 use massgen::app::records::db::evals::EvalRun;
 use massgen::config::RecordsDb;
-use massgen::eval::item::{ArmInfo, ArmKind, ItemResult};
 use serde_json::{Value, json};
 
 use crate::support::postgres::PgServer;

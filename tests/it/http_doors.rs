@@ -76,14 +76,17 @@ fn app_with(agents: &[(&str, Scripted)], settings: ServerSettings) -> axum::Rout
             .map(|(id, p)| (id.to_string(), p.clone()))
             .collect(),
     );
-    router(AppState::with_clock(
+    let records = massgen::app::records::RecordStore::memory(&settings.production);
+    let app = massgen::app::App::new(massgen::app::AppParts {
         catalog,
         settings,
-        Arc::new(providers),
-        Arc::new(ToolRegistry::new(Arc::new(RmcpConnector))),
-        Arc::new(|_: &str| None),
-        Arc::new(FixedClock),
-    ))
+        providers: Arc::new(providers),
+        tools: Arc::new(ToolRegistry::new(Arc::new(RmcpConnector))),
+        env: Arc::new(|_: &str| None),
+        clock: Arc::new(FixedClock),
+        records,
+    });
+    router(AppState::new(Arc::new(app)))
 }
 
 async fn post(app: &axum::Router, path: &str, body: Value) -> (u16, Value) {

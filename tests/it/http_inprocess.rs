@@ -22,13 +22,13 @@ fn app(production: ProductionSettings) -> axum::Router {
     ));
     let tools = Arc::new(ToolRegistry::new(Arc::new(RmcpConnector)));
     let env: Arc<massgen::config::Env> = Arc::new(|_: &str| None);
-    router(AppState::new(
+    router(AppState::new(Arc::new(massgen::app::App::in_memory(
         PanelCatalog::default(),
         settings,
         providers,
         tools,
         env,
-    ))
+    ))))
 }
 
 async fn send(app: &axum::Router, request: Request<Body>) -> axum::response::Response {

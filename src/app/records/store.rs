@@ -45,7 +45,49 @@ pub struct Following {
     pub interrupted: bool,
 }
 
+/// Finished records kept in memory while the database fails (~25 KB each): the database's
+/// retention count (100,000 by default) would let a long outage hold gigabytes.
+const MAX_UNSAVED: usize = 1000;
+
 impl RecordStore {
+    /// The store `settings` name, in memory (`--records-db memory`).
+    pub fn memory(settings: &crate::config::ProductionSettings) -> Self {
+        Self::new(
+            settings.records_max_sessions,
+            settings.records_max_age,
+            settings.records_dir.clone(),
+        )
+    }
+
+    /// The store `settings` name: memory, or the database (connected and migrated; the
+    /// error says what failed, never a password). Call inside the runtime: with a database
+    /// it starts the writer and the upkeep timer. Without `retain` old records are never
+    /// deleted: for a process that only adds to a database a server owns (`massgen eval`),
+    /// whose retention is the server's to apply.
+    pub async fn open(
+        settings: &crate::config::ProductionSettings,
+        retain: bool,
+    ) -> Result<Self, String> {
+        if settings.records_db == crate::config::RecordsDb::Memory {
+            return Ok(Self::memory(settings));
+        }
+        let db = Arc::new(RecordDb::open(&settings.records_db).await?);
+        tracing::info!(store = %db.describe(), replica = %db.replica(), "session records in a database");
+        let upkeep = Upkeep {
+            heartbeat: settings.records_heartbeat,
+            interrupted_after: settings.records_interrupted_after,
+            max_age: settings.records_max_age,
+            max_sessions: settings.records_max_sessions,
+            retain,
+        };
+        Ok(Self::with_db(
+            db,
+            upkeep,
+            settings.records_max_sessions.min(MAX_UNSAVED),
+            settings.records_dir.clone(),
+        ))
+    }
+
     /// Records in memory only (`--records-db memory`).
     pub fn new(max_sessions: usize, max_age: Duration, dir: Option<PathBuf>) -> Self {
         Self {

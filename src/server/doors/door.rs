@@ -102,14 +102,14 @@ pub async fn serve<D: Door>(incoming: Incoming) -> Result<Response, ApiError> {
     // The door's name comes from the registry's impl, never from what a door wrote.
     ask.door = D::NAME;
     // Resolved once, for the cache's key and for the session.
-    let panel = state.use_case().resolve_panel(&ask)?;
+    let panel = state.app.resolve_panel(&ask)?;
     let cached = session::cache_lookup(&state, &ask, &panel, &body);
     // The session has all it needs from the body; a big one is not held for its length.
     drop(body);
     if let Some(hit) = cached.hit() {
         return Ok(hit);
     }
-    let Opened { id, created, steps } = session::open_on(&state, ask, panel).await?;
+    let Opened { id, created, steps } = session::open_on(&state.app, ask, panel).await?;
     let session = SessionRef {
         id: id.clone(),
         created,
@@ -117,7 +117,7 @@ pub async fn serve<D: Door>(incoming: Incoming) -> Result<Response, ApiError> {
     let completed = Arc::new(AtomicBool::new(false));
     let response = if stream {
         let mut live = D::live(&state, plan, &session);
-        let keepalive = state.settings.keepalive;
+        let keepalive = state.settings().keepalive;
         let mut steps = steps;
         let done = Arc::clone(&completed);
         let frames = async_stream::stream! {

@@ -10,7 +10,33 @@ use crate::server::error::ApiError;
 /// (`messages`, `input`) is `invalid_message`, a value of the wrong JSON type elsewhere
 /// `invalid_type`.
 pub fn read_in<T: DeserializeOwned>(body: &[u8], list: &str) -> Result<T, ApiError> {
-    read(body).map_err(|error| match error {
+    read(body).map_err(|error| in_list(error, list))
+}
+
+/// [`read_in`] for a body another edge built as JSON (no bytes to parse).
+pub fn read_value_in<T: DeserializeOwned>(
+    body: serde_json::Value,
+    list: &str,
+) -> Result<T, ApiError> {
+    if !body.is_object() {
+        return Err(not_an_object());
+    }
+    serde_path_to_error::deserialize(body)
+        .map_err(|e| {
+            let path = e.path().to_string();
+            let message = strip_position(&e.into_inner().to_string());
+            if path == "." || path.is_empty() {
+                ApiError::invalid(message, None, "invalid_value")
+            } else {
+                ApiError::invalid_at(format!("'{path}': {message}"), path, "invalid_value")
+            }
+        })
+        .map_err(|error| in_list(error, list))
+}
+
+/// The codes of a field's fault inside or outside the conversation field `list`.
+fn in_list(error: ApiError, list: &str) -> ApiError {
+    match error {
         ApiError::InvalidRequest {
             message,
             param: Some(param),
@@ -33,7 +59,7 @@ pub fn read_in<T: DeserializeOwned>(body: &[u8], list: &str) -> Result<T, ApiErr
             }
         }
         other => other,
-    })
+    }
 }
 
 /// `body` as a `T`: invalid JSON, a non-object body, or a field of the wrong shape is a

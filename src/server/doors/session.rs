@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 use super::narrate::Narrator;
 pub use crate::app::Ask;
-use crate::app::Caller;
+use crate::app::{App, Caller};
 use crate::config::PanelConfig;
 use crate::server::cache::{Lookup, ResponseCache};
 use crate::server::error::ApiError;
@@ -56,7 +56,7 @@ impl FromRequest<AppState> for Incoming {
             .unwrap_or_default();
         let (parts, body) = request.into_parts();
         let share = parts.extensions.get::<bodies::ShareSlot>().cloned();
-        let within = state.settings.production.body_read_timeout;
+        let within = state.settings().production.body_read_timeout;
         // A body trickled in a byte at a time would otherwise hold the connection forever.
         let body = tokio::time::timeout(
             within,
@@ -64,8 +64,8 @@ impl FromRequest<AppState> for Incoming {
                 &parts.headers,
                 share.as_ref(),
                 body,
-                state.settings.max_body_bytes,
-                &state.production.bodies,
+                state.settings().max_body_bytes,
+                &state.edge.bodies,
             ),
         )
         .await
@@ -83,7 +83,7 @@ impl FromRequest<AppState> for Incoming {
 /// The response cache's part in a request to `ask`'s panel with `body` (nothing when
 /// the cache is off).
 pub fn cache_lookup(state: &AppState, ask: &Ask, panel: &PanelConfig, body: &[u8]) -> Lookup {
-    match state.cache.as_ref() {
+    match state.edge.cache.as_ref() {
         Some(cache) => Lookup::new(
             Some(cache),
             ResponseCache::key(ask.door, &ask.caller, panel, body),
@@ -101,19 +101,15 @@ pub struct Opened {
 }
 
 /// Starts the session `ask` asks for ([`crate::app::open`]), its events as [`Steps`].
-pub async fn open(state: &AppState, ask: Ask) -> Result<Opened, ApiError> {
-    let panel = state.use_case().resolve_panel(&ask)?;
-    open_on(state, ask, panel).await
+pub async fn open(app: &App, ask: Ask) -> Result<Opened, ApiError> {
+    let panel = app.resolve_panel(&ask)?;
+    open_on(app, ask, panel).await
 }
 
 /// [`open`] on `panel`, already resolved for `ask`.
-pub async fn open_on(
-    state: &AppState,
-    ask: Ask,
-    panel: Arc<PanelConfig>,
-) -> Result<Opened, ApiError> {
+pub async fn open_on(app: &App, ask: Ask, panel: Arc<PanelConfig>) -> Result<Opened, ApiError> {
     let narrator = Narrator::new(ask.deliberation);
-    let started = state.use_case().open_on(ask, panel).await?;
+    let started = app.open_on(ask, panel).await?;
     Ok(Opened {
         created: started.created,
         steps: Steps {

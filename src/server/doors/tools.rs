@@ -30,7 +30,7 @@ pub fn tool_spec(
     if tool_names::is_reserved(name) {
         return Err(tools_error(
             format!(
-                "The client tool '{name}' has the name of the panel's own workflow tool '{name}' (every panel offers {} to its agents); rename it",
+                "The client tool '{name}' collides with the panel's own workflow tool '{name}' (every panel offers {} to its agents); rename it",
                 WORKFLOW_TOOLS.join(" and ")
             ),
             "tool_name_collision",

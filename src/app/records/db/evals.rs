@@ -11,7 +11,7 @@ use sqlx::Row;
 
 use super::RecordDb;
 use super::rows::{from_db, to_db};
-use crate::eval::item::{ArmInfo, ItemResult};
+use crate::app::evals::{ArmInfo, ItemResult};
 
 /// Items one read returns at most: a run may hold many thousands (questions × arms), each
 /// with its answer text, so they are read a page at a time.
@@ -260,8 +260,8 @@ impl RecordDb {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::app::evals::ArmKind;
     use crate::config::RecordsDb;
-    use crate::eval::item::ArmKind;
 
     async fn open(dir: &tempfile::TempDir) -> RecordDb {
         RecordDb::open(&RecordsDb::Sqlite(dir.path().join("records.db")))

@@ -51,7 +51,7 @@ impl Door for ChatCompletions {
         // The server's default when the request does not say.
         let format = request
             .deliberation_format
-            .unwrap_or(state.settings.deliberation_format);
+            .unwrap_or(state.settings().deliberation_format);
         let deliberation = match format {
             DeliberationFormat::None => Deliberation::Off,
             _ => request.deliberation,

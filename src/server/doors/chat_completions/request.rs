@@ -186,7 +186,16 @@ struct ResponseFormat {
 // The mapping into the neutral request.
 
 pub fn parse(body: &[u8]) -> Result<ChatRequest, ApiError> {
-    let mut wire: Body = json::read_in(body, "messages")?;
+    read(json::read_in(body, "messages")?)
+}
+
+/// The door's typed entry for another edge (`massgen eval`): a request built as JSON, read
+/// as a body is, with the same checks and the same session input.
+pub fn from_value(body: Value) -> Result<ChatRequest, ApiError> {
+    read(json::read_value_in(body, "messages")?)
+}
+
+fn read(mut wire: Body) -> Result<ChatRequest, ApiError> {
     refuse_unsupported(&wire)?;
     let shared = wire.shared();
     let include_usage = wire

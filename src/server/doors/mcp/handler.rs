@@ -27,8 +27,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::calls::Calls;
 use super::tools::{self, DELIBERATE, LIST_PANELS};
-use crate::app::{Ask, Caller};
-use crate::server::AppState;
+use std::sync::Arc;
+
+use crate::app::{App, Ask, Caller};
 use crate::server::doors::session::{self, Opened, Step};
 use crate::server::error::ApiError;
 
@@ -42,7 +43,7 @@ const TASKS: &str = "tasks";
 /// The MCP server (HTTP makes one per message, stdio one per process).
 #[derive(Clone)]
 pub struct McpServer {
-    state: AppState,
+    app: Arc<App>,
     /// Cancelled when the client is gone (stdio: its end of stdin closed). The SDK lets
     /// running calls finish then; nobody would read their answers.
     gone: CancellationToken,
@@ -53,18 +54,18 @@ pub struct McpServer {
 
 impl McpServer {
     /// A server for one HTTP message, its calls registered in `calls`.
-    pub(super) fn on_http(state: AppState, calls: Calls) -> Self {
+    pub(super) fn on_http(app: Arc<App>, calls: Calls) -> Self {
         Self {
-            state,
+            app,
             gone: CancellationToken::new(),
             calls,
         }
     }
 
     /// A server whose running calls and tasks are cancelled with `gone`.
-    pub fn until(state: AppState, gone: CancellationToken) -> Self {
+    pub fn until(app: Arc<App>, gone: CancellationToken) -> Self {
         Self {
-            state,
+            app,
             gone,
             calls: Calls::default(),
         }
@@ -102,13 +103,13 @@ impl McpServer {
     ) -> Result<Opened, ApiError> {
         let mut ask: Ask = tools::deliberate_ask(caller(context), request.arguments.as_ref())?;
         if ask.overrides.deadline.is_none() && !progress {
-            ask.overrides.deadline = Some(self.state.settings.mcp_deadline);
+            ask.overrides.deadline = Some(self.app.settings().mcp_deadline);
         }
         // The POST's share of the body budget is the session's to hold until its
         // coordination ends (over stdio there is none).
         ask.hold =
             call_share(context).map(|share| Box::new(share) as Box<dyn std::any::Any + Send>);
-        session::open(&self.state, ask).await
+        session::open(&self.app, ask).await
     }
 
     async fn deliberate(
@@ -156,7 +157,7 @@ impl McpServer {
                     // A client that cannot take a notification still gets its result; one
                     // that stopped reading is dropped after the stall time, as on every
                     // door, so the session does not wait on it.
-                    let stall = self.state.settings.production.client_stall_timeout;
+                    let stall = self.app.settings().production.client_stall_timeout;
                     match tokio::time::timeout(stall, context.peer.notify_progress(note)).await {
                         Ok(Ok(())) => {}
                         Ok(Err(e)) => {
@@ -197,7 +198,7 @@ impl McpServer {
         let (cancel, registered) = self.calls.register(TASKS, id.to_string());
         let gone = self.gone.clone();
         let task_id = id.clone();
-        self.state.sessions.tasks().spawn(async move {
+        self.app.sessions().tasks().spawn(async move {
             let _registered = registered;
             loop {
                 tokio::select! {
@@ -212,16 +213,16 @@ impl McpServer {
             // Dropping the steps cancels a session that has not ended.
             drop(steps);
         });
-        let now = rfc3339(self.state.sessions.now_ms());
+        let now = rfc3339(self.app.sessions().now_ms());
         let task = Task::new(id.to_string(), TaskStatus::Working, now.clone(), now)
             .with_poll_interval_ms(POLL_INTERVAL_MS)
-            .with_ttl_ms(ttl_ms(&self.state));
+            .with_ttl_ms(ttl_ms(&self.app));
         CallToolResponse::Task(CreateTaskResult::new(task))
     }
 
     /// `tasks/get`: the task's state, read from its session's record (the caller's only).
     async fn task(&self, id: &str, caller: &Caller) -> Result<DetailedTask, ErrorData> {
-        let records = self.state.sessions.records();
+        let records = self.app.sessions().records();
         let record = records
             .find(id, caller)
             .await
@@ -233,11 +234,11 @@ impl McpServer {
         let updated = rfc3339(
             summary
                 .ended_ms
-                .unwrap_or_else(|| self.state.sessions.now_ms()),
+                .unwrap_or_else(|| self.app.sessions().now_ms()),
         );
         let base = Task::new(id.to_string(), TaskStatus::Working, created, updated)
             .with_poll_interval_ms(POLL_INTERVAL_MS)
-            .with_ttl_ms(ttl_ms(&self.state));
+            .with_ttl_ms(ttl_ms(&self.app));
         let last = record.events().last().map(|e| e.kind.clone());
         let payload = match (summary.status, last) {
             (
@@ -291,8 +292,8 @@ fn error_object(message: &str) -> rmcp::model::JsonObject {
 }
 
 /// How long a task can be read back: as long as its session's record is kept.
-fn ttl_ms(state: &AppState) -> u64 {
-    u64::try_from(state.settings.production.records_max_age.as_millis()).unwrap_or(u64::MAX)
+fn ttl_ms(app: &App) -> u64 {
+    u64::try_from(app.settings().production.records_max_age.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Unix milliseconds as RFC 3339 (`2026-11-28T22:53:19.879Z`).
@@ -395,7 +396,7 @@ impl ServerHandler for McpServer {
             }
             DELIBERATE => Ok(self.deliberate(&request, &context).await.into()),
             LIST_PANELS => {
-                let panels = tools::panels(&self.state.catalog);
+                let panels = tools::panels(self.app.catalog());
                 let mut result =
                     CallToolResult::success(vec![ContentBlock::text(tools::panels_text(&panels))]);
                 result.structured_content = Some(panels);

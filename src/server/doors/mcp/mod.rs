@@ -57,7 +57,7 @@ impl CallShare {
 
 /// `/mcp`: the Streamable HTTP transport, stateless.
 pub fn route(state: &AppState) -> MethodRouter<AppState> {
-    let settings = &state.settings;
+    let settings = &state.settings();
     let config = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_sse_keep_alive(Some(settings.keepalive))
@@ -68,7 +68,7 @@ pub fn route(state: &AppState) -> MethodRouter<AppState> {
         .disable_allowed_hosts()
         .disable_allowed_origins();
     let calls = calls::Calls::default();
-    let for_calls = (state.clone(), calls.clone());
+    let for_calls = (Arc::clone(&state.app), calls.clone());
     let service: StreamableHttpService<McpServer, NeverSessionManager> = StreamableHttpService::new(
         move || Ok(McpServer::on_http(for_calls.0.clone(), for_calls.1.clone())),
         Arc::new(NeverSessionManager::default()),
@@ -115,7 +115,7 @@ async fn serve(
     // the session a `deliberate` starts.
     let (mut parts, body) = request.into_parts();
     let slot = parts.extensions.get::<bodies::ShareSlot>().cloned();
-    let settings = &state.settings;
+    let settings = &state.settings();
     let within = settings.production.body_read_timeout;
     let body = tokio::time::timeout(
         within,
@@ -124,7 +124,7 @@ async fn serve(
             slot.as_ref(),
             body,
             settings.max_body_bytes,
-            &state.production.bodies,
+            &state.edge.bodies,
         ),
     )
     .await
@@ -188,7 +188,7 @@ impl IntoResponse for UnknownSession {
 /// Serves MCP over stdin and stdout until the client closes stdin (or `stop` resolves).
 /// A closed stdin cancels the calls still running.
 pub async fn serve_stdio(
-    state: AppState,
+    app: Arc<crate::app::App>,
     stop: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let gone = CancellationToken::new();
@@ -196,7 +196,7 @@ pub async fn serve_stdio(
         inner: tokio::io::stdin(),
         gone: gone.clone(),
     };
-    let service = McpServer::until(state, gone)
+    let service = McpServer::until(app, gone)
         .serve((stdin, tokio::io::stdout()))
         .await
         .map_err(|e| anyhow::anyhow!("the MCP client did not initialize: {e}"))?;

@@ -51,7 +51,7 @@ impl Door for Messages {
         body: &[u8],
         _share: Option<&ShareSlot>,
     ) -> Result<Prepared<Plan>, ApiError> {
-        let mut request = request::parse(body, true, &state.signer)?;
+        let mut request = request::parse(body, true, &state.edge.signer)?;
         let mut input = conversation::session_input(
             request.system.clone(),
             std::mem::take(&mut request.messages),
@@ -78,7 +78,7 @@ impl Door for Messages {
             model: request.model.clone(),
             route_as: route_as(
                 &request.model,
-                state.settings.messages_default_panel.as_deref(),
+                state.settings().messages_default_panel.as_deref(),
             ),
             metadata,
             input,
@@ -91,7 +91,7 @@ impl Door for Messages {
             stream: request.stream,
             plan: Plan {
                 limit: limit_of(&request),
-                signer: std::sync::Arc::clone(&state.signer),
+                signer: std::sync::Arc::clone(&state.edge.signer),
                 input_tokens: request.prompt_tokens,
                 model: request.model,
             },
@@ -190,6 +190,6 @@ fn error_event(error: &ApiError) -> render::Event {
 /// system text, messages and tool definitions), not a model's tokenizer; the panel's
 /// models do not share one. `max_tokens` is not needed here.
 pub async fn count_tokens(incoming: Incoming) -> Result<Response, ApiError> {
-    let request = request::parse(&incoming.body, false, &incoming.state.signer)?;
+    let request = request::parse(&incoming.body, false, &incoming.state.edge.signer)?;
     Ok(axum::Json(json!({"input_tokens": request.prompt_tokens})).into_response())
 }

@@ -54,7 +54,7 @@ pub async fn conversation_so_far(
 ) -> Result<Conversation, ApiError> {
     for item in &request.input {
         if let Entry::Reasoning(Some(sealed)) = &item.entry
-            && !state.signer.accepts_reasoning(sealed)
+            && !state.edge.signer.accepts_reasoning(sealed)
         {
             let path = format!("input[{}].encrypted_content", item.index);
             return Err(ApiError::invalid_at(
@@ -69,11 +69,10 @@ pub async fn conversation_so_far(
     // What the caller's part of the body budget can ever hold beside this body: more would
     // wait for room that never comes, so it is refused as too large instead of busy. (With
     // the defaults that part is 10 MiB: more text than any model's context window takes.)
-    let allowed =
-        MAX_REFERENCED_BYTES.min(state.production.bodies.part().saturating_sub(body_bytes));
+    let allowed = MAX_REFERENCED_BYTES.min(state.edge.bodies.part().saturating_sub(body_bytes));
     let charge = |n: usize| async move {
         match share {
-            Some(slot) => slot.charge(&state.production.bodies, n).await,
+            Some(slot) => slot.charge(&state.edge.bodies, n).await,
             None => Ok(()),
         }
     };
@@ -82,12 +81,14 @@ pub async fn conversation_so_far(
         None => (Vec::new(), Vec::new(), 0),
         Some(previous_id) => {
             let chain = state
+                .edge
                 .responses
                 .chain(previous_id, caller, allowed)
                 .await
                 .map_err(|e| chain_error(e, previous_id, allowed))?;
             charge(chain.text_bytes).await?;
             let (system, messages) = state
+                .edge
                 .responses
                 .turns(&chain, caller)
                 .await
@@ -104,6 +105,7 @@ pub async fn conversation_so_far(
             Entry::Reasoning(_) => Item::Reasoning,
             Entry::Reference(id) => {
                 let (holder, item) = state
+                    .edge
                     .responses
                     .item(id, caller)
                     .await

@@ -26,7 +26,7 @@ use super::limit::{self, AnswerLimit};
 use super::metadata::metadata_json;
 use super::session::{Ask, Step};
 use super::structured;
-use crate::app::{Caller, Sessions};
+use crate::app::Caller;
 use crate::server::AppState;
 use crate::server::bodies::ShareSlot;
 use crate::server::error::{ApiError, PathId};
@@ -60,6 +60,7 @@ impl Door for Responses {
         // about its body's size; the answer is not known yet.
         if request.store {
             state
+                .edge
                 .responses
                 .room(&caller, body.len())
                 .await
@@ -117,11 +118,13 @@ impl Door for Responses {
             tool_choice: request.tool_choice_json.clone(),
             parallel_tool_calls: request.tools.parallel.unwrap_or(true),
             metadata: request.metadata.clone(),
-            seal: request.encrypted_reasoning.then(|| state.signer.clone()),
+            seal: request
+                .encrypted_reasoning
+                .then(|| state.edge.signer.clone()),
         };
         // A stored response keeps its own turn and its parent's id, not the conversation.
         let keep = turn.map(|(system, messages)| Keep {
-            store: state.responses.clone(),
+            store: state.edge.responses.clone(),
             owner: caller,
             parent: request.previous_response_id.clone(),
             system,
@@ -164,7 +167,7 @@ impl Door for Responses {
             output,
             finish.limit.cut(),
             metadata,
-            finish.sessions.now_secs(),
+            finish.app.sessions().now_secs(),
         );
         finish.store(&object, &summary.final_tool_calls);
         object
@@ -183,7 +186,7 @@ fn finish(state: &AppState, plan: Plan, session: &SessionRef) -> Finish {
     Finish {
         env,
         keep,
-        sessions: state.sessions.clone(),
+        app: Arc::clone(&state.app),
         session_id: session.id.to_string(),
         limit,
     }
@@ -208,7 +211,7 @@ struct Keep {
 struct Finish {
     env: Envelope,
     keep: Option<Keep>,
-    sessions: Arc<Sessions>,
+    app: Arc<crate::app::App>,
     session_id: String,
     limit: AnswerLimit,
 }
@@ -274,7 +277,7 @@ impl DoorLive for Stream {
                 let metadata = metadata_json(&self.finish.session_id, &summary);
                 let (events, object) =
                     self.live
-                        .completed(&summary, metadata, self.finish.sessions.now_secs());
+                        .completed(&summary, metadata, self.finish.app.sessions().now_secs());
                 self.finish.store(&object, &summary.final_tool_calls);
                 events
             }
@@ -293,11 +296,11 @@ fn frames(events: Vec<render::Event>) -> Vec<Bytes> {
 
 /// `GET /v1/responses/{id}`: a stored response of the caller's.
 pub async fn get(
-    State(state): State<AppState>,
+    State(edge): State<Arc<crate::server::Edge>>,
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
 ) -> Result<Response, ApiError> {
-    let body = state
+    let body = edge
         .responses
         .body(&id, &caller)
         .await

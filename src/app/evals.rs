@@ -1,6 +1,7 @@
-//! What a run is made of, as every part of `massgen eval` sees it: the arms compared and
-//! one graded outcome per item and arm (a line of `items.jsonl`, a row of the records'
-//! `eval_items`). The runner makes them, the report and the records read them.
+//! What an eval run is made of, for every part that keeps or shows one: the arms compared
+//! and one graded outcome per item and arm (a line of `items.jsonl`, a row of the records'
+//! `eval_items`). `massgen eval` makes them; the records store them; the HTTP edge lists
+//! them. Plain data here, so none of those depends on another.
 
 use serde::{Deserialize, Serialize};
 
