@@ -2,7 +2,8 @@
 //! [`support`]. One binary links once after a change instead of once per file.
 //! (`tests/mcp.rs` stays a binary of its own: it doubles as the stdio MCP server it tests.)
 //!
-//! Run one area with `cargo test --test it engine::`, one test by its name.
+//! Run one area with `cargo test --test it http_doors::`, one test by its name. The engine's
+//! own tests are massgen-core's (`cargo test -p massgen-core --test engine`).
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a panic is the test failure
 
 mod support;
@@ -18,14 +19,8 @@ mod demo_tool_choice;
 mod deploy;
 mod descriptors;
 mod docs_links;
-mod engine;
-mod engine_efficiency;
 mod engine_identical;
-mod engine_images;
-mod engine_opaque;
-mod engine_options;
 mod engine_planning;
-mod engine_tools;
 mod eval;
 mod evals_page;
 mod h2c;

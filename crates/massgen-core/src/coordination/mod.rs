@@ -49,5 +49,7 @@ pub use events::{
     SessionSummary, TallyEntry, VoteRecord,
 };
 pub use options::{FinalAnswerStrategy, OrchestratorOptions, Quorum, Strictness};
-pub use spec::{AnswerBounds, Clock, SessionAgent, SessionInput, SessionSpec, SystemClock};
-pub use structured::{AnswerCheck, Rejection, StructuredOutput};
+pub use spec::{
+    AnswerBounds, AnswerCheck, Clock, Rejection, SessionAgent, SessionInput, SessionSpec,
+    StructuredOutput, SystemClock,
+};

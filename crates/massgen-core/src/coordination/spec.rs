@@ -1,14 +1,17 @@
 //! What a session runs on: its agents, its options and the client's input, plus the clock
-//! seam. The session loop itself is `engine.rs`.
+//! and answer-check seams. The session loop itself is `engine.rs`; how a structured answer
+//! is asked for and checked is `structured.rs`.
 
+use std::fmt;
 use std::sync::Arc;
 use std::time::SystemTime;
+
+use futures::future::BoxFuture;
 
 use super::agent_tools::AgentTools;
 use super::client_tools::ClientTools;
 use super::options::OrchestratorOptions;
-pub use super::structured::StructuredOutput;
-use crate::provider::{Image, Message, Price, Provider, Sampling};
+use crate::provider::{Image, Message, OutputFormat, Price, Provider, Sampling};
 
 /// Wall-clock seam (timestamps and the date in the prompt).
 pub trait Clock: Send + Sync {
@@ -78,4 +81,32 @@ pub struct SessionSpec {
     pub input: SessionInput,
     /// Emit `agent_delta` events with the agents' streamed text.
     pub stream_agent_text: bool,
+}
+
+/// Checks a final answer against what the client asked for. Asynchronous so that a
+/// costly check (a large schema) can run off the engine's threads, under the caller's
+/// time budget.
+pub trait AnswerCheck: Send + Sync + fmt::Debug {
+    fn check<'a>(&'a self, answer: &'a str) -> BoxFuture<'a, Result<(), Rejection>>;
+}
+
+/// Why a final answer was not accepted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rejection {
+    /// The answer does not fit, in words a model can act on: worth one corrective call.
+    Mismatch(String),
+    /// The answer could not be checked (the check ran out of its budget): the session
+    /// fails at once, as another answer would cost the same.
+    Unchecked(String),
+}
+
+/// The JSON the final answer must be.
+#[derive(Debug, Clone)]
+pub struct StructuredOutput {
+    pub format: OutputFormat,
+    pub check: Arc<dyn AnswerCheck>,
+    /// The client reads the answer as it streams: the presentation's text goes out as it
+    /// arrives, so an invalid one cannot be taken back or retried (the session fails after
+    /// it). Otherwise the text is held until it passed the check.
+    pub streamed: bool,
 }

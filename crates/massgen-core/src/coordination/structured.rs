@@ -3,48 +3,17 @@
 //! compare like for like; their coordination turns carry no native format (a schema on a
 //! tool-calling turn suppresses the tool calls the protocol needs). The presentation call
 //! carries it in the provider's native form. The answer is checked by the caller's
-//! [`AnswerCheck`] (the engine knows no JSON Schema crate); a failed check gets one
-//! corrective presentation call that names the problem, and a second failure fails the
-//! session (`invalid_output`) instead of returning prose. An answer the check could not
-//! judge ([`Rejection::Unchecked`]: out of its time budget) fails it at once.
-
-use std::fmt;
-use std::sync::Arc;
-
-use futures::future::BoxFuture;
+//! [`AnswerCheck`](super::AnswerCheck) (the engine knows no JSON Schema crate; the seam and
+//! the [`StructuredOutput`] it belongs to are in `spec.rs`, with the rest of the session's
+//! input); a failed check gets one corrective presentation call that names the problem, and
+//! a second failure fails the session (`invalid_output`) instead of returning prose. An
+//! answer the check could not judge ([`Rejection::Unchecked`]: out of its time budget)
+//! fails it at once.
 
 use super::events::{EventKind, PresentationMode, SessionError, SessionErrorKind};
 use super::present::{Presented, Presenter};
-use super::spec::SessionInput;
+use super::spec::{Rejection, SessionInput, StructuredOutput};
 use crate::provider::{FinishReason, OutputFormat, ProviderRequest};
-
-/// Checks a final answer against what the client asked for. Asynchronous so that a
-/// costly check (a large schema) can run off the engine's threads, under the caller's
-/// time budget.
-pub trait AnswerCheck: Send + Sync + fmt::Debug {
-    fn check<'a>(&'a self, answer: &'a str) -> BoxFuture<'a, Result<(), Rejection>>;
-}
-
-/// Why a final answer was not accepted.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Rejection {
-    /// The answer does not fit, in words a model can act on: worth one corrective call.
-    Mismatch(String),
-    /// The answer could not be checked (the check ran out of its budget): the session
-    /// fails at once, as another answer would cost the same.
-    Unchecked(String),
-}
-
-/// The JSON the final answer must be.
-#[derive(Debug, Clone)]
-pub struct StructuredOutput {
-    pub format: OutputFormat,
-    pub check: Arc<dyn AnswerCheck>,
-    /// The client reads the answer as it streams: the presentation's text goes out as it
-    /// arrives, so an invalid one cannot be taken back or retried (the session fails after
-    /// it). Otherwise the text is held until it passed the check.
-    pub streamed: bool,
-}
 
 /// Longest excerpt of a rejected reply quoted back in the corrective call.
 const MAX_QUOTED_CHARS: usize = 2_000;

@@ -4,8 +4,7 @@
 use std::time::Duration;
 
 use massgen_core::coordination::*;
-
-use crate::support::engine::*;
+use massgen_core::testing::*;
 
 fn opts() -> OrchestratorOptions {
     OrchestratorOptions::default()
@@ -93,7 +92,7 @@ async fn deferred_voting_stops_waiting_for_a_failing_agent() {
     // When the failure is the last thing deferral waits for, it releases the others.
     let a = member("a", "Alpha: four.", 1, "agent1");
     let c = Scripted::new("c", |_, _| after(5, vec![Step::Fail(upstream_error(500))]));
-    let run = crate::support::engine::run(spec(&[("a", &a), ("c", &c)], opts())).await;
+    let run = massgen_core::testing::run(spec(&[("a", &a), ("c", &c)], opts())).await;
     let failed = position(&run, |k| matches!(k, EventKind::AgentFailed { .. }));
     assert!(turn_started(&run, "agent1", 2) > failed);
     assert_eq!(run.summary().duration_ms, 5000);
@@ -320,7 +319,7 @@ async fn a_majority_ends_the_vote_and_cuts_the_slow_voter() {
 
     // An integer quorum works the same way.
     let [a, b, c] = voting_panel([1, 2, 10], false);
-    let run = crate::support::engine::run(spec(
+    let run = massgen_core::testing::run(spec(
         &[("a", &a), ("b", &b), ("c", &c)],
         with_quorum(Quorum::Votes(2)),
     ))
@@ -347,7 +346,7 @@ async fn a_quorum_not_reached_waits_for_every_vote() {
 
     // `all` (the default) never stops early.
     let [a, b, c] = voting_panel([1, 2, 10], false);
-    let run = crate::support::engine::run(spec(&[("a", &a), ("b", &b), ("c", &c)], opts())).await;
+    let run = massgen_core::testing::run(spec(&[("a", &a), ("b", &b), ("c", &c)], opts())).await;
     assert_eq!(run.summary().consensus_reason, ConsensusReason::Converged);
     assert_eq!(run.summary().duration_ms, 13_000);
 }
@@ -385,7 +384,7 @@ async fn cost_prices_cached_input_and_reasoning_and_is_unknown_without_a_price()
     let b = member("b", "Beta: 4 (arithmetic).", 2, "agent1");
     let mut one = spec(&[("a", &a), ("b", &b)], opts());
     one.agents[0].price = Some(price);
-    let run = crate::support::engine::run(one).await;
+    let run = massgen_core::testing::run(one).await;
     let s = run.summary();
     assert_eq!(
         s.agents[0].cost_usd,
@@ -438,7 +437,7 @@ async fn a_spent_budget_starts_no_turn_and_returns_the_best_answer_so_far() {
     // A budget not reached changes nothing.
     let a = member("a", "Alpha: four.", 1, "agent1");
     let b = member("b", "Beta: 4 (arithmetic).", 2, "agent1");
-    let run = crate::support::engine::run(budgeted(&[("a", &a), ("b", &b)], 1000.0)).await;
+    let run = massgen_core::testing::run(budgeted(&[("a", &a), ("b", &b)], 1000.0)).await;
     assert_eq!(run.summary().consensus_reason, ConsensusReason::Converged);
     assert_eq!(run.summary().presentation, PresentationMode::Presented);
 }

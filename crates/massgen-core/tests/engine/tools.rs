@@ -4,9 +4,8 @@ use massgen_core::coordination::*;
 use massgen_core::provider::{
     FinishReason, Message, ProviderRequest, Role, ToolCall, ToolChoice, ToolSpec,
 };
+use massgen_core::testing::*;
 use serde_json::json;
-
-use crate::support::engine::*;
 
 const PARIS: &str = r#"{"city":"Paris"}"#;
 

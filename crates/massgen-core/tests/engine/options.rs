@@ -4,8 +4,7 @@
 
 use massgen_core::coordination::*;
 use massgen_core::provider::ProviderRequest;
-
-use crate::support::engine::*;
+use massgen_core::testing::*;
 
 fn immediate() -> OrchestratorOptions {
     OrchestratorOptions {

@@ -4,10 +4,8 @@ use std::time::Duration;
 
 use massgen_core::coordination::*;
 use massgen_core::provider::{FinishReason, Message, ProviderErrorKind, Role, Usage};
+use massgen_core::testing::*;
 use tokio_util::sync::CancellationToken;
-
-use crate::support;
-use crate::support::engine::*;
 
 fn opts() -> OrchestratorOptions {
     OrchestratorOptions::default()
@@ -433,7 +431,7 @@ async fn novelty_case(novelty: Strictness, second: &'static str) -> (Vec<String>
 
 /// An identical answer is never refused (issue 26): it is a vote for agent1, here discarded
 /// because agent2's first turn saw no answer, so agent2 takes a fresh turn
-/// (`engine_identical.rs` follows the votes).
+/// (`identical.rs` follows the votes).
 #[tokio::test(start_paused = true)]
 async fn identical_answers_are_votes_at_every_level() {
     for novelty in [
@@ -629,7 +627,7 @@ async fn a_failed_presentation_falls_back_to_the_stored_answer() {
 
     // Text already streamed stays; a note and the whole stored answer follow it.
     let a = failing_presenter(&["Part"]);
-    let run = support::engine::run(spec(&[("a", &a)], opts())).await;
+    let run = massgen_core::testing::run(spec(&[("a", &a)], opts())).await;
     let s = run.summary();
     assert_eq!(s.presentation, PresentationMode::Fallback);
     assert!(s.final_answer.starts_with("Part\n\n"));

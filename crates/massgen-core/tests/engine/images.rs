@@ -4,8 +4,7 @@
 
 use massgen_core::coordination::*;
 use massgen_core::provider::{Image, ImageSource, Message, ProviderRequest, Role};
-
-use crate::support::engine::*;
+use massgen_core::testing::*;
 
 fn image(url: &str) -> Image {
     Image {

@@ -3,9 +3,8 @@
 
 use massgen_core::coordination::OrchestratorOptions;
 use massgen_core::provider::{ProviderChunk, Role, ToolCall};
+use massgen_core::testing::*;
 use serde_json::json;
-
-use crate::support::engine::*;
 
 #[tokio::test(start_paused = true)]
 async fn a_retried_turn_sends_the_opaque_data_back() {
