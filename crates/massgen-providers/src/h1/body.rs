@@ -12,7 +12,7 @@ use tokio::net::TcpStream;
 
 use super::READ_BUFFER;
 use super::pool::Pool;
-use crate::client::BodyError;
+use crate::response::BodyError;
 
 /// The longest chunk-size line (with extensions) and the most trailer bytes read.
 const MAX_CHUNK_LINE: usize = 4 * 1024;

@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 
 use self::body::{Framing, PlainBody};
 use self::pool::Pool;
-use crate::client::{Response, SendError};
+use crate::response::{Response, SendError};
 
 /// What one connection reads into at a time. An SSE event is a few hundred bytes and is
 /// parsed as it arrives, so a bigger buffer would only save read calls when many events
