@@ -406,7 +406,7 @@ fn framing_follows_rfc_9112() {
     };
     let ok = StatusCode::OK;
     assert_eq!(
-        body::framing(
+        framing::framing(
             ok,
             &headers(&[
                 ("transfer-encoding", "gzip, chunked"),
@@ -416,20 +416,20 @@ fn framing_follows_rfc_9112() {
         Ok(Framing::Chunked)
     );
     assert_eq!(
-        body::framing(ok, &headers(&[("transfer-encoding", "chunked, gzip")])),
+        framing::framing(ok, &headers(&[("transfer-encoding", "chunked, gzip")])),
         Ok(Framing::Close)
     );
     assert_eq!(
-        body::framing(
+        framing::framing(
             ok,
             &headers(&[("content-length", "7"), ("content-length", "7")])
         ),
         Ok(Framing::Length(7))
     );
-    assert!(body::framing(ok, &headers(&[("content-length", "+7")])).is_err());
-    assert_eq!(body::framing(ok, &headers(&[])), Ok(Framing::Close));
+    assert!(framing::framing(ok, &headers(&[("content-length", "+7")])).is_err());
+    assert_eq!(framing::framing(ok, &headers(&[])), Ok(Framing::Close));
     assert_eq!(
-        body::framing(StatusCode::NO_CONTENT, &headers(&[])),
+        framing::framing(StatusCode::NO_CONTENT, &headers(&[])),
         Ok(Framing::Length(0))
     );
 }
