@@ -29,6 +29,8 @@ pub mod responses;
 pub mod retry;
 pub(crate) mod settings;
 pub(crate) mod sse;
+#[cfg(test)]
+mod testing;
 pub(crate) mod transport;
 mod turns;
 mod upstream;

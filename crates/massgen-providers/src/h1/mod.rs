@@ -432,4 +432,6 @@ fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
 }
 
 #[cfg(test)]
+mod framing_tests;
+#[cfg(test)]
 mod tests;

@@ -13,7 +13,7 @@ use super::*;
 /// Bounds every wait of these tests.
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn client() -> H1Client {
+pub(super) fn client() -> H1Client {
     H1Client::new(
         Duration::from_secs(5),
         Duration::from_secs(30),
@@ -23,7 +23,7 @@ fn client() -> H1Client {
 }
 
 /// Reads one request (head and `Content-Length` body) off `conn`; `None` at its end.
-async fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+pub(super) async fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     let mut data = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
