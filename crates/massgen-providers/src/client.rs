@@ -14,27 +14,19 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::{HeaderMap, HeaderValue, StatusCode, Uri};
+use http::{HeaderMap, HeaderValue, Uri};
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::connect::{H2C_NEEDS_HTTP, UpstreamHttp};
 use crate::h1::{H1Client, HEAD_WITHIN, Target};
+use crate::pooling::{MAX_IDLE_PER_HOST, POOL_IDLE_TIMEOUT};
+use crate::response::{BodyError, Response, SendError};
 use crate::retry::CallPolicy;
 use crate::sse::error_chain;
+use crate::upstream_http::{H2C_NEEDS_HTTP, UpstreamHttp};
 use crate::{ProviderError, ProviderErrorKind};
-
-/// How long an idle pooled connection is kept for reuse.
-pub(crate) const POOL_IDLE_TIMEOUT: Duration = Duration::from_secs(90);
-
-/// Idle connections kept per upstream host. Unbounded, a burst of 10,000 sessions × 3
-/// agents left 30,000 idle HTTP/1.1 connections (a descriptor and their buffers each)
-/// for [`POOL_IDLE_TIMEOUT`]. 256 still lets a steady load of ~85 three-agent sessions per
-/// host reuse every connection; past it a finished call's connection is closed at once and
-/// the next burst pays a handshake instead of holding descriptors. An HTTP/2 host needs one.
-pub const MAX_IDLE_PER_HOST: usize = 256;
 
 /// TCP keepalive on upstream connections: a dead peer is noticed while a call waits.
 const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
@@ -197,34 +189,6 @@ pub(crate) enum Route {
     Reqwest(reqwest::Client),
     Plain(Arc<H1Client>, Target),
     H2c(Arc<H2c>, Uri),
-}
-
-/// A response's status and headers, and its body still to read.
-pub(crate) struct Response {
-    pub status: StatusCode,
-    pub headers: HeaderMap,
-    pub body: Body,
-}
-
-/// A response body, whichever client read it.
-pub(crate) type Body =
-    std::pin::Pin<Box<dyn futures::Stream<Item = Result<Bytes, BodyError>> + Send>>;
-
-/// Why a response body broke off.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum BodyError {
-    #[error(transparent)]
-    Reqwest(#[from] reqwest::Error),
-    #[error(transparent)]
-    Hyper(#[from] hyper::Error),
-    #[error(transparent)]
-    Plain(#[from] std::io::Error),
-}
-
-/// Why a request got no response: a timeout (connecting) or anything else.
-pub(crate) struct SendError {
-    pub timeout: bool,
-    pub message: String,
 }
 
 impl Route {

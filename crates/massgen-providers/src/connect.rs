@@ -5,9 +5,11 @@
 use std::fmt;
 use std::sync::Arc;
 
+use crate::Provider;
 use crate::client::HttpClient;
 use crate::retry::RetryObserver;
-use crate::{HttpProvider, Provider, UpstreamConfig, WireFormat};
+use crate::upstream::{HttpProvider, UpstreamConfig, WireFormat};
+use crate::upstream_http::UpstreamHttp;
 
 /// The registry: one line per wire format, `Variant => format type`. It makes the [`Wire`]
 /// enum the presets name, and its dispatch to the format's [`WireFormat`] implementation.
@@ -53,18 +55,6 @@ wire_formats! {
     Gemini => crate::gemini::Gemini,
     /// Chat Completions at `{endpoint}/openai/deployments/{model}/…?api-version=…`, `api-key`.
     AzureChatCompletions => crate::chat_completions::AzureChatCompletions,
-}
-
-/// Which HTTP a provider speaks to its upstream (a backend's `h2c` key).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum UpstreamHttp {
-    /// HTTP/1.1 over `http://` (a connection per in-flight call); over `https://`, HTTP/2
-    /// where TLS (ALPN) agrees on it.
-    #[default]
-    Negotiated,
-    /// HTTP/2 with prior knowledge over `http://` (h2c): every call to one host is a stream
-    /// of one connection. Only for an upstream known to speak it.
-    H2c,
 }
 
 /// Builds HTTP providers over the shared connection pools, each telling the same
@@ -117,11 +107,6 @@ impl Upstreams {
     }
 }
 
-/// Why h2c is refused on a base URL that is not `http://` (the config check says the same).
-pub const H2C_NEEDS_HTTP: &str = "h2c (HTTP/2 over cleartext with prior knowledge) is for \
-    http:// base URLs; over https:// HTTP/2 is negotiated by TLS (ALPN) already, without this \
-    key";
-
 impl fmt::Debug for Upstreams {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Upstreams")
@@ -134,6 +119,7 @@ impl fmt::Debug for Upstreams {
 #[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use super::*;
+    use crate::upstream_http::H2C_NEEDS_HTTP;
 
     fn config(base_url: &str) -> UpstreamConfig {
         UpstreamConfig {

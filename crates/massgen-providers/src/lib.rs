@@ -21,15 +21,20 @@ pub(crate) mod errors;
 pub mod gemini;
 mod h1;
 pub mod model_name;
+mod pooling;
 pub mod presets;
 pub mod pricing;
+mod response;
 pub mod responses;
 pub mod retry;
 pub(crate) mod settings;
 pub(crate) mod sse;
+#[cfg(test)]
+mod testing;
 pub(crate) mod transport;
 mod turns;
 mod upstream;
+mod upstream_http;
 
 /// The neutral types every wire format speaks, re-exported from `massgen-core` so a user
 /// of this crate needs one import path.
@@ -39,9 +44,11 @@ pub use massgen_core::provider::{
     ToolChoice, ToolSpec, Usage,
 };
 
-pub use client::{HttpClient, MAX_IDLE_PER_HOST, http_client};
-pub use connect::{H2C_NEEDS_HTTP, UpstreamHttp, Upstreams, Wire};
+pub use client::{HttpClient, http_client};
+pub use connect::{Upstreams, Wire};
+pub use pooling::MAX_IDLE_PER_HOST;
 pub use presets::check_model;
 pub use retry::{CallPolicy, RetryObserver};
 pub use sse::{EventDecoder, MAX_ANSWER_BYTES, Step};
 pub use upstream::{EndpointParts, HttpProvider, UpstreamConfig, WireFormat, decode_stream};
+pub use upstream_http::{H2C_NEEDS_HTTP, UpstreamHttp};

@@ -598,3 +598,7 @@ mod tests {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a panic is the test failure
 mod answer_cap_tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
+pub(crate) mod split_tests;

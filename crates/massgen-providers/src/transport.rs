@@ -25,8 +25,8 @@ const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
 /// every 2 s, under any idle limit, a 64 KiB one held a call for the turn's whole timeout.
 const ERROR_BODY_WITHIN: Duration = Duration::from_secs(10);
 
-pub(crate) use super::client::Body;
-use super::client::{Response, Route};
+use super::client::Route;
+use super::response::{Body, Response};
 
 /// Where and how one configured upstream is called.
 #[derive(Clone)]

@@ -15,10 +15,10 @@ use massgen_core::Secret;
 use serde_json::{Map, Value};
 
 use super::client::HttpClient;
-use super::connect::UpstreamHttp;
 use super::retry::{CallPolicy, RetryObserver};
 use super::sse::{self, EventDecoder};
 use super::transport::{self, Endpoint};
+use super::upstream_http::UpstreamHttp;
 use super::{ChunkStream, Provider, ProviderError, ProviderRequest};
 
 /// Everything one configured HTTP upstream needs, whatever its wire format.

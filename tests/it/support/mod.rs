@@ -7,8 +7,9 @@
 //! - an injected environment ([`env_of`]), a test body run in a child process with a
 //!   given process environment ([`in_child_env`]), config files ([`write`]), the shared
 //!   fixtures folder ([`shared_dir`]);
-//! - [`engine`]: scripted providers for the engine tests; [`native`]: the wire formats'
-//!   fixtures, a scripted loopback upstream and request snapshots; [`serving`]: serve
+//! - [`engine`]: scripted providers for the engine tests; [`native`]: the provider tests'
+//!   scripted loopback upstream and request scenarios, and the recorded upstream traffic
+//!   (the provider tests themselves are in their crate); [`serving`]: serve
 //!   commands (another build, a records database, a captured log, a start-up error), a
 //!   router on loopback, metrics and door-shaped errors, requests at once, polling.
 

@@ -1,97 +1,22 @@
-//! A response body read straight off its connection, framed as RFC 9112 §6 says; read to
-//! its end, the connection goes back to the pool, dropped early it is closed (which is how
-//! a cancelled call stops the upstream generating).
+//! A response body read straight off its connection, cut out by its framing
+//! ([`Deframer`]); read to its end, the connection goes back to the pool, dropped early it
+//! is closed (which is how a cancelled call stops the upstream generating).
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 
-use bytes::{Buf, Bytes, BytesMut};
-use http::{HeaderMap, StatusCode, header};
+use bytes::{Bytes, BytesMut};
 use tokio::net::TcpStream;
 
 use super::READ_BUFFER;
+use super::framing::{Deframer, Framing, Step};
 use super::pool::Pool;
-use crate::client::BodyError;
-
-/// The longest chunk-size line (with extensions) and the most trailer bytes read.
-const MAX_CHUNK_LINE: usize = 4 * 1024;
-const MAX_TRAILERS: usize = 16 * 1024;
-
-/// How a response body ends.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum Framing {
-    /// After this many bytes.
-    Length(u64),
-    Chunked,
-    /// When the upstream closes the connection.
-    Close,
-}
-
-/// The framing of a response with `status` and `headers`.
-pub(super) fn framing(status: StatusCode, headers: &HeaderMap) -> Result<Framing, String> {
-    if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
-        return Ok(Framing::Length(0));
-    }
-    let mut codings = headers.get_all(header::TRANSFER_ENCODING).iter().peekable();
-    if codings.peek().is_some() {
-        // Chunked only when it is the last coding; otherwise the body runs to the close.
-        let last = codings
-            .filter_map(|value| value.to_str().ok())
-            .flat_map(|value| value.split(','))
-            .map(str::trim)
-            .filter(|coding| !coding.is_empty())
-            .last();
-        return Ok(match last {
-            Some(coding) if coding.eq_ignore_ascii_case("chunked") => Framing::Chunked,
-            _ => Framing::Close,
-        });
-    }
-    let mut length = None;
-    for value in headers.get_all(header::CONTENT_LENGTH) {
-        for item in value.to_str().unwrap_or("").split(',') {
-            let item = item.trim();
-            let parsed = (!item.is_empty() && item.bytes().all(|b| b.is_ascii_digit()))
-                .then(|| item.parse::<u64>().ok())
-                .flatten();
-            match (parsed, length) {
-                (Some(n), None) => length = Some(n),
-                (Some(n), Some(m)) if n == m => {}
-                _ => {
-                    return Err("the upstream's response has an invalid Content-Length".to_string());
-                }
-            }
-        }
-    }
-    Ok(length.map_or(Framing::Close, Framing::Length))
-}
-
-#[derive(Clone, Copy, Debug)]
-enum State {
-    /// Bytes left of a `Content-Length` body.
-    Length(u64),
-    /// Until the connection closes.
-    Close,
-    ChunkSize,
-    /// Bytes left of the current chunk.
-    ChunkData(u64),
-    /// The CRLF after a chunk's data.
-    ChunkEnd,
-    /// Trailer fields after the last chunk, and their bytes so far.
-    Trailers(usize),
-    Done,
-}
-
-enum Step {
-    Data(Bytes),
-    NeedMore,
-    End,
-}
+use crate::response::BodyError;
 
 pub(super) struct PlainBody {
     stream: Option<TcpStream>,
-    buf: BytesMut,
-    state: State,
+    frames: Deframer,
     /// Where the connection goes once the body is read to its end, when it may be reused.
     reuse: Option<(Arc<Pool>, Arc<str>)>,
 }
@@ -103,126 +28,11 @@ impl PlainBody {
         framing: Framing,
         reuse: Option<(Arc<Pool>, Arc<str>)>,
     ) -> Self {
-        let state = match framing {
-            Framing::Length(n) => State::Length(n),
-            Framing::Chunked => State::ChunkSize,
-            Framing::Close => State::Close,
-        };
         Self {
             stream: Some(stream),
-            buf,
-            state,
+            frames: Deframer::new(buf, framing),
             reuse,
         }
-    }
-
-    /// The next piece of the body from what is buffered.
-    fn step(&mut self) -> Result<Step, &'static str> {
-        loop {
-            match self.state {
-                State::Done => return Ok(Step::End),
-                State::Length(0) => self.state = State::Done,
-                State::Length(left) => {
-                    let Some(data) = self.take(left) else {
-                        return Ok(Step::NeedMore);
-                    };
-                    self.state = State::Length(left - data.len() as u64);
-                    return Ok(Step::Data(data));
-                }
-                State::Close => {
-                    return Ok(self.take(u64::MAX).map_or(Step::NeedMore, Step::Data));
-                }
-                State::ChunkSize => {
-                    let Some(line) = self.line(MAX_CHUNK_LINE, "a chunk size line is too long")?
-                    else {
-                        return Ok(Step::NeedMore);
-                    };
-                    let size = line.split(|&b| b == b';').next().unwrap_or(&[]);
-                    let size =
-                        chunk_size(size.trim_ascii()).ok_or("a chunk size cannot be read")?;
-                    self.state = if size == 0 {
-                        State::Trailers(0)
-                    } else {
-                        State::ChunkData(size)
-                    };
-                }
-                State::ChunkData(left) => {
-                    let Some(data) = self.take(left) else {
-                        return Ok(Step::NeedMore);
-                    };
-                    let left = left - data.len() as u64;
-                    self.state = if left == 0 {
-                        State::ChunkEnd
-                    } else {
-                        State::ChunkData(left)
-                    };
-                    return Ok(Step::Data(data));
-                }
-                State::ChunkEnd => match self.buf.first() {
-                    None => return Ok(Step::NeedMore),
-                    Some(b'\n') => {
-                        self.buf.advance(1);
-                        self.state = State::ChunkSize;
-                    }
-                    Some(b'\r') if self.buf.len() < 2 => return Ok(Step::NeedMore),
-                    Some(b'\r') if self.buf[1] == b'\n' => {
-                        self.buf.advance(2);
-                        self.state = State::ChunkSize;
-                    }
-                    Some(_) => return Err("a chunk is longer than its size"),
-                },
-                State::Trailers(read) => {
-                    let before = self.buf.len();
-                    let line = self.line(MAX_TRAILERS - read, "the trailer fields are too long")?;
-                    let Some(line) = line else {
-                        return Ok(Step::NeedMore);
-                    };
-                    self.state = if line.is_empty() {
-                        State::Done
-                    } else {
-                        State::Trailers(read + before - self.buf.len())
-                    };
-                }
-            }
-        }
-    }
-
-    /// Up to `most` buffered bytes, or `None` when none are buffered.
-    fn take(&mut self, most: u64) -> Option<Bytes> {
-        if self.buf.is_empty() {
-            return None;
-        }
-        let n = usize::try_from(most)
-            .unwrap_or(usize::MAX)
-            .min(self.buf.len());
-        // Split off, not copied: the SSE parser reads the piece and drops it at once, and
-        // an emptied buffer is given back anyway (see `poll_next`), so sharing costs
-        // nothing and saves an allocation and a copy per token.
-        Some(self.buf.split_to(n).freeze())
-    }
-
-    /// The next line without its line ending, when a whole one is buffered.
-    fn line(
-        &mut self,
-        limit: usize,
-        too_long: &'static str,
-    ) -> Result<Option<Vec<u8>>, &'static str> {
-        let Some(end) = self.buf.iter().position(|&b| b == b'\n') else {
-            return if self.buf.len() >= limit {
-                Err(too_long)
-            } else {
-                Ok(None)
-            };
-        };
-        if end >= limit {
-            return Err(too_long);
-        }
-        let mut line = self.buf.split_to(end + 1).to_vec();
-        line.pop();
-        if line.last() == Some(&b'\r') {
-            line.pop();
-        }
-        Ok(Some(line))
     }
 
     /// The body was read to its end: its connection may carry the next call.
@@ -230,7 +40,7 @@ impl PlainBody {
         let stream = self.stream.take();
         if let (Some(stream), Some((pool, address))) = (stream, self.reuse.take()) {
             // Bytes past the end would be read as the next call's response.
-            if self.buf.is_empty() {
+            if self.frames.buf.is_empty() {
                 pool.checkin(address, stream);
             }
         }
@@ -239,21 +49,9 @@ impl PlainBody {
     fn fail(&mut self, error: std::io::Error) -> Poll<Option<Result<Bytes, BodyError>>> {
         self.stream = None;
         self.reuse = None;
-        self.state = State::Done;
+        self.frames.stop();
         Poll::Ready(Some(Err(BodyError::Plain(error))))
     }
-}
-
-/// A chunk size: hexadecimal digits, at most 16 of them.
-fn chunk_size(digits: &[u8]) -> Option<u64> {
-    if digits.is_empty() || digits.len() > 16 {
-        return None;
-    }
-    let text = std::str::from_utf8(digits).ok()?;
-    if !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    u64::from_str_radix(text, 16).ok()
 }
 
 impl futures::Stream for PlainBody {
@@ -262,7 +60,7 @@ impl futures::Stream for PlainBody {
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
         loop {
-            match this.step() {
+            match this.frames.step() {
                 Ok(Step::Data(data)) => return Poll::Ready(Some(Ok(data))),
                 Ok(Step::End) => {
                     this.finish();
@@ -279,36 +77,38 @@ impl futures::Stream for PlainBody {
             let Some(stream) = this.stream.as_mut() else {
                 return Poll::Ready(None);
             };
-            if this.buf.is_empty() && this.buf.capacity() > 0 {
+            let buf = &mut this.frames.buf;
+            if buf.is_empty() && buf.capacity() > 0 {
                 // Nothing unread: no buffer held while the next token is awaited.
-                this.buf = BytesMut::new();
+                *buf = BytesMut::new();
             }
             if let Err(error) = ready!(stream.poll_read_ready(cx)) {
                 return this.fail(error);
             }
-            if this.buf.capacity() - this.buf.len() < READ_BUFFER / 4 {
-                this.buf.reserve(READ_BUFFER);
+            let buf = &mut this.frames.buf;
+            if buf.capacity() - buf.len() < READ_BUFFER / 4 {
+                buf.reserve(READ_BUFFER);
             }
             // tokio's own read: a read that leaves room in the buffer drained the socket,
             // so the next token is waited for without a read that finds nothing (one
             // syscall per upstream chunk instead of two).
-            match tokio_util::io::poll_read_buf(Pin::new(stream), cx, &mut this.buf) {
+            match tokio_util::io::poll_read_buf(Pin::new(stream), cx, buf) {
                 Poll::Pending => {
                     // The readiness was stale: waiting again, holding no buffer.
-                    if this.buf.is_empty() {
-                        this.buf = BytesMut::new();
+                    if buf.is_empty() {
+                        *buf = BytesMut::new();
                     }
                     return Poll::Pending;
                 }
-                Poll::Ready(Ok(0)) if matches!(this.state, State::Close) => {
-                    this.state = State::Done;
-                    this.reuse = None;
-                }
                 Poll::Ready(Ok(0)) => {
-                    return this.fail(std::io::Error::new(
-                        std::io::ErrorKind::UnexpectedEof,
-                        "the upstream closed the connection before the response ended",
-                    ));
+                    if !this.frames.closed() {
+                        return this.fail(std::io::Error::new(
+                            std::io::ErrorKind::UnexpectedEof,
+                            "the upstream closed the connection before the response ended",
+                        ));
+                    }
+                    // Read to the close: the connection cannot carry another call.
+                    this.reuse = None;
                 }
                 Poll::Ready(Ok(_)) => {}
                 Poll::Ready(Err(error)) => return this.fail(error),

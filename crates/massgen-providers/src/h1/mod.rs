@@ -11,6 +11,7 @@
 //! `Content-Length`, chunked transfer coding or the connection's end (RFC 9112 §6).
 
 mod body;
+mod framing;
 mod pool;
 
 use std::sync::Arc;
@@ -22,9 +23,10 @@ use http::{HeaderMap, HeaderValue, StatusCode, Uri};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use self::body::{Framing, PlainBody};
+use self::body::PlainBody;
+use self::framing::Framing;
 use self::pool::Pool;
-use crate::client::{Response, SendError};
+use crate::response::{Response, SendError};
 
 /// What one connection reads into at a time. An SSE event is a few hundred bytes and is
 /// parsed as it arrives, so a bigger buffer would only save read calls when many events
@@ -285,25 +287,10 @@ async fn exchange(
     // Set by the head's first byte.
     let mut deadline = None;
     loop {
-        if !buf.is_empty() {
-            match parse_head(&buf) {
-                Ok(Parsed::Final(len, head)) => {
-                    buf.advance(len);
-                    return Ok((stream, head, buf));
-                }
-                Ok(Parsed::Interim(len)) => {
-                    buf.advance(len);
-                    continue;
-                }
-                Ok(Parsed::Partial) if buf.len() >= MAX_HEAD => {
-                    return Err(answered(format!(
-                        "the upstream's response head is larger than {} KiB",
-                        MAX_HEAD / 1024
-                    )));
-                }
-                Ok(Parsed::Partial) => {}
-                Err(message) => return Err(answered(message)),
-            }
+        match take_head(&mut buf) {
+            Ok(Some(head)) => return Ok((stream, head, buf)),
+            Ok(None) => {}
+            Err(message) => return Err(answered(message)),
         }
         let had = deadline.is_some();
         let read = async {
@@ -352,6 +339,28 @@ async fn exchange(
     }
 }
 
+/// The final response head at the start of `buf`, taken off it with the interim (1xx)
+/// heads before it; `None` until one is whole. What stays in `buf` is the body's.
+fn take_head(buf: &mut BytesMut) -> Result<Option<Head>, String> {
+    while !buf.is_empty() {
+        match parse_head(buf)? {
+            Parsed::Final(len, head) => {
+                buf.advance(len);
+                return Ok(Some(head));
+            }
+            Parsed::Interim(len) => buf.advance(len),
+            Parsed::Partial if buf.len() >= MAX_HEAD => {
+                return Err(format!(
+                    "the upstream's response head is larger than {} KiB",
+                    MAX_HEAD / 1024
+                ));
+            }
+            Parsed::Partial => return Ok(None),
+        }
+    }
+    Ok(None)
+}
+
 fn answered(message: String) -> Failed {
     Failed::new(message, true)
 }
@@ -392,7 +401,7 @@ fn parse_head(buf: &[u8]) -> Result<Parsed, String> {
         };
         headers.append(name, value);
     }
-    let framing = body::framing(status, &headers)?;
+    let framing = framing::framing(status, &headers)?;
     let keep_alive =
         response.version == Some(1) && !has_token(&headers, &header::CONNECTION, "close");
     // RFC 9112 §6.3: a response with both Transfer-Encoding and Content-Length may be an
@@ -422,5 +431,7 @@ fn has_token(headers: &HeaderMap, name: &HeaderName, token: &str) -> bool {
     })
 }
 
+#[cfg(test)]
+mod framing_tests;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::client::{MAX_IDLE_PER_HOST, POOL_IDLE_TIMEOUT};
+use crate::pooling::{MAX_IDLE_PER_HOST, POOL_IDLE_TIMEOUT};
 
 /// How often idle connections are looked over for age and for an upstream that closed them.
 const REAP_EVERY: Duration = Duration::from_secs(15);

@@ -13,7 +13,7 @@ use super::*;
 /// Bounds every wait of these tests.
 const LIMIT: Duration = Duration::from_secs(10);
 
-fn client() -> H1Client {
+pub(super) fn client() -> H1Client {
     H1Client::new(
         Duration::from_secs(5),
         Duration::from_secs(30),
@@ -23,7 +23,7 @@ fn client() -> H1Client {
 }
 
 /// Reads one request (head and `Content-Length` body) off `conn`; `None` at its end.
-async fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
+pub(super) async fn read_request(conn: &mut TcpStream) -> Option<(String, Vec<u8>)> {
     let mut data = Vec::new();
     let mut chunk = [0u8; 4096];
     let head_end = loop {
@@ -406,7 +406,7 @@ fn framing_follows_rfc_9112() {
     };
     let ok = StatusCode::OK;
     assert_eq!(
-        body::framing(
+        framing::framing(
             ok,
             &headers(&[
                 ("transfer-encoding", "gzip, chunked"),
@@ -416,20 +416,20 @@ fn framing_follows_rfc_9112() {
         Ok(Framing::Chunked)
     );
     assert_eq!(
-        body::framing(ok, &headers(&[("transfer-encoding", "chunked, gzip")])),
+        framing::framing(ok, &headers(&[("transfer-encoding", "chunked, gzip")])),
         Ok(Framing::Close)
     );
     assert_eq!(
-        body::framing(
+        framing::framing(
             ok,
             &headers(&[("content-length", "7"), ("content-length", "7")])
         ),
         Ok(Framing::Length(7))
     );
-    assert!(body::framing(ok, &headers(&[("content-length", "+7")])).is_err());
-    assert_eq!(body::framing(ok, &headers(&[])), Ok(Framing::Close));
+    assert!(framing::framing(ok, &headers(&[("content-length", "+7")])).is_err());
+    assert_eq!(framing::framing(ok, &headers(&[])), Ok(Framing::Close));
     assert_eq!(
-        body::framing(StatusCode::NO_CONTENT, &headers(&[])),
+        framing::framing(StatusCode::NO_CONTENT, &headers(&[])),
         Ok(Framing::Length(0))
     );
 }

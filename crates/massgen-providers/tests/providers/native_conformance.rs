@@ -4,7 +4,7 @@
 //! decoder (cut at several sizes), every recorded error body through the client's HTTP
 //! error path on loopback.
 //!
-//! The shared directory is `MASSGEN_SHARED_DIR` or `../shared` next to the crate; when
+//! The shared directory is `MASSGEN_SHARED_DIR` or `../shared` beside the repository; when
 //! neither exists the tests print why and pass.
 
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ use massgen_providers::responses::ResponsesProvider;
 use massgen_providers::{FinishReason, Provider, ProviderError, ProviderErrorKind, UpstreamConfig};
 use serde_json::{Value, json};
 
-use crate::support::native::*;
+use crate::support::*;
 
 async fn replay(path: &Path, decode: Decode) -> Outcome {
     let bytes = std::fs::read(path).unwrap();

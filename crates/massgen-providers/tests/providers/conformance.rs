@@ -2,7 +2,7 @@
 //! (`fixtures/upstream/{openai-chat,deepseek,groq,openrouter,xai}`) through the Chat
 //! Completions client and checks the facts their README states.
 //!
-//! The shared directory is `MASSGEN_SHARED_DIR` or `../shared` next to the crate; when
+//! The shared directory is `MASSGEN_SHARED_DIR` or `../shared` beside the repository; when
 //! neither exists the tests print why and pass.
 
 use std::path::{Path, PathBuf};
@@ -26,7 +26,7 @@ use massgen_providers::{
     ProviderRequest, ToolCall, Usage,
 };
 
-use crate::support::native::{assert_announced, byte_stream, files, upstream_dir, usage};
+use crate::support::{assert_announced, byte_stream, files, upstream_dir, usage};
 
 const DIRS: &[&str] = &["openai-chat", "deepseek", "groq", "openrouter", "xai"];
 

@@ -28,7 +28,7 @@ use massgen_providers::{
 };
 use serde_json::{Value, json};
 
-use crate::support::native::{CHAT, SECOND, collect, fast_policy};
+use crate::support::{CHAT, SECOND, collect, fast_policy};
 
 // ---------------------------------------------------------------------------------------
 // Decoding fixtures

@@ -11,7 +11,7 @@ use massgen_providers::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::support::native::*;
+use crate::support::*;
 
 fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> AnthropicProvider {
     let config = UpstreamConfig {

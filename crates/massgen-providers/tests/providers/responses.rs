@@ -12,7 +12,7 @@ use massgen_providers::{
 };
 use serde_json::{Map, Value, json};
 
-use crate::support::native::*;
+use crate::support::*;
 
 fn provider(base_url: &str, params: Map<String, Value>, attempts: u32) -> ResponsesProvider {
     let config = UpstreamConfig {
