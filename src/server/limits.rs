@@ -44,7 +44,6 @@ pub struct Limits {
     anonymous: Option<DefaultKeyedRateLimiter<IpAddr>>,
     /// With keys: failed authentications per client address.
     auth_failures: Option<DefaultKeyedRateLimiter<IpAddr>>,
-    pub max_upstream_calls: Option<u32>,
     subscribers: Subscribers,
 }
 
@@ -67,7 +66,6 @@ impl Limits {
             auth_failures: NonZeroU32::new(settings.auth_failures_per_minute)
                 .filter(|_| keys)
                 .map(|n| RateLimiter::keyed(Quota::per_minute(n))),
-            max_upstream_calls: settings.max_upstream_calls,
             subscribers: Subscribers {
                 per_session: settings.max_subscribers_per_session,
                 per_key: settings.max_subscribers_per_key,

@@ -3,90 +3,28 @@
 //! the agents, `created` comes from the clock seam, and dropping a stream cancels the
 //! session's upstream calls.
 
-use std::collections::HashMap;
-use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::http::{Request, header};
 use http_body_util::BodyExt;
-use massgen::app::ProviderFactory;
-use massgen::config::{AgentConfig, BackendConfig, PanelCatalog, PanelConfig, ServerSettings};
+use massgen::config::ServerSettings;
 use massgen::server::{AppState, router};
 use massgen_core::coordination::OrchestratorOptions;
-use massgen_core::provider::{Provider, ProviderRequest, Role};
-use massgen_providers::retry::CallPolicy;
-use massgen_tools::ToolRegistry;
-use massgen_tools::rmcp_client::RmcpConnector;
+use massgen_core::provider::{ProviderRequest, Role};
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use crate::support::engine::{FIXED_MS, FixedClock, Scripted, Step, member};
-
-/// Hands each agent the scripted provider of its id.
-struct ByAgent(HashMap<String, Scripted>);
-
-impl ProviderFactory for ByAgent {
-    fn build(&self, backend: &BackendConfig, _: &CallPolicy) -> Result<Arc<dyn Provider>, String> {
-        self.0
-            .get(&backend.model)
-            .map(|p| Arc::new(p.clone()) as Arc<dyn Provider>)
-            .ok_or_else(|| format!("no script for {}", backend.model))
-    }
-}
+use crate::support;
+use crate::support::engine::{FIXED_MS, Scripted, Step, member};
 
 fn app(agents: &[(&str, Scripted)]) -> axum::Router {
     app_with(agents, ServerSettings::default())
 }
 
 fn app_with(agents: &[(&str, Scripted)], settings: ServerSettings) -> axum::Router {
-    let panel = PanelConfig {
-        name: "scripted".into(),
-        source: PathBuf::from("scripted.yaml"),
-        agents: agents
-            .iter()
-            .map(|(id, _)| AgentConfig {
-                id: id.to_string(),
-                system_message: None,
-                backend: BackendConfig {
-                    backend_type: "scripted".into(),
-                    model: id.to_string(),
-                    api_key: None,
-                    base_url: String::new(),
-                    params: Default::default(),
-                    api_version: None,
-                    price: None,
-                    vision: false,
-                    http: Default::default(),
-                },
-                tools: None,
-            })
-            .collect(),
-        orchestrator: OrchestratorOptions::default(),
-        call_policy: CallPolicy::default(),
-    };
-    let catalog = PanelCatalog {
-        default: Some(Arc::new(panel)),
-        ..PanelCatalog::default()
-    };
-    let providers = ByAgent(
-        agents
-            .iter()
-            .map(|(id, p)| (id.to_string(), p.clone()))
-            .collect(),
-    );
-    let records = massgen::app::records::RecordStore::memory(&settings.production);
-    let app = massgen::app::App::new(massgen::app::AppParts {
-        catalog,
-        settings,
-        providers: Arc::new(providers),
-        tools: Arc::new(ToolRegistry::new(Arc::new(RmcpConnector))),
-        env: Arc::new(|_: &str| None),
-        clock: Arc::new(FixedClock),
-        records,
-    });
-    router(AppState::new(Arc::new(app)))
+    let panel = support::app::panel(agents, OrchestratorOptions::default(), None);
+    router(AppState::new(support::app::app(panel, agents, settings)))
 }
 
 async fn post(app: &axum::Router, path: &str, body: Value) -> (u16, Value) {

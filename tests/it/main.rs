@@ -9,6 +9,7 @@
 mod support;
 
 mod agent_tool_shapes;
+mod app_use_case;
 mod auto_config;
 mod bench_smoke;
 mod chat_roundtrip;

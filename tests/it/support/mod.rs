@@ -13,6 +13,7 @@
 //!   commands (another build, a records database, a captured log, a start-up error), a
 //!   router on loopback, metrics and door-shaped errors, requests at once, polling.
 
+pub mod app;
 pub mod engine;
 pub mod native;
 pub mod postgres;
