@@ -69,6 +69,8 @@ pub struct Opened {
     pub events: mpsc::Receiver<Box<SessionEvent>>,
     /// Set when the forwarder dropped a client that stopped reading.
     pub stalled: Arc<AtomicBool>,
+    /// A panel of one: a plain call, whose events are the model's own (no deliberation).
+    pub plain: bool,
 }
 
 impl App {
@@ -180,6 +182,7 @@ impl App {
             created: sessions.now_secs(),
             events,
             stalled,
+            plain: started.plain,
         })
     }
 
@@ -355,7 +358,9 @@ impl forward::Weigh for Box<SessionEvent> {
         };
         FIXED
             + match &self.kind {
-                EventKind::AgentDelta { text, .. } | EventKind::FinalDelta { text } => text.len(),
+                EventKind::AgentDelta { text, .. }
+                | EventKind::FinalDelta { text }
+                | EventKind::ReasoningDelta { text, .. } => text.len(),
                 EventKind::Answer { answer: a } => answer(&a.content),
                 EventKind::Vote { vote } => vote.reason.len(),
                 EventKind::VoteIgnored { vote, why } => vote.reason.len() + why.len(),

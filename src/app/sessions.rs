@@ -127,6 +127,8 @@ pub struct Started {
     pub observer: super::observer::SessionObserver,
     /// Dropping it (client gone, handler dropped) cancels every upstream call at once.
     pub cancel: DropGuard,
+    /// A panel of one: a plain call, whose events are the model's own (no deliberation).
+    pub plain: bool,
 }
 
 /// Why a session could not start.
@@ -224,6 +226,7 @@ impl Sessions {
             input: request.input,
             stream_agent_text: request.stream_agent_text,
         };
+        let plain = massgen_core::coordination::is_plain(&spec);
 
         let (tx, engine_rx) = mpsc::channel(EVENT_BUFFER);
         // A child of the service's token: shutdown past the grace period cancels it too.
@@ -257,6 +260,7 @@ impl Sessions {
             events: engine_rx,
             observer: super::observer::SessionObserver::new(start),
             cancel: cancel.drop_guard(),
+            plain,
         })
     }
 

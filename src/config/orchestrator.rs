@@ -23,6 +23,7 @@ const ORCHESTRATOR_KEYS: &[&str] = &[
     "answer_novelty_requirement",
     "max_new_answers_per_agent",
     "skip_coordination_rounds",
+    "single_agent_coordination",
     "skip_final_presentation",
     "min_live_agents",
     "agent_turn_timeout_seconds",
@@ -88,6 +89,12 @@ impl Cx<'_> {
             &key("skip_coordination_rounds"),
         )? {
             options.skip_coordination_rounds = b;
+        }
+        if let Some(b) = self.boolean(
+            orch.get("single_agent_coordination"),
+            &key("single_agent_coordination"),
+        )? {
+            options.single_agent_coordination = b;
         }
         if let Some(b) = self.boolean(
             orch.get("skip_final_presentation"),

@@ -50,6 +50,7 @@ mod messages_roundtrip;
 mod mock_upstream;
 mod mock_upstream_native;
 mod openai_client;
+mod plain_call;
 mod provider_config;
 mod python_clients;
 mod records_db;

@@ -167,6 +167,7 @@ pub fn record_json(record: &SessionRecord) -> Value {
             }
             EventKind::AgentDelta { .. }
             | EventKind::FinalDelta { .. }
+            | EventKind::ReasoningDelta { .. }
             | EventKind::FinalToolCalls { .. }
             | EventKind::PresentationStarted { .. }
             | EventKind::PostEvaluation { .. } => {}

@@ -13,6 +13,8 @@ pub use crate::app::Deliberation;
 pub struct Narrator {
     mode: Deliberation,
     last_speaker: Option<String>,
+    /// A plain call (a panel of one): no deliberation, only the model's own reasoning.
+    plain: bool,
 }
 
 impl Narrator {
@@ -20,6 +22,15 @@ impl Narrator {
         Self {
             mode,
             last_speaker: None,
+            plain: false,
+        }
+    }
+
+    /// The narrator of a plain call: the model's reasoning as it streamed, nothing else.
+    pub fn plain(mode: Deliberation) -> Self {
+        Self {
+            plain: true,
+            ..Self::new(mode)
         }
     }
 
@@ -27,6 +38,12 @@ impl Narrator {
     pub fn line(&mut self, event: &EventKind) -> Option<String> {
         if self.mode == Deliberation::Off {
             return None;
+        }
+        if self.plain {
+            return match event {
+                EventKind::ReasoningDelta { text, .. } if !text.is_empty() => Some(text.clone()),
+                _ => None,
+            };
         }
         if let EventKind::AgentDelta { agent, text } = event {
             if self.mode != Deliberation::Full || text.is_empty() {

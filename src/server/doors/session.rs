@@ -108,8 +108,13 @@ pub async fn open(app: &App, ask: Ask) -> Result<Opened, ApiError> {
 
 /// [`open`] on `panel`, already resolved for `ask`.
 pub async fn open_on(app: &App, ask: Ask, panel: Arc<PanelConfig>) -> Result<Opened, ApiError> {
-    let narrator = Narrator::new(ask.deliberation);
+    let deliberation = ask.deliberation;
     let started = app.open_on(ask, panel).await?;
+    let narrator = if started.plain {
+        Narrator::plain(deliberation)
+    } else {
+        Narrator::new(deliberation)
+    };
     Ok(Opened {
         created: started.created,
         steps: Steps {

@@ -44,6 +44,10 @@ pub async fn run_session(
     cancel: CancellationToken,
     clock: Arc<dyn Clock>,
 ) -> Result<SessionSummary, SessionError> {
+    // A panel of one is a plain call, not a coordination (docs/protocol.md).
+    if super::plain::is_plain(&spec) {
+        return super::plain::run_plain(spec, events, cancel, clock).await;
+    }
     let started = Instant::now();
     let mut em = Emitter::new(
         events,

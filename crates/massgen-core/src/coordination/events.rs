@@ -330,6 +330,12 @@ pub enum EventKind {
     FinalDelta {
         text: String,
     },
+    /// The model's own reasoning, as it streams, in a plain call (a panel of one,
+    /// `plain.rs`): shown to the client as reasoning.
+    ReasoningDelta {
+        agent: AgentRef,
+        text: String,
+    },
     /// The final answer is this set of client tool calls (sent once, after any text).
     FinalToolCalls {
         calls: Vec<ToolCall>,
@@ -581,7 +587,7 @@ mod tests {
                 EventKind::Consensus { .. } => 12,
                 EventKind::PostEvaluation { .. } => 13,
                 EventKind::PresentationStarted { .. } => 14,
-                EventKind::FinalDelta { .. } => 15,
+                EventKind::FinalDelta { .. } | EventKind::ReasoningDelta { .. } => 15,
                 EventKind::FinalToolCalls { .. } => 16,
                 EventKind::PresentationFailed { .. } => 17,
                 EventKind::Usage { .. } => 18,

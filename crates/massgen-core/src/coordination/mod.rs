@@ -33,6 +33,7 @@ mod evaluate;
 pub mod events;
 pub mod options;
 pub mod own_names;
+mod plain;
 mod present;
 pub mod prompt;
 mod spec;
@@ -49,6 +50,7 @@ pub use events::{
     SessionSummary, TallyEntry, VoteRecord,
 };
 pub use options::{FinalAnswerStrategy, OrchestratorOptions, Quorum, Strictness};
+pub use plain::is_plain;
 pub use spec::{
     AnswerBounds, AnswerCheck, Clock, Rejection, SessionAgent, SessionInput, SessionSpec,
     StructuredOutput, SystemClock,

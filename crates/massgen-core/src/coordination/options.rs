@@ -90,6 +90,10 @@ pub struct OrchestratorOptions {
     pub answer_novelty_requirement: Strictness,
     pub max_new_answers_per_agent: Option<u32>,
     pub skip_coordination_rounds: bool,
+    /// `single_agent_coordination`: a session of one agent runs the coordination protocol
+    /// (its answer through `new_answer`, then a presentation) instead of being a plain call
+    /// to its model (`plain.rs`).
+    pub single_agent_coordination: bool,
     /// Without `final_answer_strategy`, the same as `winner_reuse` (else `winner_present`).
     pub skip_final_presentation: bool,
     /// `None`: follows `skip_final_presentation`, as in MassGen; see [`Self::final_answer`].
@@ -142,6 +146,7 @@ impl Default for OrchestratorOptions {
             answer_novelty_requirement: Strictness::Lenient,
             max_new_answers_per_agent: None,
             skip_coordination_rounds: false,
+            single_agent_coordination: false,
             skip_final_presentation: false,
             final_answer_strategy: None,
             max_new_answers_global: None,

@@ -55,7 +55,7 @@ pub fn instruction(format: &OutputFormat) -> String {
     }
 }
 
-fn corrective(problem: &str, reply: &str) -> String {
+pub(super) fn corrective(problem: &str, reply: &str) -> String {
     let quoted: String = reply.chars().take(MAX_QUOTED_CHARS).collect();
     format!(
         "A previous final answer was rejected because it is not in the required format: \

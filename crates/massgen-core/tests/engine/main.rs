@@ -11,6 +11,7 @@ mod identical;
 mod images;
 mod opaque;
 mod options;
+mod plain;
 mod planning;
 mod protocol;
 mod tools;

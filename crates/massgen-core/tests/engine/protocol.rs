@@ -13,6 +13,15 @@ fn opts() -> OrchestratorOptions {
 
 /// Without deferred voting: an agent that answered takes its next turn at once (the tests
 /// that use it are about what happens while others are still answering).
+/// One agent through the coordination protocol (a panel of one is otherwise a plain
+/// call: tests/engine/plain.rs).
+fn coordinating() -> OrchestratorOptions {
+    OrchestratorOptions {
+        single_agent_coordination: true,
+        ..opts()
+    }
+}
+
 fn immediate() -> OrchestratorOptions {
     OrchestratorOptions {
         defer_voting_until_all_answered: false,
@@ -339,7 +348,7 @@ async fn all_agents_failing_fails_the_session() {
 #[tokio::test(start_paused = true)]
 async fn invalid_turns_only_fail_with_no_usable_agent() {
     let a = Scripted::new("a", |_, _| text_then(&["no tools here"], Vec::new()));
-    let run = run(spec(&[("a", &a)], opts())).await;
+    let run = run(spec(&[("a", &a)], coordinating())).await;
     assert_eq!(run.error().kind, SessionErrorKind::NoUsableAgent);
     assert_eq!(a.requests().len(), 3);
 }
@@ -349,7 +358,7 @@ async fn too_few_agents_for_min_live_agents_fails_at_once() {
     let a = member("a", "x", 0, "agent1");
     let options = OrchestratorOptions {
         min_live_agents: 2,
-        ..opts()
+        ..coordinating()
     };
     let run = run(spec(&[("a", &a)], options)).await;
     assert_eq!(run.error().kind, SessionErrorKind::NoUsableAgent);
@@ -544,7 +553,7 @@ async fn prompts_use_the_delimiters_and_offer_the_right_tools() {
 #[tokio::test(start_paused = true)]
 async fn a_single_agent_answers_once_and_presents() {
     let a = member("a", "Alpha: four.", 1, "agent1");
-    let run = run(spec(&[("a", &a)], opts())).await;
+    let run = run(spec(&[("a", &a)], coordinating())).await;
     let s = run.summary();
     assert_eq!(s.consensus_reason, ConsensusReason::SingleAgent);
     assert_eq!(s.final_answer, "Final answer");
@@ -562,7 +571,7 @@ async fn skip_coordination_rounds_uses_the_first_agent_alone() {
     let options = OrchestratorOptions {
         skip_coordination_rounds: true,
         min_live_agents: 2,
-        ..opts()
+        ..coordinating()
     };
     let run = run(spec(&[("a", &a), ("b", &b)], options)).await;
     let s = run.summary();
@@ -617,7 +626,7 @@ fn failing_presenter(partial: &'static [&'static str]) -> Scripted {
 #[tokio::test(start_paused = true)]
 async fn a_failed_presentation_falls_back_to_the_stored_answer() {
     let a = failing_presenter(&[]);
-    let run = run(spec(&[("a", &a)], opts())).await;
+    let run = run(spec(&[("a", &a)], coordinating())).await;
     let s = run.summary();
     assert_eq!(s.presentation, PresentationMode::Fallback);
     assert_eq!(s.final_answer, "Alpha: four.");
@@ -627,7 +636,7 @@ async fn a_failed_presentation_falls_back_to_the_stored_answer() {
 
     // Text already streamed stays; a note and the whole stored answer follow it.
     let a = failing_presenter(&["Part"]);
-    let run = massgen_core::testing::run(spec(&[("a", &a)], opts())).await;
+    let run = massgen_core::testing::run(spec(&[("a", &a)], coordinating())).await;
     let s = run.summary();
     assert_eq!(s.presentation, PresentationMode::Fallback);
     assert!(s.final_answer.starts_with("Part\n\n"));
@@ -749,7 +758,7 @@ async fn a_dropped_receiver_cancels_the_session() {
     let a = Scripted::new("a", |_, _| vec![Step::Hang]);
     let (tx, rx) = tokio::sync::mpsc::channel(64);
     let session = run_session(
-        spec(&[("a", &a)], opts()),
+        spec(&[("a", &a)], coordinating()),
         tx,
         CancellationToken::new(),
         std::sync::Arc::new(FixedClock),
@@ -775,7 +784,7 @@ async fn agent_text_is_streamed_when_asked() {
         }
         text_then(&["thinking ", "aloud"], vec![tool_call("new_answer", "{}")])
     });
-    let mut spec = spec(&[("a", &a)], opts());
+    let mut spec = spec(&[("a", &a)], coordinating());
     spec.stream_agent_text = true;
     let run = run(spec).await;
     let kinds = run.kinds();
@@ -802,7 +811,7 @@ async fn cancellation_wins_over_a_client_that_stopped_reading() {
     let cancel = CancellationToken::new();
     let trigger = cancel.clone();
     let session = run_session(
-        spec(&[("a", &a)], opts()),
+        spec(&[("a", &a)], coordinating()),
         tx,
         cancel,
         std::sync::Arc::new(FixedClock),

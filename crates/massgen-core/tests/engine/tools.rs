@@ -9,6 +9,15 @@ use serde_json::json;
 
 const PARIS: &str = r#"{"city":"Paris"}"#;
 
+/// One agent through the coordination protocol (a panel of one is otherwise a plain
+/// call: tests/engine/plain.rs).
+fn coordinating() -> OrchestratorOptions {
+    OrchestratorOptions {
+        single_agent_coordination: true,
+        ..OrchestratorOptions::default()
+    }
+}
+
 fn weather_tools() -> ClientTools {
     let spec = |name: &str| ToolSpec {
         name: name.into(),
@@ -183,11 +192,7 @@ async fn tool_choice_and_parallel_calls_are_passed_on() {
     let a = solo("a");
     let mut tools = weather_tools();
     tools.choice = Some(ToolChoice::None);
-    let first_run = run(with_tools(
-        spec(&[("a", &a)], OrchestratorOptions::default()),
-        tools,
-    ))
-    .await;
+    let first_run = run(with_tools(spec(&[("a", &a)], coordinating()), tools)).await;
     assert_eq!(first_run.summary().finish_reason, FinishReason::Stop);
     assert_eq!(tool_names(&a.requests()[0]), ["new_answer"]);
 
@@ -205,11 +210,7 @@ async fn tool_choice_and_parallel_calls_are_passed_on() {
     let mut tools = weather_tools();
     tools.choice = Some(ToolChoice::Function("get_time".into()));
     tools.parallel = Some(false);
-    let run = run(with_tools(
-        spec(&[("a", &a)], OrchestratorOptions::default()),
-        tools,
-    ))
-    .await;
+    let run = run(with_tools(spec(&[("a", &a)], coordinating()), tools)).await;
     let first = &a.requests()[0];
     assert_eq!(tool_names(first), ["get_time"]);
     assert_eq!(first.tool_choice, Some(ToolChoice::Required));
@@ -233,7 +234,7 @@ async fn unknown_tools_and_bad_arguments_are_retried() {
         steps
     });
     let run = run(with_tools(
-        spec(&[("a", &a)], OrchestratorOptions::default()),
+        spec(&[("a", &a)], coordinating()),
         weather_tools(),
     ))
     .await;
@@ -259,10 +260,7 @@ async fn unknown_tools_and_bad_arguments_are_retried() {
 #[tokio::test(start_paused = true)]
 async fn a_follow_up_shows_the_calls_and_results() {
     let a = member("a", "Paris is 18C and sunny today.", 1, "agent1");
-    let mut s = with_tools(
-        spec(&[("a", &a)], OrchestratorOptions::default()),
-        weather_tools(),
-    );
+    let mut s = with_tools(spec(&[("a", &a)], coordinating()), weather_tools());
     s.input.question = "Weather in Paris?".into();
     s.input.followup = vec![
         Message {
@@ -307,7 +305,7 @@ async fn present_tool_calls_lets_the_winner_restate_them() {
     });
     let options = OrchestratorOptions {
         present_tool_calls: true,
-        ..OrchestratorOptions::default()
+        ..coordinating()
     };
     let run = run(with_tools(spec(&[("a", &a)], options), weather_tools())).await;
     let s = run.summary();
@@ -375,7 +373,7 @@ async fn a_client_tool_named_like_an_own_tool_keeps_its_name_and_the_own_one_tak
         text_then(&[], vec![tool_call(SEARCH, r#"{"q":"issue 40"}"#)])
     });
     let github = std::sync::Arc::new(GithubTools::default());
-    let mut s = spec(&[("a", &a)], OrchestratorOptions::default());
+    let mut s = spec(&[("a", &a)], coordinating());
     s.agents[0].tools = Some(github.clone());
     s.input.tools = ClientTools {
         tools: vec![std::sync::Arc::new(ToolSpec {
