@@ -166,6 +166,12 @@ pub struct ProviderRequest {
     /// Stop before any of these.
     pub stop: Vec<String>,
     pub sampling: Sampling,
+    /// Ask the upstream for one whole response instead of a stream: the wire format makes
+    /// its non-streaming call (no `stream` flag; Gemini's `:generateContent`) and hands the
+    /// answer on as the same chunks a stream of it would give, all at once when the whole
+    /// body has arrived. False (the default): the call streams, chunks as they come. For a
+    /// client that did not ask for a stream, so the upstream sees the call it would make.
+    pub whole: bool,
 }
 
 /// Structured output: the reply must be JSON of this kind.
@@ -363,7 +369,9 @@ pub type ChunkStream = Pin<Box<dyn Stream<Item = Result<ProviderChunk, ProviderE
 /// One configured upstream model. Cheap to share (`Arc<dyn Provider>`).
 ///
 /// `stream` starts the call lazily when the returned stream is first polled; dropping the
-/// stream cancels the call. Retries before the first byte happen inside the stream.
+/// stream cancels the call. Retries before the first byte happen inside the stream. A
+/// request with [`ProviderRequest::whole`] set is still answered as a [`ChunkStream`]: its
+/// chunks come together once the whole response is in (and retries may happen until then).
 pub trait Provider: Send + Sync + fmt::Debug {
     /// Provider name for logs, metrics and errors (`openai`, `groq`, `mock`, …).
     fn provider_name(&self) -> &str;

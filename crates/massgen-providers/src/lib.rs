@@ -1,8 +1,10 @@
 //! Upstream model providers behind one provider-neutral seam.
 //!
 //! Every wire format (Chat Completions incl. Azure, OpenAI Responses, Anthropic Messages,
-//! Gemini) turns its stream into [`ProviderChunk`]s and its failures into [`ProviderError`],
-//! over the shared SSE loop (`sse`) and send-and-retry loop (`transport`). [`Upstreams`]
+//! Gemini) turns its stream, or its whole response when a request asks for one
+//! ([`ProviderRequest::whole`]), into [`ProviderChunk`]s and its failures into
+//! [`ProviderError`], over the shared SSE loop (`sse`), whole-body reading (`whole`) and
+//! send-and-retry loop (`transport`). [`Upstreams`]
 //! builds the provider for a wire format ([`Wire`], the registry) and an [`UpstreamConfig`],
 //! over the process's shared HTTP clients ([`http_client`]: reqwest for `https://`, hyper's
 //! own lean HTTP/1.1 and h2c clients for `http://`).
@@ -35,6 +37,7 @@ pub(crate) mod transport;
 mod turns;
 mod upstream;
 mod upstream_http;
+mod whole;
 
 /// The neutral types every wire format speaks, re-exported from `massgen-core` so a user
 /// of this crate needs one import path.
@@ -50,5 +53,8 @@ pub use pooling::MAX_IDLE_PER_HOST;
 pub use presets::check_model;
 pub use retry::{CallPolicy, RetryObserver};
 pub use sse::{EventDecoder, MAX_ANSWER_BYTES, Step};
-pub use upstream::{EndpointParts, HttpProvider, UpstreamConfig, WireFormat, decode_stream};
+pub use upstream::{
+    EndpointParts, HttpProvider, UpstreamConfig, WireFormat, decode_stream, decode_whole,
+};
 pub use upstream_http::{H2C_NEEDS_HTTP, UpstreamHttp};
+pub use whole::MAX_WHOLE_BYTES;

@@ -21,9 +21,10 @@ pub enum Step {
     Done(Vec<ProviderChunk>),
 }
 
-/// One wire format's stream state ([`crate::WireFormat::Decoder`]).
+/// One wire format's response state ([`crate::WireFormat::Decoder`]): a stream's events
+/// one by one, or a whole (non-streamed) response body at once.
 pub trait EventDecoder: Send + 'static {
-    /// The state at the start of a stream from `provider`.
+    /// The state at the start of a response from `provider`.
     fn new(provider: String) -> Self
     where
         Self: Sized;
@@ -31,6 +32,10 @@ pub trait EventDecoder: Send + 'static {
     fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError>;
     /// The body ended without a `Done` step.
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError>;
+    /// A whole non-streamed response body (JSON): the chunks the same answer streamed
+    /// would give, in their order, ending with the closing chunks ([`closing_chunks`]).
+    /// Counted in [`EventDecoder::held`] as a stream's items are.
+    fn on_whole_body(&mut self, body: &[u8]) -> Result<Vec<ProviderChunk>, ProviderError>;
     /// The bytes of answer this decoder has taken in to hold back until later (tool calls
     /// with their arguments, thinking blocks and reasoning items sent back with them),
     /// counted as they arrived ([`Held`]). With what went out as it arrived, this is what
@@ -86,12 +91,24 @@ fn kept_bytes(chunk: &ProviderChunk) -> usize {
 
 /// Whether a step's chunks, with what went out before (`sent`, updated) and what the
 /// decoder holds, pass [`MAX_ANSWER_BYTES`].
-fn past_answer_cap(sent: &mut usize, step: &Step, held: usize) -> bool {
+pub(crate) fn past_answer_cap(sent: &mut usize, step: &Step, held: usize) -> bool {
     let (Step::More(chunks) | Step::Done(chunks)) = step;
     for chunk in chunks {
         *sent = sent.saturating_add(kept_bytes(chunk));
     }
     sent.saturating_add(held) > MAX_ANSWER_BYTES
+}
+
+/// The error of an answer past [`MAX_ANSWER_BYTES`].
+pub(crate) fn answer_too_large(provider: &str) -> ProviderError {
+    ProviderError::new(
+        ProviderErrorKind::InvalidResponse,
+        provider,
+        format!(
+            "the upstream's answer passed {} MiB (text, reasoning and tool calls together)",
+            MAX_ANSWER_BYTES / (1024 * 1024)
+        ),
+    )
 }
 
 /// An event's trimmed data; `None` for an event that carries nothing (keep-alives).
@@ -188,14 +205,7 @@ where
                     }
                     match decoder.on_event(event) {
                         Ok(step) if past_answer_cap(&mut sent, &step, decoder.held()) => {
-                            Err(ProviderError::new(
-                                ProviderErrorKind::InvalidResponse,
-                                decoder.provider(),
-                                format!(
-                                    "the upstream's answer passed {} MiB (text, reasoning and tool calls together)",
-                                    MAX_ANSWER_BYTES / (1024 * 1024)
-                                ),
-                            ))
+                            Err(answer_too_large(decoder.provider()))
                         }
                         Ok(Step::Done(chunks)) => {
                             if let Some(rest) = events.take() {
@@ -272,7 +282,7 @@ enum BodyError {
 /// without end, `data:` lines without the blank line) would grow the server's memory until
 /// it failed. Far above the largest event a provider sends (a Responses
 /// `response.completed` repeats the whole output; an image comes inline in base64).
-const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
+pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
 /// Counts the bytes of the event being received: the body's pieces in order, a blank line
 /// (two line ends: CRLF, LF or CR, as the SSE grammar has them) starts a new count.
@@ -436,6 +446,9 @@ mod tests {
             }))
         }
         fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
+            Ok(Vec::new())
+        }
+        fn on_whole_body(&mut self, _: &[u8]) -> Result<Vec<ProviderChunk>, ProviderError> {
             Ok(Vec::new())
         }
         fn held(&self) -> usize {

@@ -1,8 +1,11 @@
 //! Sending a request, retrying before the first byte, handing the body to a decoder:
-//! the one retry loop every wire format uses.
+//! the one retry loop every wire format uses, for streamed and whole responses.
 //!
 //! Nothing is spawned: the returned stream owns the in-flight request (and later the
-//! response body), so dropping it aborts the HTTP call.
+//! response body), so dropping it aborts the HTTP call. A whole response is read to its end
+//! inside the loop: nothing of it goes out before then, so until then it is "before the
+//! first byte", and a body that breaks off or stalls past its deadline is retried like a
+//! failed request. What the complete body says (an error in it too) is the call's answer.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -15,7 +18,8 @@ use serde_json::Value;
 
 use super::errors::{retryable_before_first_byte, truncate};
 use super::retry::{self, AttemptFailure, CallPolicy, RetryObserver, RetryStep};
-use super::{ChunkStream, ProviderError, ProviderErrorKind};
+use super::whole;
+use super::{ChunkStream, ProviderChunk, ProviderError, ProviderErrorKind};
 
 /// Error bodies longer than this are cut: we only quote them.
 const MAX_ERROR_BODY_BYTES: usize = 64 * 1024;
@@ -33,30 +37,43 @@ use super::response::{Body, Response};
 pub(crate) struct Endpoint {
     pub provider: String,
     pub model: String,
-    pub url: String,
-    /// How the URL could show in an error text (see [`locations`]): replaced before any
+    /// Where streamed responses are asked for.
+    pub streamed: Place,
+    /// Where whole responses are asked for (Gemini's other method, a JSON `Accept`).
+    pub whole: Place,
+    /// How the URLs could show in an error text (see [`locations`]): replaced before any
     /// error leaves the provider, since errors reach clients and the URL is the operator's.
     pub hidden: Vec<String>,
-    /// Authentication and version headers; values holding the key are marked sensitive.
-    pub headers: HeaderMap,
     /// Redacted from every error message.
     pub key: Option<Secret>,
     pub policy: CallPolicy,
-    pub http: Route,
     /// The wire format's reading of a non-2xx response: status, headers (for retry hints),
     /// body text.
     pub http_error: fn(&str, u16, &HeaderMap, &str) -> ProviderError,
     /// The wire format's decoder of a 2xx streamed body.
     pub decode: fn(String, Body, Duration) -> ChunkStream,
+    /// The wire format's decoder of a 2xx whole body.
+    pub decode_whole: fn(&str, &[u8]) -> Result<Vec<ProviderChunk>, ProviderError>,
     /// Told of each retry, when the application asked to hear of them.
     pub on_retry: Option<RetryObserver>,
 }
 
-/// Starts the call lazily (on first poll) and streams its chunks.
-pub(crate) fn call(endpoint: Arc<Endpoint>, body: Value) -> ChunkStream {
+/// One URL of an upstream, the client that calls it and the headers sent there.
+#[derive(Clone)]
+pub(crate) struct Place {
+    pub url: String,
+    pub http: Route,
+    /// Authentication and version headers (values holding the key are marked sensitive),
+    /// and the `Accept` of a whole response.
+    pub headers: HeaderMap,
+}
+
+/// Starts the call lazily (on first poll) and streams its chunks; with `whole`, asks for
+/// one whole response and hands on its chunks once it has all come.
+pub(crate) fn call(endpoint: Arc<Endpoint>, body: Value, whole: bool) -> ChunkStream {
     let scrub = Arc::clone(&endpoint);
     let opened = async move {
-        match open(&endpoint, body).await {
+        match open(&endpoint, body, whole).await {
             Ok(stream) => stream,
             Err(error) => Box::pin(futures::stream::iter([Err(error)])),
         }
@@ -65,9 +82,14 @@ pub(crate) fn call(endpoint: Arc<Endpoint>, body: Value) -> ChunkStream {
     Box::pin(stream.map(move |item| item.map_err(|error| redact(error, &scrub))))
 }
 
-async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderError> {
+async fn open(endpoint: &Endpoint, body: Value, whole: bool) -> Result<ChunkStream, ProviderError> {
     let policy = &endpoint.policy;
     let provider = &endpoint.provider;
+    let place = if whole {
+        &endpoint.whole
+    } else {
+        &endpoint.streamed
+    };
     let mut bytes = serde_json::to_vec(&body).map_err(|error| {
         ProviderError::new(
             ProviderErrorKind::InvalidRequest,
@@ -83,13 +105,26 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let (error, failure) = match attempt(endpoint, &body).await {
-            Ok(response) => {
+        let (error, failure) = match attempt(endpoint, place, &body).await {
+            Ok(response) if !whole => {
                 return Ok((endpoint.decode)(
                     provider.clone(),
                     response.body,
                     policy.idle_timeout,
                 ));
+            }
+            Ok(response) => {
+                let within = policy.idle_timeout;
+                match whole::read_body(provider, response.body, within).await {
+                    Ok(bytes) => {
+                        let chunks = match (endpoint.decode_whole)(provider, &bytes) {
+                            Ok(chunks) => chunks.into_iter().map(Ok).collect(),
+                            Err(error) => vec![Err(error)],
+                        };
+                        return Ok(Box::pin(futures::stream::iter(chunks)));
+                    }
+                    Err(error) => failed(error, None),
+                }
             }
             Err(failed) => failed,
         };
@@ -101,7 +136,7 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
                 tracing::warn!(
                     provider = %provider,
                     model = %endpoint.model,
-                    url = %endpoint.url,
+                    url = %place.url,
                     status = ?error.status,
                     kind = ?error.kind,
                     attempt = attempts,
@@ -116,7 +151,7 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
                 tracing::warn!(
                     provider = %provider,
                     model = %endpoint.model,
-                    url = %endpoint.url,
+                    url = %place.url,
                     status = ?error.status,
                     kind = ?error.kind,
                     attempts,
@@ -133,13 +168,12 @@ async fn open(endpoint: &Endpoint, body: Value) -> Result<ChunkStream, ProviderE
 /// One attempt up to the response headers. A non-2xx response is read and classified.
 async fn attempt(
     endpoint: &Endpoint,
+    place: &Place,
     body: &Bytes,
 ) -> Result<Response, (ProviderError, AttemptFailure)> {
     let policy = &endpoint.policy;
     let provider = endpoint.provider.as_str();
-    let request = endpoint
-        .http
-        .post(&endpoint.url, &endpoint.headers, body.clone());
+    let request = place.http.post(&place.url, &place.headers, body.clone());
     let sent = tokio::time::timeout(policy.first_byte_timeout, request).await;
     let response = match sent {
         Ok(Ok(response)) => response,

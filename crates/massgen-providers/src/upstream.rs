@@ -1,6 +1,6 @@
 //! The one provider type every HTTP wire format shares ([`HttpProvider`]), and the one
-//! trait a wire format implements ([`WireFormat`]): its name, stream decoder, endpoint and
-//! headers, body and HTTP error reading. A format is a module implementing the trait plus
+//! trait a wire format implements ([`WireFormat`]): its name, response decoder (streamed
+//! and whole), endpoints and headers, body and HTTP error reading. A format is a module implementing the trait plus
 //! one line in the registry ([`crate::connect`]'s `wire_formats!`).
 
 use std::fmt;
@@ -17,9 +17,10 @@ use serde_json::{Map, Value};
 use super::client::HttpClient;
 use super::retry::{CallPolicy, RetryObserver};
 use super::sse::{self, EventDecoder};
-use super::transport::{self, Endpoint};
+use super::transport::{self, Endpoint, Place};
 use super::upstream_http::UpstreamHttp;
-use super::{ChunkStream, Provider, ProviderError, ProviderRequest};
+use super::whole;
+use super::{ChunkStream, Provider, ProviderChunk, ProviderError, ProviderRequest};
 
 /// Everything one configured HTTP upstream needs, whatever its wire format.
 #[derive(Debug, Clone)]
@@ -37,10 +38,15 @@ pub struct UpstreamConfig {
     pub policy: CallPolicy,
 }
 
-/// Where a configured upstream is called: the URL and the headers (authentication,
+/// Where a configured upstream is called: the URLs and the headers (authentication,
 /// version) every request carries.
 pub struct EndpointParts {
+    /// Where a streamed response is asked for.
     pub url: String,
+    /// Where a whole (non-streamed) response is asked for ([`ProviderRequest::whole`]): the
+    /// same URL in every format whose body says whether to stream; Gemini's is another
+    /// method (`:generateContent`).
+    pub whole_url: String,
     /// Values holding the key are marked sensitive (never printed).
     pub headers: HeaderMap,
 }
@@ -51,7 +57,8 @@ pub trait WireFormat: Send + Sync + 'static {
     /// The provider's type name as `Debug` prints it (`AnthropicProvider`, …).
     const NAME: &'static str;
 
-    /// The state of one response stream: SSE events in, provider-neutral chunks out.
+    /// The state of one response: SSE events (or a whole body) in, provider-neutral chunks
+    /// out.
     type Decoder: EventDecoder;
 
     /// The URL and headers for `config`. `api_version` is the `api-version` query parameter
@@ -61,7 +68,8 @@ pub trait WireFormat: Send + Sync + 'static {
         api_version: Option<&str>,
     ) -> Result<EndpointParts, String>;
 
-    /// The JSON body sent upstream for `request`.
+    /// The JSON body sent upstream for `request`: asking for a stream, or for one whole
+    /// response when [`ProviderRequest::whole`] is set.
     fn build_body(config: &UpstreamConfig, request: &ProviderRequest) -> Value;
 
     /// A non-2xx response (status, headers for retry hints, body text) as an error.
@@ -81,6 +89,16 @@ pub fn decode_stream<W: WireFormat>(
     idle_timeout: Duration,
 ) -> ChunkStream {
     sse::decode_events(W::Decoder::new(provider_name), body, idle_timeout)
+}
+
+/// Decodes a whole (non-streamed) response body of wire format `W` into the chunks the
+/// same answer streamed would give ([`WireFormat::Decoder`]'s `on_whole_body`), bounded
+/// as a stream's answer is ([`crate::MAX_ANSWER_BYTES`]).
+pub fn decode_whole<W: WireFormat>(
+    provider: &str,
+    body: &[u8],
+) -> Result<Vec<ProviderChunk>, ProviderError> {
+    whole::decode(W::Decoder::new(provider.to_owned()), body)
 }
 
 /// An HTTP upstream speaking wire format `W`. Cheap to clone; share it as
@@ -114,19 +132,40 @@ impl<W: WireFormat> HttpProvider<W> {
         http: &HttpClient,
         mode: UpstreamHttp,
     ) -> Result<Self, String> {
-        let EndpointParts { url, headers } = W::endpoint(&config, api_version)?;
-        let http = http.route(&url, mode)?;
+        let EndpointParts {
+            url,
+            whole_url,
+            headers,
+        } = W::endpoint(&config, api_version)?;
+        let mut hidden = transport::locations(&url);
+        hidden.extend(transport::locations(&whole_url));
+        hidden.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+        hidden.dedup();
+        let mut whole_headers = headers.clone();
+        // Every client lets a given header replace its default `Accept: text/event-stream`.
+        whole_headers.insert(
+            http::header::ACCEPT,
+            HeaderValue::from_static("application/json"),
+        );
         let endpoint = Endpoint {
             provider: config.provider_name.clone(),
             model: config.model.clone(),
-            hidden: transport::locations(&url),
-            url,
-            headers,
+            streamed: Place {
+                http: http.route(&url, mode)?,
+                url,
+                headers,
+            },
+            whole: Place {
+                http: http.route(&whole_url, mode)?,
+                url: whole_url,
+                headers: whole_headers,
+            },
+            hidden,
             key: config.api_key.clone(),
             policy: config.policy.clone(),
-            http,
             http_error: W::http_error,
             decode: |provider, body, idle_timeout| decode_stream::<W>(provider, body, idle_timeout),
+            decode_whole: decode_whole::<W>,
             on_retry: None,
         };
         Ok(Self {
@@ -164,7 +203,7 @@ impl<W: WireFormat> fmt::Debug for HttpProvider<W> {
         f.debug_struct(W::NAME)
             .field("provider", &self.config.provider_name)
             .field("model", &self.config.model)
-            .field("url", &self.endpoint.url)
+            .field("url", &self.endpoint.streamed.url)
             .finish_non_exhaustive()
     }
 }
@@ -179,7 +218,8 @@ impl<W: WireFormat> Provider for HttpProvider<W> {
     }
 
     fn stream(&self, request: ProviderRequest) -> ChunkStream {
-        transport::call(Arc::clone(&self.endpoint), self.request_body(&request))
+        let body = self.request_body(&request);
+        transport::call(Arc::clone(&self.endpoint), body, request.whole)
     }
 }
 

@@ -241,6 +241,10 @@ fn bad_request(message: &str, param: Option<&str>, code: Option<&str>) -> Respon
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a panic is the test failure
+mod nonstream_tests;
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 

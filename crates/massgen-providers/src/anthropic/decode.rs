@@ -1,4 +1,5 @@
-//! Decoding an Anthropic Messages SSE stream into [`ProviderChunk`]s.
+//! Decoding an Anthropic Messages SSE stream, or a whole `message`, into
+//! [`ProviderChunk`]s.
 //!
 //! Text and thinking go out as they arrive. A `tool_use` block's input arrives as
 //! `input_json_delta` fragments and is emitted when the block stops. Thinking blocks
@@ -6,7 +7,8 @@
 //! next tool call as opaque data, so a replayed assistant turn carries them back. Usage is
 //! `message_start`'s (reported at once, so a cancelled call still shows its input), overwritten
 //! field by field by the cumulative `message_delta` usage. A `tool_use` block's start is
-//! announced as soon as it opens.
+//! announced as soon as it opens. A whole message goes through the same steps, each block
+//! opened whole and closed at once.
 
 use std::collections::HashMap;
 
@@ -15,7 +17,7 @@ use sse_stream::Sse;
 
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
-use super::wire::{BlockWire, DeltaWire, EventWire, UsageWire};
+use super::wire::{BlockWire, DeltaWire, EventWire, MessageDeltaWire, UsageWire, WholeWire};
 use crate::sse::{EventDecoder, Held, Step};
 use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage};
 
@@ -168,6 +170,39 @@ impl Decoder {
         Ok(Step::More(out))
     }
 
+    /// A whole `message`: its blocks as a stream brings them (each opened whole, then
+    /// closed), then its stop reason and usage, then the stream's end.
+    fn on_whole(&mut self, whole: WholeWire) -> Result<Vec<ProviderChunk>, ProviderError> {
+        if let Some(error) = whole.error {
+            return Err(stream_error(&self.provider, error));
+        }
+        let Some(blocks) = whole.content else {
+            return Err(crate::whole::no_answer(&self.provider, "content"));
+        };
+        let mut out = Vec::new();
+        let mut more = |step: Step| {
+            let (Step::More(chunks) | Step::Done(chunks)) = step;
+            out.extend(chunks);
+        };
+        for (index, content_block) in (0u32..).zip(blocks) {
+            // Held as a streamed block is, from its start (see `on_event`).
+            self.held.item(block_bytes(&content_block));
+            more(self.on_payload(EventWire::ContentBlockStart {
+                index,
+                content_block,
+            })?);
+            more(self.on_payload(EventWire::ContentBlockStop { index })?);
+        }
+        more(self.on_payload(EventWire::MessageDelta {
+            delta: MessageDeltaWire {
+                stop_reason: whole.stop_reason,
+            },
+            usage: whole.usage,
+        })?);
+        more(self.on_payload(EventWire::MessageStop)?);
+        Ok(out)
+    }
+
     fn close(&mut self, block: Block) {
         match block {
             Block::Thinking { text, signature } => self.thinking.push(json!({
@@ -255,6 +290,11 @@ impl EventDecoder for Decoder {
         self.on_payload(payload)
     }
 
+    fn on_whole_body(&mut self, body: &[u8]) -> Result<Vec<ProviderChunk>, ProviderError> {
+        let whole: WholeWire = crate::whole::json_body(&self.provider, body)?;
+        self.on_whole(whole)
+    }
+
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
         // A stop reason without message_stop is a complete answer from a lax proxy.
         if self.stop_reason.is_some() {
@@ -270,6 +310,23 @@ impl EventDecoder for Decoder {
 
     fn held(&self) -> usize {
         self.held.bytes()
+    }
+}
+
+/// The bytes a whole block brings: its text, thinking and signature, or a call's id, name
+/// and input.
+fn block_bytes(block: &BlockWire) -> usize {
+    match block {
+        BlockWire::Text { text } => text.len(),
+        BlockWire::Thinking {
+            thinking,
+            signature,
+        } => thinking.len() + signature.len(),
+        BlockWire::RedactedThinking { data } => data.len(),
+        BlockWire::ToolUse { id, name, input } => {
+            id.len() + name.len() + input.as_ref().map_or(0, |i| i.to_string().len())
+        }
+        BlockWire::Other => 0,
     }
 }
 

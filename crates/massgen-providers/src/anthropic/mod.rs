@@ -1,7 +1,8 @@
 //! The Anthropic Messages wire format (`POST {base_url}/messages`, `x-api-key`,
 //! `anthropic-version`), serving `claude` and `anthropic`.
 //!
-//! Always streamed. `max_tokens` defaults to [`DEFAULT_MAX_TOKENS`] (plus the thinking
+//! Streamed, unless a request asks for one whole response (then no `stream` is sent).
+//! `max_tokens` defaults to [`DEFAULT_MAX_TOKENS`] (plus the thinking
 //! budget, when `thinking.budget_tokens` is configured). Retries go through the shared
 //! loop (`retry-after`, `x-should-retry` and 529 `overloaded_error` included).
 
@@ -48,7 +49,11 @@ impl WireFormat for Anthropic {
         if let Some(betas) = betas(&config.params)? {
             headers.insert("anthropic-beta", betas);
         }
-        Ok(EndpointParts { url, headers })
+        Ok(EndpointParts {
+            whole_url: url.clone(),
+            url,
+            headers,
+        })
     }
 
     fn build_body(config: &UpstreamConfig, request: &ProviderRequest) -> Value {

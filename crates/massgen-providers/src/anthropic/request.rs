@@ -88,7 +88,12 @@ pub(crate) fn build_body(
         body.insert("stop_sequences".into(), json!(request.stop));
     }
     put_sampling(&mut body, &request.sampling, &SamplingNames::NO_SEED);
-    body.insert("stream".into(), Value::Bool(true));
+    // Not streaming is the default.
+    if request.whole {
+        body.remove("stream");
+    } else {
+        body.insert("stream".into(), Value::Bool(true));
+    }
     Value::Object(body)
 }
 

@@ -1,4 +1,4 @@
-//! Serde shapes of the Anthropic Messages stream events and error bodies.
+//! Serde shapes of the Anthropic Messages stream events, whole messages and error bodies.
 //!
 //! Only the fields we use are named. Events are dispatched on the payload `type` (the
 //! `event:` line always agrees with it).
@@ -37,6 +37,20 @@ pub(crate) enum EventWire {
     /// Event types added after this was written are ignored, as the SDKs do.
     #[serde(other)]
     Unknown,
+}
+
+/// A whole (non-streamed) response: a `message` with all its content blocks, or the
+/// `{"type":"error","error":{…}}` body some proxies send with a 200.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WholeWire {
+    #[serde(default)]
+    pub content: Option<Vec<BlockWire>>,
+    #[serde(default)]
+    pub stop_reason: Option<String>,
+    #[serde(default)]
+    pub usage: Option<UsageWire>,
+    #[serde(default)]
+    pub error: Option<ErrorWire>,
 }
 
 #[derive(Debug, Default, Deserialize)]

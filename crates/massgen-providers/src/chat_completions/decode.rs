@@ -1,4 +1,5 @@
-//! Decoding a Chat Completions SSE body into [`ProviderChunk`]s.
+//! Decoding a Chat Completions SSE body, or a whole `chat.completion`, into
+//! [`ProviderChunk`]s.
 //!
 //! Text and reasoning go out as they arrive (the engine streams them live), and so does the
 //! start of each tool call (its name). Complete tool calls,
@@ -42,6 +43,10 @@ impl EventDecoder for Decoder {
         Decoder::on_end_of_body(self)
     }
 
+    fn on_whole_body(&mut self, body: &[u8]) -> Result<Vec<ProviderChunk>, ProviderError> {
+        Decoder::on_whole_body(self, body)
+    }
+
     fn held(&self) -> usize {
         self.tool_calls.held()
     }
@@ -73,6 +78,32 @@ impl Decoder {
         }
         let chunk: ChunkWire = crate::sse::json_payload(&self.provider, data)?;
         self.on_chunk(chunk).map(Step::More)
+    }
+
+    /// A `chat.completion`: its first choice's message is the one delta of a stream that
+    /// says everything at once, then the stream's end.
+    fn on_whole_body(&mut self, body: &[u8]) -> Result<Vec<ProviderChunk>, ProviderError> {
+        let mut whole: ChunkWire = crate::whole::json_body(&self.provider, body)?;
+        let mut answered = false;
+        for choice in whole.choices.iter_mut().flatten() {
+            answered |= choice.index == 0;
+            let Some(mut message) = choice.message.take() else {
+                continue;
+            };
+            // A message's calls are whole and usually carry no `index` (Ollama's do): each
+            // is a call of its own, not a fragment of the one before.
+            for (n, call) in message.tool_calls.iter_mut().flatten().enumerate() {
+                call.index
+                    .get_or_insert(u32::try_from(n).unwrap_or(u32::MAX));
+            }
+            choice.delta = Some(message);
+        }
+        if whole.error.is_none() && !answered {
+            return Err(crate::whole::no_answer(&self.provider, "choices"));
+        }
+        let mut out = self.on_chunk(whole)?;
+        out.extend(self.complete());
+        Ok(out)
     }
 
     fn on_chunk(&mut self, chunk: ChunkWire) -> Result<Vec<ProviderChunk>, ProviderError> {
@@ -184,6 +215,7 @@ fn map_finish_reason(reason: &str) -> FinishReason {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
     use super::*;
 
@@ -241,6 +273,35 @@ mod tests {
                     arguments: "{}".into(),
                     opaque: None,
                 }),
+                ProviderChunk::Finish(FinishReason::ToolCalls),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_whole_messages_calls_are_calls_of_their_own_with_or_without_ids() {
+        // No `index` on a message's calls, and here no ids either: each is a call.
+        let body = br#"{"choices":[{"index":0,"message":{"role":"assistant","content":"",
+            "tool_calls":[{"type":"function","function":{"name":"f","arguments":"{}"}},
+            {"type":"function","function":{"name":"g","arguments":"{\"x\":1}"}}]},
+            "finish_reason":"stop"}]}"#;
+        let chunks = Decoder::new("vllm".into()).on_whole_body(body).unwrap();
+        let call = |id: &str, name: &str, arguments: &str| {
+            ProviderChunk::ToolCall(crate::ToolCall {
+                id: id.into(),
+                name: name.into(),
+                arguments: arguments.into(),
+                opaque: None,
+            })
+        };
+        assert_eq!(
+            chunks,
+            vec![
+                ProviderChunk::ToolCallStarted { name: "f".into() },
+                ProviderChunk::ToolCallStarted { name: "g".into() },
+                call("call_0", "f", "{}"),
+                call("call_1", "g", r#"{"x":1}"#),
+                // "stop" after calls, as some servers say: a tool-calls finish.
                 ProviderChunk::Finish(FinishReason::ToolCalls),
             ]
         );

@@ -2,8 +2,9 @@
 //! `chatcompletion`, every OpenAI-compatible preset and (at the deployment URL)
 //! `azure_openai`.
 //!
-//! We always stream upstream (with `stream_options.include_usage`). Retries happen before
-//! the first byte of a successful response only (the shared `transport` loop).
+//! Streamed upstream (with `stream_options.include_usage`), unless a request asks for one
+//! whole response (then neither `stream` nor `stream_options` is sent). Retries happen
+//! before the first byte of a successful response only (the shared `transport` loop).
 
 mod decode;
 pub(crate) mod errors;
@@ -47,7 +48,11 @@ impl WireFormat for ChatCompletions {
         {
             headers.insert(http::header::AUTHORIZATION, value);
         }
-        Ok(EndpointParts { url, headers })
+        Ok(EndpointParts {
+            whole_url: url.clone(),
+            url,
+            headers,
+        })
     }
 
     fn build_body(config: &ChatCompletionsConfig, request: &ProviderRequest) -> Value {
@@ -98,7 +103,11 @@ impl WireFormat for AzureChatCompletions {
         if let Some(key) = &config.api_key {
             headers.insert("api-key", transport::secret_header(key.expose())?);
         }
-        Ok(EndpointParts { url, headers })
+        Ok(EndpointParts {
+            whole_url: url.clone(),
+            url,
+            headers,
+        })
     }
 
     fn build_body(config: &ChatCompletionsConfig, request: &ProviderRequest) -> Value {

@@ -61,8 +61,14 @@ pub(crate) fn build_body(
         body.insert("stop".into(), json!(request.stop));
     }
     put_sampling(&mut body, &request.sampling, &SamplingNames::OPENAI);
+    let stream_options = body.remove("stream_options");
+    if request.whole {
+        // Not streaming is the default; OpenAI refuses `stream_options` without a stream.
+        body.remove("stream");
+        return Value::Object(body);
+    }
     body.insert("stream".into(), Value::Bool(true));
-    let mut stream_options = match body.remove("stream_options") {
+    let mut stream_options = match stream_options {
         Some(Value::Object(options)) => options,
         _ => Map::new(),
     };

@@ -1,4 +1,5 @@
-//! Serde shapes of what OpenAI-compatible servers send: stream chunks and error bodies.
+//! Serde shapes of what OpenAI-compatible servers send: stream chunks, whole responses
+//! (a `chat.completion` is a chunk whose choices hold a `message`) and error bodies.
 //!
 //! Only the fields we use are named; everything else (obfuscation, service_tier,
 //! reasoning_details, x_groq.id, …) is ignored. Every field is optional because some
@@ -27,6 +28,10 @@ pub(crate) struct ChoiceWire {
     pub index: u32,
     #[serde(default)]
     pub delta: Option<DeltaWire>,
+    /// A whole (non-streamed) `chat.completion`'s answer: the same fields as a delta, all
+    /// of them at once.
+    #[serde(default)]
+    pub message: Option<DeltaWire>,
     /// Absent (xAI), `null` or a string.
     #[serde(default)]
     pub finish_reason: Option<String>,

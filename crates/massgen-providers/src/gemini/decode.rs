@@ -1,4 +1,5 @@
-//! Decoding a Gemini `streamGenerateContent?alt=sse` stream into [`ProviderChunk`]s.
+//! Decoding a Gemini `streamGenerateContent?alt=sse` stream, or a whole `generateContent`
+//! response, into [`ProviderChunk`]s.
 //!
 //! Every chunk is a whole `GenerateContentResponse`: text parts (`thought: true` ones are
 //! reasoning) go out as they arrive; `functionCall` parts (several per chunk possible, the
@@ -232,6 +233,21 @@ impl EventDecoder for Decoder {
         };
         let chunk: ChunkWire = crate::sse::json_payload(&self.provider, data)?;
         self.on_chunk(chunk).map(Step::More)
+    }
+
+    /// A `generateContent` response is one `GenerateContentResponse`, as each streamed
+    /// chunk is: that one chunk, then the stream's end.
+    fn on_whole_body(&mut self, body: &[u8]) -> Result<Vec<ProviderChunk>, ProviderError> {
+        let chunk: ChunkWire = crate::whole::json_body(&self.provider, body)?;
+        let answered = chunk.error.is_some()
+            || chunk.prompt_feedback.is_some()
+            || chunk.candidates.as_ref().is_some_and(|c| !c.is_empty());
+        if !answered {
+            return Err(crate::whole::no_answer(&self.provider, "candidates"));
+        }
+        let mut out = self.on_chunk(chunk)?;
+        out.extend(self.complete());
+        Ok(out)
     }
 
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {

@@ -1,6 +1,6 @@
 //! The Google Gemini wire format
-//! (`POST {base_url}/models/{model}:streamGenerateContent?alt=sse`, `x-goog-api-key`),
-//! serving `gemini`.
+//! (`POST {base_url}/models/{model}:streamGenerateContent?alt=sse`, or `:generateContent`
+//! for one whole response, `x-goog-api-key`), serving `gemini`.
 
 mod decode;
 mod errors;
@@ -22,7 +22,8 @@ use super::{HttpProvider, ProviderError, ProviderRequest, UpstreamConfig, WireFo
 pub type GeminiProvider = HttpProvider<Gemini>;
 
 /// Gemini: `POST {base_url}/models/{model}:streamGenerateContent?alt=sse` (`base_url` e.g.
-/// `https://generativelanguage.googleapis.com/v1beta`), `x-goog-api-key`.
+/// `https://generativelanguage.googleapis.com/v1beta`), `x-goog-api-key`; a whole response
+/// from `:generateContent` (the same body).
 #[derive(Debug)]
 pub enum Gemini {}
 
@@ -33,15 +34,16 @@ impl WireFormat for Gemini {
     fn endpoint(config: &UpstreamConfig, _: Option<&str>) -> Result<EndpointParts, String> {
         // Google's own clients accept `models/gemini-…` too.
         let model = path_segment(gemini_model(&config.model))?;
-        let url = format!(
-            "{}/models/{model}:streamGenerateContent?alt=sse",
-            base(config)
-        );
+        let base = base(config);
         let mut headers = HeaderMap::new();
         if let Some(key) = &config.api_key {
             headers.insert("x-goog-api-key", transport::secret_header(key.expose())?);
         }
-        Ok(EndpointParts { url, headers })
+        Ok(EndpointParts {
+            url: format!("{base}/models/{model}:streamGenerateContent?alt=sse"),
+            whole_url: format!("{base}/models/{model}:generateContent"),
+            headers,
+        })
     }
 
     // The model travels in the URL, not the body.

@@ -1,16 +1,17 @@
-//! Decoding an OpenAI Responses SSE stream into [`ProviderChunk`]s.
+//! Decoding an OpenAI Responses SSE stream, or a whole `response`, into [`ProviderChunk`]s.
 //!
 //! Text (`output_text` and `refusal` deltas) and reasoning (`reasoning_summary_text`,
 //! and LM Studio's `reasoning_text`) go out as they arrive. Function calls are assembled
 //! per output item from `function_call_arguments.delta` and settled by `.done` /
 //! `output_item.done`. `response.completed` / `response.incomplete` end the stream with
-//! its usage; `error` and `response.failed` end it with an error.
+//! its usage; `error` and `response.failed` end it with an error. A whole response goes
+//! through the same steps, as the events its output items would have come in.
 
 use serde_json::{Value, json};
 use sse_stream::Sse;
 
 use super::request::OPAQUE_KEY;
-use super::wire::{ErrorWire, EventWire, ResponseWire, UsageWire};
+use super::wire::{ErrorWire, EventWire, ResponseWire, UsageWire, WholeWire};
 use crate::errors::{self as common, ErrorInfo};
 use crate::sse::{EventDecoder, Held, Step};
 use crate::{FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage};
@@ -117,6 +118,46 @@ impl Decoder {
             _ => {}
         }
         Ok(Step::More(out))
+    }
+
+    /// A whole `response`: each output item as a stream brings it (a message's text and
+    /// refusals, a reasoning item's summary parts or `reasoning_text`, then the item done),
+    /// then the stream's end, `response.completed` (or `.incomplete`, `.failed`).
+    fn on_whole(&mut self, whole: WholeWire) -> Result<Vec<ProviderChunk>, ProviderError> {
+        let status = whole.status.as_deref().unwrap_or("completed");
+        if whole.response.error.is_some() || status == "failed" {
+            let error = whole.response.error.unwrap_or_default();
+            return Err(self.stream_error(error));
+        }
+        if !matches!(status, "completed" | "incomplete") {
+            // `background: true` answers at once with a response still `queued`.
+            return Err(ProviderError::new(
+                ProviderErrorKind::InvalidResponse,
+                self.provider.clone(),
+                format!("the upstream answered with a response still {status}"),
+            ));
+        }
+        let Some(items) = whole.output else {
+            return Err(crate::whole::no_answer(&self.provider, "output"));
+        };
+        let mut out = Vec::new();
+        for (output_index, item) in (0u32..).zip(items) {
+            for (kind, text) in item_texts(&item) {
+                let event = EventWire {
+                    kind: kind.to_owned(),
+                    delta: text,
+                    output_index: Some(output_index),
+                    ..EventWire::default()
+                };
+                let (Step::More(chunks) | Step::Done(chunks)) = self.on_payload(event, 0)?;
+                out.extend(chunks);
+            }
+            // Held as the streamed `output_item.done` event would be, by its size.
+            let size = item.to_string().len();
+            out.extend(self.on_item(Some(output_index), Some(item), true, size));
+        }
+        out.extend(self.complete(whole.response));
+        Ok(out)
     }
 
     /// Tracks a function-call item; a call seen for the first time is announced. An item
@@ -237,6 +278,11 @@ impl EventDecoder for Decoder {
         self.on_payload(payload, data.len())
     }
 
+    fn on_whole_body(&mut self, body: &[u8]) -> Result<Vec<ProviderChunk>, ProviderError> {
+        let whole: WholeWire = crate::whole::json_body(&self.provider, body)?;
+        self.on_whole(whole)
+    }
+
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError> {
         Err(ProviderError::new(
             ProviderErrorKind::Connection,
@@ -248,6 +294,48 @@ impl EventDecoder for Decoder {
     fn held(&self) -> usize {
         self.held.bytes()
     }
+}
+
+/// The streamed events an output item's text would have come in, in order: `(type,
+/// delta)`, a summary part's start carrying no text.
+fn item_texts(item: &Value) -> Vec<(&'static str, Option<String>)> {
+    let parts = |key: &str| {
+        item.get(key)
+            .and_then(Value::as_array)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    };
+    let text = |part: &Value, key: &str| part.get(key).and_then(Value::as_str).map(str::to_owned);
+    let mut events = Vec::new();
+    match item.get("type").and_then(Value::as_str) {
+        Some("message") => {
+            for part in parts("content") {
+                match part.get("type").and_then(Value::as_str) {
+                    Some("output_text") => {
+                        events.push(("response.output_text.delta", text(part, "text")));
+                    }
+                    Some("refusal") => {
+                        events.push(("response.refusal.delta", text(part, "refusal")));
+                    }
+                    _ => {}
+                }
+            }
+        }
+        Some("reasoning") => {
+            for part in parts("summary") {
+                events.push(("response.reasoning_summary_part.added", None));
+                events.push(("response.reasoning_summary_text.delta", text(part, "text")));
+            }
+            // LM Studio's reasoning is the item's content.
+            for part in parts("content") {
+                if part.get("type").and_then(Value::as_str) == Some("reasoning_text") {
+                    events.push(("response.reasoning_text.delta", text(part, "text")));
+                }
+            }
+        }
+        _ => {}
+    }
+    events
 }
 
 fn map_usage(wire: &UsageWire) -> Usage {

@@ -1,5 +1,5 @@
-//! The OpenAI Responses wire format (`POST {base_url}/responses`, streamed events),
-//! serving `openai`. Errors have the OpenAI shape and are read like Chat Completions ones.
+//! The OpenAI Responses wire format (`POST {base_url}/responses`, streamed events, or one
+//! whole response when a request asks for it), serving `openai`. Errors have the OpenAI shape and are read like Chat Completions ones.
 //!
 //! Config params pass through (`reasoning: {effort, summary}`, `max_output_tokens`,
 //! `store`, `include`, `text`, …); `max_tokens` and `reasoning_effort` are renamed to
@@ -34,7 +34,11 @@ impl WireFormat for Responses {
         if let Some(key) = &config.api_key {
             headers.insert(http::header::AUTHORIZATION, bearer(key)?);
         }
-        Ok(EndpointParts { url, headers })
+        Ok(EndpointParts {
+            whole_url: url.clone(),
+            url,
+            headers,
+        })
     }
 
     fn build_body(config: &UpstreamConfig, request: &ProviderRequest) -> Value {

@@ -92,7 +92,13 @@ pub(crate) fn build_body(
     // No stop sequences and no seed in the Responses API: the server cuts the answer at
     // the client's stop sequences itself.
     put_sampling(&mut body, &request.sampling, &SamplingNames::NO_SEED);
-    body.insert("stream".into(), Value::Bool(true));
+    // Not streaming is the default; `stream_options` is refused without a stream.
+    if request.whole {
+        body.remove("stream");
+        body.remove("stream_options");
+    } else {
+        body.insert("stream".into(), Value::Bool(true));
+    }
     Value::Object(body)
 }
 

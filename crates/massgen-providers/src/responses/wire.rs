@@ -1,4 +1,5 @@
-//! Serde shapes of the OpenAI Responses stream events (`POST /responses`, stream=true).
+//! Serde shapes of the OpenAI Responses stream events (`POST /responses`, stream=true) and
+//! of a whole response (without `stream`).
 //!
 //! One flat struct for every event: the `type` names the event and each event fills a few
 //! of the optional fields. Items stay raw JSON because reasoning items are replayed as
@@ -41,6 +42,18 @@ pub(crate) struct ResponseWire {
     pub incomplete_details: Option<IncompleteWire>,
     #[serde(default)]
     pub error: Option<ErrorWire>,
+}
+
+/// A whole (non-streamed) `response`: what `response.completed` would carry, with its
+/// output items.
+#[derive(Debug, Default, Deserialize)]
+pub(crate) struct WholeWire {
+    #[serde(default)]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub output: Option<Vec<Value>>,
+    #[serde(flatten)]
+    pub response: ResponseWire,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -1,5 +1,5 @@
 //! Helpers shared by the provider tests: each wire format's fixtures ([`Format`]) decoded
-//! cut at several sizes, the recorded upstream traffic ([`upstream_dir`]), snapshot
+//! cut at several sizes (or whole, for non-streamed responses), the recorded upstream traffic ([`upstream_dir`]), snapshot
 //! comparison; a scripted loopback upstream that records what it receives ([`scripted`])
 //! and the request scenarios of the request-building snapshots ([`scenarios`]).
 
@@ -13,7 +13,9 @@ use bytes::Bytes;
 use futures::StreamExt;
 use massgen_providers::retry::CallPolicy;
 use massgen_providers::{ChunkStream, FinishReason, ProviderChunk, ProviderError, ToolCall, Usage};
-use massgen_providers::{anthropic, chat_completions, decode_stream, gemini, responses};
+use massgen_providers::{
+    anthropic, chat_completions, decode_stream, decode_whole, gemini, responses,
+};
 use serde_json::Value;
 
 pub use scenarios::*;
@@ -21,35 +23,40 @@ pub use scripted::*;
 
 pub const SECOND: Duration = Duration::from_secs(1);
 
-/// A wire format as its tests see it: the folder of its fixtures (`tests/fixtures/<dir>`)
-/// and its stream decoder.
+/// A wire format as its tests see it: the folder of its fixtures (`tests/fixtures/<dir>`),
+/// its stream decoder and its whole-response decoder.
 #[derive(Clone, Copy)]
 pub struct Format {
     pub dir: &'static str,
     pub decoder: Decode,
     /// The same decoder over a body that may stay open.
     pub live: LiveDecode,
+    pub whole: WholeDecode,
 }
 
 pub const CHAT: Format = Format {
     dir: "chat",
     decoder: |p, b, t| decode_stream::<chat_completions::ChatCompletions>(p, b, t),
     live: |p, b, t| decode_stream::<chat_completions::ChatCompletions>(p, b, t),
+    whole: decode_whole::<chat_completions::ChatCompletions>,
 };
 pub const RESPONSES: Format = Format {
     dir: "responses",
     decoder: |p, b, t| decode_stream::<responses::Responses>(p, b, t),
     live: |p, b, t| decode_stream::<responses::Responses>(p, b, t),
+    whole: decode_whole::<responses::Responses>,
 };
 pub const ANTHROPIC: Format = Format {
     dir: "anthropic",
     decoder: |p, b, t| decode_stream::<anthropic::Anthropic>(p, b, t),
     live: |p, b, t| decode_stream::<anthropic::Anthropic>(p, b, t),
+    whole: decode_whole::<anthropic::Anthropic>,
 };
 pub const GEMINI: Format = Format {
     dir: "gemini",
     decoder: |p, b, t| decode_stream::<gemini::Gemini>(p, b, t),
     live: |p, b, t| decode_stream::<gemini::Gemini>(p, b, t),
+    whole: decode_whole::<gemini::Gemini>,
 };
 
 impl Format {
@@ -77,6 +84,14 @@ impl Format {
     pub async fn decode(self, name: &str) -> Outcome {
         let (chunks, error) = self.chunks(name).await;
         outcome(chunks, error)
+    }
+
+    /// A whole-response fixture decoded and added up.
+    pub fn decode_whole(self, name: &str) -> Outcome {
+        match (self.whole)("test", &self.fixture(name)) {
+            Ok(chunks) => outcome(chunks, None),
+            Err(error) => outcome(Vec::new(), Some(error)),
+        }
     }
 
     /// The chunks a fixture gives when its body stops right after the first event that
@@ -168,6 +183,7 @@ pub fn files(root: &Path, dir: &str, suffix: &str) -> Vec<PathBuf> {
 }
 
 pub type Decode = fn(String, Pieces, Duration) -> ChunkStream;
+pub type WholeDecode = fn(&str, &[u8]) -> Result<Vec<ProviderChunk>, ProviderError>;
 pub type LiveDecode = fn(
     String,
     futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>,
