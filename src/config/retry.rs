@@ -14,6 +14,7 @@ const RETRY_KEYS: &[&str] = &[
     "max_retry_after_seconds",
     "connect_timeout_seconds",
     "first_byte_timeout_seconds",
+    "whole_timeout_seconds",
     "idle_timeout_seconds",
 ];
 
@@ -44,6 +45,9 @@ impl Cx<'_> {
         }
         if let Some(d) = secs("first_byte_timeout_seconds", false)? {
             policy.first_byte_timeout = d;
+        }
+        if let Some(d) = secs("whole_timeout_seconds", false)? {
+            policy.whole_timeout = d;
         }
         if let Some(d) = secs("idle_timeout_seconds", false)? {
             policy.idle_timeout = d;

@@ -136,3 +136,48 @@ async fn a_panel_of_one_is_the_clients_own_call_on_every_door() {
     let per_call = stats["prompt_tokens"].as_u64().unwrap() / 3;
     assert!(per_call < 40, "{per_call} prompt tokens a call: {stats}");
 }
+
+/// A client that does not stream gets an upstream call that does not stream (as it would
+/// have made itself), and a prefilled assistant turn stays after the question.
+#[tokio::test]
+async fn a_panel_of_one_keeps_the_clients_stream_flag_and_turn_order() {
+    let (sim, seen, _stop) = recording::serve().await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = one_agent(&sim, dir.path());
+    let mut chat = request("/v1/chat/completions");
+    chat["stream"] = json!(false);
+    let response = post(&server.url, "/v1/chat/completions", None, &chat).await;
+    assert_eq!(response.status(), 200);
+    let body: Value = response.json().await.unwrap();
+    let text = body["choices"][0]["message"]["content"].as_str().unwrap();
+    assert!(text.starts_with("[simulated"), "{body}");
+    let call = only_call(&seen);
+    assert!(call.get("stream").is_none(), "{call}");
+    assert!(call.get("stream_options").is_none(), "{call}");
+    assert!(
+        body["usage"]["prompt_tokens"].as_u64().unwrap() > 0,
+        "{body}"
+    );
+
+    let prefill = json!({
+        "model": "massgen", "max_tokens": 50,
+        "messages": [
+            {"role": "user", "content": "Name a colour."},
+            {"role": "assistant", "content": "The colour is"}
+        ]
+    });
+    let response = post(&server.url, "/v1/messages", None, &prefill).await;
+    assert_eq!(response.status(), 200);
+    let call = only_call(&seen);
+    assert!(call.get("stream").is_none(), "{call}");
+    let turns: Vec<(&str, &str)> = call["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["role"].as_str().unwrap(), m["content"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        turns,
+        [("user", "Name a colour."), ("assistant", "The colour is")]
+    );
+}

@@ -28,6 +28,11 @@ pub struct CallPolicy {
     pub connect_timeout: Duration,
     /// Time to the response headers.
     pub first_byte_timeout: Duration,
+    /// Time to the response headers of a whole (non-streamed) call, which most upstreams
+    /// send only once the answer is generated: the generation's time, as a client calling
+    /// the model without a stream would give it (OpenAI's SDKs wait 600 s). A whole call
+    /// that runs out of it is not retried: the upstream may have generated (and billed) it.
+    pub whole_timeout: Duration,
     /// Longest wait for an event with data inside a stream (SSE comments do not count); an
     /// error body's time too, when shorter than the 10 s it has.
     pub idle_timeout: Duration,
@@ -42,6 +47,7 @@ impl Default for CallPolicy {
             max_retry_after: Duration::from_secs(60),
             connect_timeout: Duration::from_secs(10),
             first_byte_timeout: Duration::from_secs(120),
+            whole_timeout: Duration::from_secs(600),
             idle_timeout: Duration::from_secs(120),
         }
     }

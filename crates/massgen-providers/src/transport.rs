@@ -105,7 +105,7 @@ async fn open(endpoint: &Endpoint, body: Value, whole: bool) -> Result<ChunkStre
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let (error, failure) = match attempt(endpoint, place, &body).await {
+        let (error, failure) = match attempt(endpoint, place, &body, whole).await {
             Ok(response) if !whole => {
                 return Ok((endpoint.decode)(
                     provider.clone(),
@@ -170,11 +170,17 @@ async fn attempt(
     endpoint: &Endpoint,
     place: &Place,
     body: &Bytes,
+    whole: bool,
 ) -> Result<Response, (ProviderError, AttemptFailure)> {
     let policy = &endpoint.policy;
+    let head_within = if whole {
+        policy.whole_timeout
+    } else {
+        policy.first_byte_timeout
+    };
     let provider = endpoint.provider.as_str();
     let request = place.http.post(&place.url, &place.headers, body.clone());
-    let sent = tokio::time::timeout(policy.first_byte_timeout, request).await;
+    let sent = tokio::time::timeout(head_within, request).await;
     let response = match sent {
         Ok(Ok(response)) => response,
         Ok(Err(error)) => {
@@ -190,9 +196,13 @@ async fn attempt(
             let error = ProviderError::new(
                 ProviderErrorKind::Timeout,
                 provider,
-                format!("no response headers within {:?}", policy.first_byte_timeout),
+                format!("no response headers within {head_within:?}"),
             );
-            return Err(failed(error, None));
+            let mut failure = failed(error, None);
+            // A whole call's head comes once its answer is generated: one that ran out
+            // of time may have been generated (and billed), and another would cost as much.
+            failure.1.retryable &= !whole;
+            return Err(failure);
         }
     };
     let status = response.status;

@@ -27,7 +27,7 @@ pub const MAX_WHOLE_BYTES: usize = MAX_EVENT_BYTES;
 /// is complete, so a body trickled in (a byte every few seconds) would otherwise hold the
 /// call until the turn's end. An upstream that sends its head only once it has generated
 /// the answer (OpenAI, Anthropic, vLLM, Ollama) spends the generation under the head's
-/// `first_byte_timeout`; one that sends its head first generates under this deadline.
+/// `whole_timeout`; one that sends its head first generates under this deadline.
 ///
 /// Errors: `Timeout` past the deadline, `Connection` for a body that broke off,
 /// `InvalidResponse` past the size bound.

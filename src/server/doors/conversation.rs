@@ -29,12 +29,14 @@ pub fn session_input(
     // What follows the question (an assistant's tool calls and the client's results) is
     // shown apart from the earlier conversation; anything else stays in the history.
     let after: Vec<Message> = messages.split_off(last_user + 1);
+    let mut after_question = 0;
     let followup = if after
         .iter()
         .any(|m| m.role == Role::Tool || !m.tool_calls.is_empty())
     {
         after
     } else {
+        after_question = after.len();
         messages.extend(after);
         Vec::new()
     };
@@ -55,6 +57,7 @@ pub fn session_input(
         extra_system,
         followup,
         tools,
+        after_question,
         ..SessionInput::default()
     })
 }

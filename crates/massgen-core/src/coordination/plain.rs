@@ -149,7 +149,7 @@ impl Plain {
         let output = self.input.output.clone();
         // A structured answer the client does not stream is held until it passed.
         let hold = output.as_ref().is_some_and(|o| !o.streamed);
-        let request = self.request(None);
+        let request = self.request(None, self.input.streamed);
         let mut reply = self.call(em, cancel, request, !hold).await?;
         // An answer cut by its token limit is returned as it is, unchecked (as OpenAI does,
         // with finish_reason "length").
@@ -167,7 +167,7 @@ impl Plain {
                     return Err(self.invalid_output(why));
                 }
                 let fix = structured::corrective(&why, &reply.text);
-                let request = self.request(Some(fix));
+                let request = self.request(Some(fix), false);
                 reply = self.call(em, cancel, request, false).await?;
                 if let Err(Rejection::Mismatch(why) | Rejection::Unchecked(why)) =
                     output.check.check(&reply.text).await
@@ -188,8 +188,9 @@ impl Plain {
     }
 
     /// The client's request as the model gets it; `correction`: what to fix in a rejected
-    /// answer (it quotes it), for the corrective call.
-    fn request(&self, correction: Option<String>) -> ProviderRequest {
+    /// answer (it quotes it), for the corrective call; `stream`: ask the upstream for a
+    /// stream, else for one whole response.
+    fn request(&self, correction: Option<String>, stream: bool) -> ProviderRequest {
         let input = &self.input;
         let mut messages = Vec::with_capacity(input.history.len() + input.followup.len() + 3);
         let system: Vec<&str> = [
@@ -203,10 +204,12 @@ impl Plain {
         if !system.is_empty() {
             messages.push(Message::system(system.join("\n\n")));
         }
-        messages.extend(input.history.iter().cloned());
+        let before = input.history.len().saturating_sub(input.after_question);
+        messages.extend(input.history[..before].iter().cloned());
         let mut question = Message::user(input.question.clone());
         question.images.clone_from(&input.question_images);
         messages.push(question);
+        messages.extend(input.history[before..].iter().cloned());
         messages.extend(input.followup.iter().cloned());
         if !self.agent.vision {
             // A model that cannot see images is told where they were instead of failing.
@@ -233,6 +236,7 @@ impl Plain {
             max_output_tokens: input.answer_bounds.max_output_tokens,
             stop: input.answer_bounds.stop.clone(),
             sampling: input.sampling,
+            whole: !stream,
         }
     }
 

@@ -64,6 +64,14 @@ pub struct SessionInput {
     pub answer_bounds: AnswerBounds,
     /// Sampling settings for every call (empty unless the operator lets requests set them).
     pub sampling: Sampling,
+    /// The client reads the answer as it streams. A plain call (a panel of one) asks its
+    /// upstream for a stream only then, as the client would have; a coordination always
+    /// streams (the deliberation is shown as it happens).
+    pub streamed: bool,
+    /// How many of `history`'s last messages came after the question (turns that are not
+    /// tool calls or results, such as a prefilled assistant turn): a plain call puts them
+    /// back after it.
+    pub after_question: usize,
 }
 
 /// What the client's request bounds the final answer by, passed to the presentation call.

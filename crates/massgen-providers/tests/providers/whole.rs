@@ -668,3 +668,56 @@ async fn a_whole_response_is_bounded_like_a_stream() {
         assert!(error.message.contains("8 MiB"), "{error:?}");
     }
 }
+
+/// A whole call's head comes once the answer is generated: it waits `whole_timeout` for
+/// it, not the streamed call's `first_byte_timeout`; and one that ran out of it is not
+/// asked again (the upstream may have generated and billed it).
+#[tokio::test]
+async fn a_whole_call_waits_for_its_generation_and_is_not_asked_twice() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&connections);
+    let answer = format!("{}{CHAT_WHOLE}", head(CHAT_WHOLE.len()));
+    tokio::spawn(async move {
+        for _ in 0..8 {
+            let Ok((mut conn, _)) = listener.accept().await else {
+                return;
+            };
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            let answer = answer.clone();
+            tokio::spawn(async move {
+                read_request(&mut conn).await;
+                // The first call generates for 600 ms; the later ones never finish.
+                let generation = if n == 0 { 600 } else { 60_000 };
+                tokio::time::sleep(Duration::from_millis(generation)).await;
+                let _ = conn.write_all(answer.as_bytes()).await;
+            });
+        }
+    });
+    let policy = CallPolicy {
+        first_byte_timeout: Duration::from_millis(100),
+        whole_timeout: Duration::from_secs(5),
+        ..fast_policy(3)
+    };
+    let p = provider("chat", &url, Map::new(), policy);
+    let (chunks, error) = collect(p.stream(whole(presentation_turn()))).await;
+    assert!(error.is_none(), "{error:?}");
+    assert_eq!(outcome(chunks, None).text, "Hi");
+    assert_eq!(connections.load(Ordering::SeqCst), 1);
+    let policy = CallPolicy {
+        whole_timeout: Duration::from_millis(300),
+        ..fast_policy(3)
+    };
+    let p = provider("chat", &url, Map::new(), policy);
+    let (chunks, error) = collect(p.stream(whole(presentation_turn()))).await;
+    assert!(chunks.is_empty(), "{chunks:?}");
+    let error = error.unwrap();
+    assert_eq!(error.kind, ProviderErrorKind::Timeout, "{error:?}");
+    assert!(error.message.contains("300ms"), "{error:?}");
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        2,
+        "asked once, not retried"
+    );
+}

@@ -218,6 +218,7 @@ fn read(mut wire: Body) -> Result<ChatRequest, ApiError> {
         stop: stop.clone(),
     };
     input.sampling = parse::sampling(&shared)?;
+    input.streamed = stream;
     input.output = response_format(wire.response_format.map(|Obj(f)| f))?
         .map(|format| structured::output(format, stream))
         .transpose()?;

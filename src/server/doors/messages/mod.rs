@@ -63,6 +63,7 @@ impl Door for Messages {
             stop: request.stop_sequences.clone(),
         };
         input.sampling = request.sampling;
+        input.streamed = request.stream;
         input.output = request
             .output
             .clone()

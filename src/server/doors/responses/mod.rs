@@ -87,6 +87,7 @@ impl Door for Responses {
             conversation::session_input(session_system, messages, request.tools.clone(), "input")?;
         input.answer_bounds.max_output_tokens = limit::upstream_cap(request.max_output_tokens);
         input.sampling = request.sampling;
+        input.streamed = request.stream;
         input.output = request
             .output
             .clone()

@@ -314,6 +314,7 @@ pub fn fast_policy(max_attempts: u32) -> CallPolicy {
         max_retry_after: Duration::from_secs(2),
         connect_timeout: Duration::from_secs(2),
         first_byte_timeout: Duration::from_secs(5),
+        whole_timeout: Duration::from_secs(5),
         idle_timeout: Duration::from_secs(5),
     }
 }
