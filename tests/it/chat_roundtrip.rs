@@ -12,7 +12,7 @@ use crate::support::recording::{self, Seen, strings};
 use crate::support::{FAST, Proc, panel_yaml, parse_sse, post, serve, write};
 
 /// A server whose default panel is three simulated agents (`massgen`) and whose
-/// `massgen/solo` is one, on the recording simulator.
+/// `massgen/solo` is one coordinating alone, on the recording simulator.
 struct Panel {
     server: Proc,
     seen: Seen,
@@ -27,7 +27,13 @@ impl Panel {
         let team = write(dir.path(), "team.yaml", &panel_yaml(&url, &FAST, ""));
         let configs = dir.path().join("configs");
         std::fs::create_dir(&configs).unwrap();
-        write(&configs, "solo.yaml", &panel_yaml(&url, &FAST[..1], ""));
+        // A coordination of one (a plain call would have no deliberation to show).
+        let coordinated = "orchestrator:\n  single_agent_coordination: true\n";
+        write(
+            &configs,
+            "solo.yaml",
+            &panel_yaml(&url, &FAST[..1], coordinated),
+        );
         let (team, configs) = (team.display().to_string(), configs.display().to_string());
         let server = tokio::task::spawn_blocking(move || {
             serve(&["--config", &team, "--configs-dir", &configs])
