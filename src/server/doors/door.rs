@@ -14,6 +14,7 @@ use axum::body::Bytes;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::SessionSummary;
+use massgen_core::provider::ToolCall;
 
 use super::session::{self, Ask, Beat, Incoming, Opened, Step};
 use crate::app::Caller;
@@ -71,14 +72,25 @@ pub trait Door: Send + Sync + 'static {
     ) -> serde_json::Value;
 }
 
-/// A door's streamed answer: frames in the door's SSE idiom.
+/// A door's streamed answer: frames in the door's SSE idiom, a method per kind of
+/// [`Step`] ([`serve`] matches the step once). After [`completed`](Live::completed) or
+/// [`failed`](Live::failed) nothing more is asked.
 pub trait Live: Send + 'static {
     /// Frames before the first step (the door's opening events).
     fn start(&mut self) -> Vec<Bytes>;
     /// Frames for a quiet spell as long as the keep-alive period.
     fn quiet(&mut self) -> Vec<Bytes>;
-    /// Frames for `step`; after [`Step::ends`] steps nothing more is asked.
-    fn step(&mut self, step: Step) -> Vec<Bytes>;
+    /// A deliberation line (in `full` mode, a piece of an agent's text).
+    fn reasoning(&mut self, line: &str) -> Vec<Bytes>;
+    /// A piece of the final answer.
+    fn text(&mut self, text: &str) -> Vec<Bytes>;
+    /// The final answer is these client tool calls.
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes>;
+    /// The session's outcome: the stream's closing frames.
+    fn completed(&mut self, summary: &SessionSummary) -> Vec<Bytes>;
+    /// The session failed, or stopped without an outcome ([`ApiError::Internal`]): the
+    /// error after the 200 went out, and the stream's end.
+    fn failed(&mut self, error: &ApiError) -> Vec<Bytes>;
 }
 
 /// Runs one request through door `D`: read, cache, open the session, answer.
@@ -136,10 +148,18 @@ pub async fn serve<D: Door>(incoming: Incoming) -> Result<Response, ApiError> {
                     }
                 };
                 let ends = step.ends();
-                if matches!(step, Step::Completed(_)) {
-                    done.store(true, Ordering::Release);
-                }
-                for frame in live.step(step) {
+                let frames = match step {
+                    Step::Reasoning(line) => live.reasoning(&line),
+                    Step::Text(text) => live.text(&text),
+                    Step::ToolCalls(calls) => live.tool_calls(&calls),
+                    Step::Completed(summary) => {
+                        done.store(true, Ordering::Release);
+                        live.completed(&summary)
+                    }
+                    Step::Failed(error) => live.failed(&ApiError::Session(error)),
+                    Step::Lost => live.failed(&ApiError::Internal),
+                };
+                for frame in frames {
                     yield Ok(frame);
                 }
                 if ends {

@@ -1,6 +1,9 @@
 //! The one way a door reads its body into its serde-derived request type: through
 //! `serde_path_to_error`, so a 400 names the JSON path of the field at fault
-//! (`input[2].content[0].type`), in the door's own error shape.
+//! (`input[2].content[0].type`), in the door's own error shape. A deserializer that checks
+//! a value's range answers with the field's own 400 ([`fault`]), which is kept as it is.
+
+use std::fmt;
 
 use serde::de::DeserializeOwned;
 
@@ -24,7 +27,11 @@ pub fn read_value_in<T: DeserializeOwned>(
     serde_path_to_error::deserialize(body)
         .map_err(|e| {
             let path = e.path().to_string();
-            let message = strip_position(&e.into_inner().to_string());
+            let message = e.into_inner().to_string();
+            if let Some(fault) = unpack(&message) {
+                return fault;
+            }
+            let message = strip_position(&message);
             if path == "." || path.is_empty() {
                 ApiError::invalid(message, None, "invalid_value")
             } else {
@@ -87,7 +94,11 @@ pub fn read<T: DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
         if inner.is_eof() || inner.is_io() || (inner.is_syntax() && !json()) {
             return not_json(Some(inner));
         }
-        let message = strip_position(&inner.to_string());
+        let message = inner.to_string();
+        if let Some(fault) = unpack(&message) {
+            return fault;
+        }
+        let message = strip_position(&message);
         if path == "." || path.is_empty() {
             ApiError::invalid(message, None, "invalid_value")
         } else {
@@ -113,6 +124,67 @@ fn not_an_object() -> ApiError {
         None,
         "invalid_json",
     )
+}
+
+/// A field's own 400 raised inside a deserializer (a range check: `'temperature' must be a
+/// number from 0 to 2`), carried through serde's error, which holds only text, to [`read`]:
+/// the door answers with its message, `param` and code as they are, not serde's
+/// `'path': message`. Only [`CODES`] travel.
+pub fn fault<E: serde::de::Error>(error: ApiError) -> E {
+    E::custom(Fault(error))
+}
+
+/// The codes a [`fault`] carries (a code is a `&'static str`: read back from this list).
+const CODES: [&str; 3] = ["invalid_value", "invalid_type", "unsupported_parameter"];
+
+/// Marks a [`fault`]'s text: a separator no message holds unescaped (JSON escapes it).
+const MARK: char = '\u{1f}';
+
+/// A [`fault`] as a value: the error of a `TryFrom` behind `#[serde(try_from)]`.
+pub struct Fault(pub ApiError);
+
+impl fmt::Display for Fault {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let code = self.0.code();
+        debug_assert!(CODES.contains(&code), "a fault's code travels: {code}");
+        let param = self.0.param().unwrap_or_default();
+        // Closed by a last mark: serde_json appends the position after it.
+        write!(
+            f,
+            "{MARK}fault{MARK}{code}{MARK}{param}{MARK}{}{MARK}",
+            self.0.message()
+        )
+    }
+}
+
+/// An error read from a value a body held (at `path` in it), raised again by the body's
+/// deserializer: a [`fault`] as it is, another as a fault naming its path, worded as
+/// [`read`] words it.
+pub fn refault<E: serde::de::Error>(path: String, error: &serde_json::Error) -> E {
+    let message = error.to_string();
+    if unpack(&message).is_some() {
+        return E::custom(message);
+    }
+    E::custom(Fault(ApiError::invalid_at(
+        format!("'{path}': {}", strip_position(&message)),
+        path,
+        "invalid_value",
+    )))
+}
+
+/// The [`fault`] whose text `message` begins with.
+fn unpack(message: &str) -> Option<ApiError> {
+    let rest = message.strip_prefix(MARK)?.strip_prefix("fault")?;
+    let rest = rest.strip_prefix(MARK)?;
+    let (code, rest) = rest.split_once(MARK)?;
+    let (param, rest) = rest.split_once(MARK)?;
+    let (text, _position) = rest.rsplit_once(MARK)?;
+    let code = CODES.into_iter().find(|c| *c == code)?;
+    Some(if param.is_empty() {
+        ApiError::invalid(text, None, code)
+    } else {
+        ApiError::invalid_at(text, param.to_string(), code)
+    })
 }
 
 /// serde_json ends data errors with " at line 1 column 57": the path says where.
@@ -186,6 +258,54 @@ mod tests {
         assert_eq!(e.param(), Some("kind"), "{}", e.message());
         let e = read_in::<Roles>(br#"{"messages":3}"#, "messages").unwrap_err();
         assert_eq!((e.param(), e.code()), (Some("messages"), "invalid_type"));
+    }
+
+    #[derive(Debug, Deserialize)]
+    #[allow(dead_code)]
+    struct Checked {
+        #[serde(default, deserialize_with = "positive")]
+        n: Option<i64>,
+        #[serde(default)]
+        list: Vec<Checked>,
+    }
+
+    fn positive<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<i64>, D::Error> {
+        match Option::<i64>::deserialize(d)? {
+            Some(n) if n < 1 => Err(fault(ApiError::invalid(
+                "'n' must be positive (at line 3 column 4 of the manual)",
+                Some("n"),
+                "invalid_value",
+            ))),
+            n => Ok(n),
+        }
+    }
+
+    #[test]
+    fn a_fault_is_answered_as_raised_wherever_it_is() {
+        let wanted = (
+            Some("n"),
+            "'n' must be positive (at line 3 column 4 of the manual)".to_string(),
+            "invalid_value",
+        );
+        for body in [&br#"{"n": 0}"#[..], br#"{"list": [{"n": 1}, {"n": -2}]}"#] {
+            let e = read::<Checked>(body).unwrap_err();
+            assert_eq!((e.param(), e.message(), e.code()), wanted);
+            let value: serde_json::Value = serde_json::from_slice(body).unwrap();
+            let e = read_value_in::<Checked>(value, "list").unwrap_err();
+            assert_eq!((e.param(), e.message(), e.code()), wanted);
+        }
+        // Another error carried out of a value keeps its path.
+        let e: serde_json::Error = refault(
+            "a.b".into(),
+            &serde_json::from_str::<i64>("\"x\"").unwrap_err(),
+        );
+        let e = unpack(&e.to_string()).unwrap();
+        assert_eq!(e.param(), Some("a.b"));
+        assert!(
+            e.message().starts_with("'a.b': invalid type"),
+            "{}",
+            e.message()
+        );
     }
 
     #[test]

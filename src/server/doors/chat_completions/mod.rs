@@ -8,14 +8,14 @@ mod think;
 
 use axum::body::Bytes;
 use massgen_core::coordination::SessionSummary;
-use massgen_core::provider::FinishReason;
+use massgen_core::provider::{FinishReason, ToolCall};
 use serde_json::{Value, json};
 
 use super::door::{Door, Live, Prepared, SessionRef};
 use super::limit::{AnswerLimit, Cut};
 use super::metadata::metadata_json;
 use super::narrate::Deliberation;
-use super::session::{Ask, Step};
+use super::session::Ask;
 use crate::app::Caller;
 use crate::config::DeliberationFormat;
 use crate::server::AppState;
@@ -141,57 +141,68 @@ impl Live for Stream {
         vec![Bytes::from_static(sse::KEEPALIVE_COMMENT)]
     }
 
-    fn step(&mut self, step: Step) -> Vec<Bytes> {
-        let header = &self.header;
-        let mut frames = Vec::new();
-        // Whatever follows the deliberation closes its think block first.
-        if !matches!(step, Step::Reasoning(_))
-            && let Some(close) = self.think.as_mut().and_then(ThinkTags::close)
-        {
-            frames.push(data(&header.content(&close)));
+    fn reasoning(&mut self, line: &str) -> Vec<Bytes> {
+        match self.think.as_mut() {
+            Some(tags) => {
+                let text = tags.line(line);
+                if text.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![data(&self.header.content(&text))]
+                }
+            }
+            None => vec![data(&self.header.reasoning(line))],
         }
-        match step {
-            Step::Reasoning(line) => match self.think.as_mut() {
-                Some(tags) => {
-                    let text = tags.line(&line);
-                    if !text.is_empty() {
-                        frames.push(data(&header.content(&text)));
-                    }
-                }
-                None => frames.push(data(&header.reasoning(&line))),
-            },
-            Step::Text(text) => {
-                let text = self.plan.limit.push(&text);
-                if !text.is_empty() {
-                    frames.push(data(&header.content(&text)));
-                }
-            }
-            Step::ToolCalls(calls) => {
-                frames.extend(header.tool_call_deltas(&calls).iter().map(data));
-            }
-            Step::Completed(summary) => {
-                let held = self.plan.limit.finish();
-                if !held.is_empty() {
-                    frames.push(data(&header.content(&held)));
-                }
-                let metadata = metadata_json(&self.session_id, &summary);
-                let reason = finish_reason(&self.plan.limit, summary.finish_reason);
-                frames.push(data(&header.finish(reason, metadata)));
-                if self.plan.include_usage {
-                    frames.push(data(&header.usage(&summary.usage)));
-                }
-                frames.push(done());
-            }
-            Step::Failed(error) => {
-                frames.push(error_data(&ApiError::Session(error)));
-                frames.push(done());
-            }
-            Step::Lost => {
-                frames.push(error_data(&ApiError::Internal));
-                frames.push(done());
-            }
+    }
+
+    fn text(&mut self, text: &str) -> Vec<Bytes> {
+        let mut frames = self.close_think();
+        let text = self.plan.limit.push(text);
+        if !text.is_empty() {
+            frames.push(data(&self.header.content(&text)));
         }
         frames
+    }
+
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes> {
+        let mut frames = self.close_think();
+        frames.extend(self.header.tool_call_deltas(calls).iter().map(data));
+        frames
+    }
+
+    fn completed(&mut self, summary: &SessionSummary) -> Vec<Bytes> {
+        let mut frames = self.close_think();
+        let header = &self.header;
+        let held = self.plan.limit.finish();
+        if !held.is_empty() {
+            frames.push(data(&header.content(&held)));
+        }
+        let metadata = metadata_json(&self.session_id, summary);
+        let reason = finish_reason(&self.plan.limit, summary.finish_reason);
+        frames.push(data(&header.finish(reason, metadata)));
+        if self.plan.include_usage {
+            frames.push(data(&header.usage(&summary.usage)));
+        }
+        frames.push(done());
+        frames
+    }
+
+    fn failed(&mut self, error: &ApiError) -> Vec<Bytes> {
+        let mut frames = self.close_think();
+        frames.push(error_data(error));
+        frames.push(done());
+        frames
+    }
+}
+
+impl Stream {
+    /// Whatever follows the deliberation closes its think block first.
+    fn close_think(&mut self) -> Vec<Bytes> {
+        self.think
+            .as_mut()
+            .and_then(ThinkTags::close)
+            .map(|close| vec![data(&self.header.content(&close))])
+            .unwrap_or_default()
     }
 }
 
@@ -204,4 +215,82 @@ fn error_data(error: &ApiError) -> Bytes {
 
 fn done() -> Bytes {
     Bytes::from_static(b"data: [DONE]\n\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stream(format: DeliberationFormat) -> Stream {
+        let plan = Plan {
+            model: "massgen".into(),
+            include_usage: false,
+            format,
+            limit: AnswerLimit::new(None, Vec::new()),
+        };
+        let session = SessionRef {
+            id: "sess_1".into(),
+            created: 1,
+        };
+        Stream {
+            header: header(&plan, &session),
+            think: (format == DeliberationFormat::ThinkTags).then(ThinkTags::default),
+            session_id: "sess_1".into(),
+            plan,
+        }
+    }
+
+    /// The `content` of each frame (none for `[DONE]` or an error).
+    fn contents(frames: &[Bytes]) -> Vec<String> {
+        frames
+            .iter()
+            .filter_map(|f| std::str::from_utf8(f).ok()?.strip_prefix("data: "))
+            .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+            .filter_map(|v| Some(v["choices"][0]["delta"]["content"].as_str()?.to_string()))
+            .collect()
+    }
+
+    /// Whatever follows the deliberation closes its think block first, once: the answer,
+    /// tool calls, the end or an error.
+    #[test]
+    fn each_step_after_the_deliberation_closes_the_think_block() {
+        let mut s = stream(DeliberationFormat::ThinkTags);
+        assert_eq!(
+            contents(&s.reasoning("[agent1] answered\n")),
+            ["<think>\n[agent1] answered\n"]
+        );
+        assert_eq!(contents(&s.text("Hi")), ["</think>", "Hi"]);
+        assert_eq!(contents(&s.text(" there")), [" there"]);
+        assert!(contents(&s.reasoning("late\n")).is_empty());
+
+        let calls = [ToolCall {
+            id: "call_1".into(),
+            name: "f".into(),
+            arguments: "{}".into(),
+            opaque: None,
+        }];
+        let mut s = stream(DeliberationFormat::ThinkTags);
+        s.reasoning("a");
+        let frames = s.tool_calls(&calls);
+        assert_eq!(contents(&frames), ["\n</think>"]);
+        assert!(frames.len() > 1, "the calls follow");
+
+        let mut s = stream(DeliberationFormat::ThinkTags);
+        s.reasoning("a\n");
+        let frames = s.failed(&ApiError::Internal);
+        assert_eq!(contents(&frames), ["</think>"]);
+        assert!(
+            frames
+                .last()
+                .is_some_and(|f| f.as_ref() == b"data: [DONE]\n\n")
+        );
+
+        let mut s = stream(DeliberationFormat::Reasoning);
+        let frames = s.reasoning("a\n");
+        assert!(
+            contents(&frames).is_empty(),
+            "reasoning_content, not content"
+        );
+        assert_eq!(contents(&s.text("Hi")), ["Hi"]);
+    }
 }

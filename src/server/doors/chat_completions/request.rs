@@ -8,15 +8,15 @@
 
 use massgen_core::coordination::{AnswerBounds, ClientTools, SessionInput};
 use massgen_core::provider::{Image, Message, OutputFormat, ToolCall, ToolChoice, ToolSpec};
-use serde::Deserialize;
 use serde::de::IgnoredAny;
+use serde::{Deserialize, Deserializer};
 use serde_json::{Map, Value};
 
 use crate::app::Overrides;
 use crate::config::DeliberationFormat;
 use crate::server::doors::narrate::Deliberation;
 use crate::server::doors::parse::shape::{Loose, Obj, TextOrList, TextOrObject};
-use crate::server::doors::parse::{self, optional_count, type_error, unsupported};
+use crate::server::doors::parse::{self, WithShared, type_error, unsupported};
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::doors::{conversation, images, json, limit, structured};
 use crate::server::error::ApiError;
@@ -68,32 +68,53 @@ struct Body {
     functions: Option<IgnoredAny>,
     function_call: Option<IgnoredAny>,
     web_search_options: Option<IgnoredAny>,
-    // Read by the helpers every door shares ([`parse`]), which take raw JSON values.
-    massgen: Option<Value>,
-    max_completion_tokens: Option<Value>,
-    max_tokens: Option<Value>,
-    stop: Option<Value>,
-    temperature: Option<Value>,
-    top_p: Option<Value>,
-    seed: Option<Value>,
 }
 
-impl Body {
-    /// The fields the shared readers of [`parse`] take, as the JSON object they read.
-    fn shared(&mut self) -> Map<String, Value> {
-        [
-            ("massgen", self.massgen.take()),
-            ("max_completion_tokens", self.max_completion_tokens.take()),
-            ("max_tokens", self.max_tokens.take()),
-            ("stop", self.stop.take()),
-            ("temperature", self.temperature.take()),
-            ("top_p", self.top_p.take()),
-            ("seed", self.seed.take()),
-        ]
-        .into_iter()
-        .filter_map(|(key, value)| Some((key.to_string(), value?)))
-        .collect()
+/// The body: the door's fields and those every door shares, with this door's bounds.
+type Wire = WithShared<Body, Bounds>;
+
+/// The answer's bounds as Chat Completions names them: `max_completion_tokens`, or the
+/// older `max_tokens` when it is absent (only the one used is checked), and `stop`.
+#[derive(Default, Deserialize)]
+#[serde(try_from = "WireBounds")]
+struct Bounds {
+    max_tokens: Option<u64>,
+    stop: Vec<String>,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(default)]
+struct WireBounds {
+    #[serde(deserialize_with = "max_completion_tokens")]
+    max_completion_tokens: Option<u64>,
+    max_tokens: Option<Value>,
+    /// A string, or a list of at most [`MAX_STOPS`].
+    #[serde(deserialize_with = "stop")]
+    stop: Vec<String>,
+}
+
+impl TryFrom<WireBounds> for Bounds {
+    type Error = json::Fault;
+
+    fn try_from(wire: WireBounds) -> Result<Self, json::Fault> {
+        let max_tokens = match (wire.max_completion_tokens, wire.max_tokens) {
+            (Some(n), _) => Some(n),
+            (None, None) => None,
+            (None, Some(v)) => Some(parse::count_of(&v, "max_tokens").map_err(json::Fault)?),
+        };
+        Ok(Self {
+            max_tokens,
+            stop: wire.stop,
+        })
     }
+}
+
+fn max_completion_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    parse::count(d, "max_completion_tokens")
+}
+
+fn stop<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    parse::stops(d, "stop", MAX_STOPS, true)
 }
 
 #[derive(Deserialize)]
@@ -195,29 +216,22 @@ pub fn from_value(body: Value) -> Result<ChatRequest, ApiError> {
     read(json::read_value_in(body, "messages")?)
 }
 
-fn read(mut wire: Body) -> Result<ChatRequest, ApiError> {
+fn read(WithShared { door: wire, shared }: Wire) -> Result<ChatRequest, ApiError> {
     refuse_unsupported(&wire)?;
-    let shared = wire.shared();
     let include_usage = wire
         .stream_options
         .and_then(|Obj(o)| o.include_usage)
         .unwrap_or(false);
-    let deliberation = parse::deliberation(&shared)?;
-    let overrides = parse::overrides(&shared)?;
     let tools = client_tools(wire.tools, wire.tool_choice, wire.parallel_tool_calls)?;
     let (system, messages) = messages(wire.messages)?;
     let mut input = conversation::session_input(system, messages, tools, "messages")?;
-    let max_tokens = match optional_count(&shared, "max_completion_tokens")? {
-        Some(n) => Some(n),
-        None => optional_count(&shared, "max_tokens")?,
-    };
+    input.sampling = shared.sampling();
+    let Bounds { max_tokens, stop } = shared.bounds;
     let stream = wire.stream.unwrap_or(false);
-    let stop = parse::stops(&shared, "stop", MAX_STOPS, true)?;
     input.answer_bounds = AnswerBounds {
         max_output_tokens: limit::upstream_cap(max_tokens),
         stop: stop.clone(),
     };
-    input.sampling = parse::sampling(&shared)?;
     input.streamed = stream;
     input.output = response_format(wire.response_format.map(|Obj(f)| f))?
         .map(|format| structured::output(format, stream))
@@ -231,9 +245,9 @@ fn read(mut wire: Body) -> Result<ChatRequest, ApiError> {
             .to_string(),
         stream,
         include_usage,
-        deliberation,
-        overrides,
-        deliberation_format: parse::deliberation_format(&shared)?,
+        deliberation: shared.massgen.deliberation,
+        overrides: shared.massgen.overrides(),
+        deliberation_format: shared.massgen.deliberation_format,
         input,
         max_tokens,
         stop,

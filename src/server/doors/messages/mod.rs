@@ -11,13 +11,14 @@ pub mod request;
 use axum::body::Bytes;
 use axum::response::{IntoResponse, Response};
 use massgen_core::coordination::{AnswerBounds, SessionSummary};
+use massgen_core::provider::ToolCall;
 use serde_json::{Map, Value, json};
 
 use super::conversation;
 use super::door::{Door, Live as DoorLive, Prepared, SessionRef};
 use super::limit::{self, AnswerLimit};
 use super::metadata::metadata_json;
-use super::session::{Ask, Incoming, Step};
+use super::session::{Ask, Incoming};
 use super::structured;
 use crate::app::Caller;
 use crate::server::AppState;
@@ -157,18 +158,25 @@ impl DoorLive for Stream {
         frames(vec![render::ping()])
     }
 
-    fn step(&mut self, step: Step) -> Vec<Bytes> {
-        frames(match step {
-            Step::Reasoning(line) => self.live.reasoning(&line),
-            Step::Text(text) => self.live.text(&text),
-            Step::ToolCalls(calls) => self.live.tool_calls(&calls),
-            Step::Completed(summary) => {
-                let metadata = metadata_json(&self.session_id, &summary);
-                self.live.completed(&summary, metadata)
-            }
-            Step::Failed(e) => vec![error_event(&ApiError::Session(e))],
-            Step::Lost => vec![error_event(&ApiError::Internal)],
-        })
+    fn reasoning(&mut self, line: &str) -> Vec<Bytes> {
+        frames(self.live.reasoning(line))
+    }
+
+    fn text(&mut self, text: &str) -> Vec<Bytes> {
+        frames(self.live.text(text))
+    }
+
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes> {
+        frames(self.live.tool_calls(calls))
+    }
+
+    fn completed(&mut self, summary: &SessionSummary) -> Vec<Bytes> {
+        let metadata = metadata_json(&self.session_id, summary);
+        frames(self.live.completed(summary, metadata))
+    }
+
+    fn failed(&mut self, error: &ApiError) -> Vec<Bytes> {
+        frames(vec![error_event(error)])
     }
 }
 

@@ -20,6 +20,7 @@ use serde_json::Value;
 use crate::app::Overrides;
 use crate::server::doors::limit::estimate_tokens;
 use crate::server::doors::narrate::Deliberation;
+use crate::server::doors::parse::WithShared;
 use crate::server::doors::parse::shape::Obj;
 use crate::server::doors::reasoning::Signer;
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
@@ -27,14 +28,13 @@ use crate::server::doors::{images, json, parse, structured};
 use crate::server::error::ApiError;
 use results::Loaded;
 use wire::{
-    Block, Body, ChoiceKind, Format, ImageSource, Metadata, Role, Tool, Turn, WireToolChoice,
+    Block, Body, Bounds, ChoiceKind, Format, ImageSource, Metadata, Role, Tool, Turn,
+    WireToolChoice,
 };
 
 mod results;
 mod wire;
 
-/// Anthropic's bound on `stop_sequences`.
-const MAX_STOP_SEQUENCES: usize = 16;
 /// Longest `metadata.user_id` kept with the session record.
 const MAX_USER_ID_CHARS: usize = 512;
 
@@ -69,7 +69,10 @@ pub fn parse(
     needs_max_tokens: bool,
     signer: &Signer,
 ) -> Result<MessagesRequest, ApiError> {
-    let mut wire: Body = json::read(body)?;
+    let WithShared {
+        door: mut wire,
+        shared,
+    } = json::read::<WithShared<Body, Bounds>>(body)?;
     if wire.mcp_servers.0.as_ref().is_some_and(|s| !s.is_empty()) {
         return Err(parse::unsupported(
             "mcp_servers",
@@ -81,15 +84,8 @@ pub fn parse(
         config_format.map(|f| f.0),
         wire.output_format.take().map(|f| f.0),
     )?;
-    let max_tokens = match wire.max_tokens {
-        Some(n) if n >= 1 => n,
-        Some(_) => {
-            return Err(ApiError::invalid(
-                "'max_tokens' must be a whole number of at least 1",
-                Some("max_tokens"),
-                "invalid_value",
-            ));
-        }
+    let max_tokens = match shared.bounds.max_tokens {
+        Some(n) => n,
         None if !needs_max_tokens => u64::MAX,
         None => {
             return Err(ApiError::invalid(
@@ -107,8 +103,8 @@ pub fn parse(
     } = turns(wire.messages.take(), signer)?;
     let tools = client_tools(wire.tools.take(), wire.tool_choice.take(), &loaded)?;
     system.extend(in_messages);
-    let shared = wire.shared();
     let prompt_tokens = prompt_tokens(&system, &messages, &tools);
+    let sampling = shared.sampling();
     Ok(MessagesRequest {
         model: wire
             .model
@@ -116,16 +112,16 @@ pub fn parse(
             .map_or("massgen", str::trim)
             .to_string(),
         stream: wire.stream.unwrap_or(false),
-        deliberation: parse::native_deliberation(&shared, "thinking blocks")?,
-        overrides: parse::overrides(&shared)?,
+        deliberation: shared.massgen.native_deliberation("thinking blocks")?,
+        overrides: shared.massgen.overrides(),
         system,
         messages,
         tools,
         max_tokens,
-        stop_sequences: parse::stops(&shared, "stop_sequences", MAX_STOP_SEQUENCES, false)?,
+        stop_sequences: shared.bounds.stop_sequences,
         user_id: user_id(wire.metadata)?,
         output,
-        sampling: parse::sampling(&shared)?,
+        sampling,
         prompt_tokens,
     })
 }

@@ -24,7 +24,7 @@ use super::conversation;
 use super::door::{Door, Live as DoorLive, Prepared, SessionRef};
 use super::limit::{self, AnswerLimit};
 use super::metadata::metadata_json;
-use super::session::{Ask, Step};
+use super::session::Ask;
 use super::structured;
 use crate::app::Caller;
 use crate::server::AppState;
@@ -269,22 +269,28 @@ impl DoorLive for Stream {
         frames(self.live.keepalive())
     }
 
-    fn step(&mut self, step: Step) -> Vec<Bytes> {
-        frames(match step {
-            Step::Reasoning(line) => self.live.reasoning(&line),
-            Step::Text(text) => self.live.text(&text),
-            Step::ToolCalls(calls) => self.live.tool_calls(&calls),
-            Step::Completed(summary) => {
-                let metadata = metadata_json(&self.finish.session_id, &summary);
-                let (events, object) =
-                    self.live
-                        .completed(&summary, metadata, self.finish.app.sessions().now_secs());
-                self.finish.store(&object, &summary.final_tool_calls);
-                events
-            }
-            Step::Failed(error) => self.live.failed(&ApiError::Session(error)),
-            Step::Lost => self.live.failed(&ApiError::Internal),
-        })
+    fn reasoning(&mut self, line: &str) -> Vec<Bytes> {
+        frames(self.live.reasoning(line))
+    }
+
+    fn text(&mut self, text: &str) -> Vec<Bytes> {
+        frames(self.live.text(text))
+    }
+
+    fn tool_calls(&mut self, calls: &[ToolCall]) -> Vec<Bytes> {
+        frames(self.live.tool_calls(calls))
+    }
+
+    fn completed(&mut self, summary: &SessionSummary) -> Vec<Bytes> {
+        let metadata = metadata_json(&self.finish.session_id, summary);
+        let now = self.finish.app.sessions().now_secs();
+        let (events, object) = self.live.completed(summary, metadata, now);
+        self.finish.store(&object, &summary.final_tool_calls);
+        frames(events)
+    }
+
+    fn failed(&mut self, error: &ApiError) -> Vec<Bytes> {
+        frames(self.live.failed(error))
     }
 }
 

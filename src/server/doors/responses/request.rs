@@ -23,7 +23,7 @@ use serde_json::{Map, Value, json};
 use super::namespaces::{Namespaced, Namespaces, flat_name};
 use crate::app::Overrides;
 use crate::server::doors::narrate::Deliberation;
-use crate::server::doors::parse::{self, type_error, unsupported};
+use crate::server::doors::parse::{self, WithShared, type_error, unsupported};
 use crate::server::doors::tools::{self, ToolAt, choice_error, tools_error};
 use crate::server::doors::{json, structured};
 use crate::server::error::ApiError;
@@ -80,8 +80,7 @@ pub struct ResponsesRequest {
 }
 
 /// The request body. Fields not named here are accepted and ignored (see the module's
-/// comment); those the shared helpers read (`temperature`, `top_p`, `seed`, `massgen`)
-/// stay JSON for them.
+/// comment); those every door shares are read beside it (`parse::Shared`).
 #[derive(Debug, Deserialize)]
 struct Body {
     model: Option<String>,
@@ -98,15 +97,21 @@ struct Body {
     /// Echoed as sent, so read as JSON.
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<bool>,
-    #[serde(default, deserialize_with = "count")]
-    max_output_tokens: Option<u64>,
     text: Option<WireText>,
     metadata: Option<Map<String, Value>>,
     previous_response_id: Option<String>,
-    temperature: Option<Value>,
-    top_p: Option<Value>,
-    seed: Option<Value>,
-    massgen: Option<Value>,
+}
+
+/// The answer's bound as the Responses API names it (it has no stop sequences).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Bounds {
+    #[serde(deserialize_with = "max_output_tokens")]
+    max_output_tokens: Option<u64>,
+}
+
+fn max_output_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    parse::count(d, "max_output_tokens")
 }
 
 /// A tool, whatever its type: function tools are offered to the panel (and echoed with
@@ -130,33 +135,10 @@ struct WireText {
     format: Option<Map<String, Value>>,
 }
 
-/// A whole number of at least 1 (`max_output_tokens`).
-fn count<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<u64>, D::Error> {
-    match Option::<Value>::deserialize(deserializer)? {
-        None => Ok(None),
-        Some(v) => v
-            .as_u64()
-            .filter(|n| *n >= 1)
-            .map(Some)
-            .ok_or_else(|| serde::de::Error::custom("must be a whole number of at least 1")),
-    }
-}
-
 pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
-    let body: Body = json::read_in(body, "input")?;
+    let WithShared { door: body, shared } =
+        json::read_in::<WithShared<Body, Bounds>>(body, "input")?;
     refuse_unsupported(&body)?;
-    // What the helpers every door shares read, as they read it.
-    let mut shared = Map::new();
-    for (key, value) in [
-        ("temperature", &body.temperature),
-        ("top_p", &body.top_p),
-        ("seed", &body.seed),
-        ("massgen", &body.massgen),
-    ] {
-        if let Some(value) = value {
-            shared.insert(key.into(), value.clone());
-        }
-    }
     let tool_choice_json = body.tool_choice.clone().unwrap_or("auto".into());
     let Tools {
         tools,
@@ -177,7 +159,7 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
     Ok(ResponsesRequest {
         output,
         text,
-        sampling: parse::sampling(&shared)?,
+        sampling: shared.sampling(),
         model: body
             .model
             .as_deref()
@@ -185,8 +167,8 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
             .to_string(),
         stream: body.stream.unwrap_or(false),
         store: body.store.unwrap_or(true),
-        deliberation: parse::native_deliberation(&shared, "reasoning items")?,
-        overrides: parse::overrides(&shared)?,
+        deliberation: shared.massgen.native_deliberation("reasoning items")?,
+        overrides: shared.massgen.overrides(),
         instructions: body.instructions,
         input,
         encrypted_reasoning: body
@@ -198,7 +180,7 @@ pub fn parse(body: &[u8]) -> Result<ResponsesRequest, ApiError> {
         tools,
         tools_json,
         namespaces: Arc::new(namespaces),
-        max_output_tokens: body.max_output_tokens,
+        max_output_tokens: shared.bounds.max_output_tokens,
         previous_response_id: body.previous_response_id,
         metadata: check_metadata(body.metadata)?,
     })
@@ -460,6 +442,11 @@ mod tests {
             Entry::Item(item) => Some(item.clone()),
             _ => None,
         }))
+    }
+
+    #[test]
+    fn the_shared_fields_are_not_the_doors_own() {
+        assert!(parse::overlap::<Body, Bounds>().is_empty());
     }
 
     #[test]

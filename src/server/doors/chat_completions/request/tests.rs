@@ -8,6 +8,11 @@ fn parse_json(v: Value) -> Result<ChatRequest, ApiError> {
 }
 
 #[test]
+fn the_shared_fields_are_not_the_doors_own() {
+    assert!(parse::overlap::<Body, Bounds>().is_empty());
+}
+
+#[test]
 fn splits_system_history_and_question() {
     let req = parse_json(serde_json::json!({
         "model": "massgen",

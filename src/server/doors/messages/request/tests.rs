@@ -25,6 +25,11 @@ fn refusal(v: Value) -> (String, String) {
 }
 
 #[test]
+fn the_shared_fields_are_not_the_doors_own() {
+    assert!(crate::server::doors::parse::overlap::<Body, Bounds>().is_empty());
+}
+
+#[test]
 fn claude_code_shaped_requests_parse() {
     let req = parse_json(json!({
         "model": "claude-opus-4-8", "max_tokens": 32000, "stream": true,

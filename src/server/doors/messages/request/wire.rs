@@ -4,18 +4,18 @@
 //! `context_management`, `top_k`, `cache_control` on any block…); [`Loose`] fields are
 //! those this door has always ignored when misshapen.
 
-use serde::Deserialize;
 use serde::de::IgnoredAny;
-use serde_json::{Map, Value};
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
 
+use crate::server::doors::parse;
 use crate::server::doors::parse::shape::{Loose, Obj, TextOrList};
 
-/// A request body.
+/// A request body (the fields every door shares are read beside it: `parse::Shared`).
 #[derive(Deserialize)]
 pub(super) struct Body {
     pub(super) model: Option<String>,
     pub(super) stream: Option<bool>,
-    pub(super) max_tokens: Option<u64>,
     pub(super) system: Option<TextOrList<Obj<TextBlock>>>,
     pub(super) messages: Option<Vec<Obj<Turn>>>,
     pub(super) tools: Option<Vec<Obj<Tool>>>,
@@ -28,28 +28,28 @@ pub(super) struct Body {
     pub(super) output_format: Option<Obj<Format>>,
     #[serde(default)]
     pub(super) mcp_servers: Loose<Vec<IgnoredAny>>,
-    // Read by the helpers every door shares (`doors::parse`), which take raw JSON values.
-    pub(super) massgen: Option<Value>,
-    pub(super) stop_sequences: Option<Value>,
-    pub(super) temperature: Option<Value>,
-    pub(super) top_p: Option<Value>,
-    pub(super) seed: Option<Value>,
 }
 
-impl Body {
-    /// The fields the shared readers of `doors::parse` take, as the JSON object they read.
-    pub(super) fn shared(&mut self) -> Map<String, Value> {
-        [
-            ("massgen", self.massgen.take()),
-            ("stop_sequences", self.stop_sequences.take()),
-            ("temperature", self.temperature.take()),
-            ("top_p", self.top_p.take()),
-            ("seed", self.seed.take()),
-        ]
-        .into_iter()
-        .filter_map(|(key, value)| Some((key.to_string(), value?)))
-        .collect()
-    }
+/// The answer's bounds as Messages names them.
+#[derive(Default, Deserialize)]
+#[serde(default)]
+pub(super) struct Bounds {
+    /// Required by `/v1/messages`, not by `count_tokens`: checked by the route.
+    #[serde(deserialize_with = "max_tokens")]
+    pub(super) max_tokens: Option<u64>,
+    #[serde(deserialize_with = "stop_sequences")]
+    pub(super) stop_sequences: Vec<String>,
+}
+
+/// Anthropic's bound on `stop_sequences`.
+const MAX_STOP_SEQUENCES: usize = 16;
+
+fn max_tokens<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    parse::count(d, "max_tokens")
+}
+
+fn stop_sequences<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<String>, D::Error> {
+    parse::stops(d, "stop_sequences", MAX_STOP_SEQUENCES, false)
 }
 
 /// Where only text goes (`system`, a search result's content).
