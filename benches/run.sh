@@ -5,8 +5,9 @@
 #
 #   benches/run.sh [NAME] [extra driver flags…]      e.g. benches/run.sh baseline
 #
-# The server under test (and Python MassGen) runs pinned to CPU 0; the driver, the
-# simulator and wrk run pinned to CPU 1. Set SKIP_PYTHON=1 or SKIP_WRK=1 to leave those out.
+# The server under test (and Python MassGen, and nginx) runs pinned to CPU 0; the driver,
+# the simulator and wrk run pinned to CPU 1. Set SKIP_PYTHON=1, SKIP_WRK=1 or SKIP_NGINX=1
+# to leave those out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 name="${1:-latest}"
@@ -22,6 +23,16 @@ if [[ "${SKIP_WRK:-0}" != 1 ]]; then
       || sudo sh -c 'apt-get update -qq && apt-get install -y -qq wrk' >/dev/null
   fi
   flags+=(--wrk "$(command -v wrk)")
+fi
+# (7) pass-through at the floor: nginx as the reverse proxy the server is compared with.
+if [[ "${SKIP_NGINX:-0}" != 1 ]]; then
+  nginx=$(PATH="$PATH:/usr/sbin:/sbin" command -v nginx || true)
+  if [[ -z "$nginx" ]]; then
+    (apt-get update -qq && apt-get install -y -qq nginx-light) >/dev/null 2>&1 \
+      || sudo sh -c 'apt-get update -qq && apt-get install -y -qq nginx-light' >/dev/null
+    nginx=$(PATH="$PATH:/usr/sbin:/sbin" command -v nginx)
+  fi
+  flags+=(--nginx "$nginx")
 fi
 if [[ "${SKIP_PYTHON:-0}" != 1 ]]; then
   venv="${MASSGEN_REF_VENV:-/tmp/massgen-ref-venv}"

@@ -67,6 +67,27 @@ struct Args {
     /// A massgen binary from before issue 10, measured side by side in (6).
     #[arg(long)]
     baseline: Option<PathBuf>,
+    /// (7) the server's panel config for the pass-through at the floor; its agent reads
+    /// ${MASSGEN_BENCH_UPSTREAM} and ${MASSGEN_BENCH_MODEL}.
+    #[arg(long, default_value = "benches/panels/one-agent-pass.yaml")]
+    floor_panel: PathBuf,
+    /// nginx for (7)'s reverse-proxy rows (without it they are left out).
+    #[arg(long)]
+    nginx: Option<PathBuf>,
+    #[arg(long, default_value_t = 20)]
+    floor_ttft_ms: u64,
+    #[arg(long, default_value_t = 1)]
+    floor_token_ms: u64,
+    #[arg(long, default_value_t = 8)]
+    floor_words: u64,
+    /// Concurrent connections of (7)'s steps, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "1,16,64")]
+    floor_connections: Vec<usize>,
+    #[arg(long, default_value_t = 10)]
+    floor_seconds: u64,
+    /// Rounds of (7): every target at every count, interleaved, once per round.
+    #[arg(long, default_value_t = 2)]
+    floor_rounds: usize,
     /// The command line to print in the results.
     #[arg(long, default_value = "benches/run.sh")]
     command: String,
@@ -109,6 +130,18 @@ async fn main() -> std::process::ExitCode {
         only: a.only,
         efficiency_sessions: a.efficiency_sessions,
         baseline: a.baseline,
+        floor: driver::floor::FloorSettings {
+            panel: a.floor_panel,
+            nginx: a.nginx,
+            latency: Latency {
+                ttft_ms: a.floor_ttft_ms,
+                token_ms: a.floor_token_ms,
+                words: a.floor_words,
+            },
+            connections: a.floor_connections,
+            seconds: a.floor_seconds,
+            rounds: a.floor_rounds,
+        },
     };
     match driver::run(&settings).await {
         Ok(results) => {

@@ -4,7 +4,9 @@
 
 pub mod client;
 pub mod efficiency;
+pub mod floor;
 pub mod mock;
+pub mod nginx;
 pub mod passthrough;
 pub mod python_serve;
 pub mod reference;
@@ -12,6 +14,7 @@ pub mod report;
 pub mod scenarios;
 pub mod server;
 pub mod stats;
+pub mod stream_load;
 
 use std::path::PathBuf;
 
@@ -42,12 +45,14 @@ pub struct Settings {
     pub reference_rust_sessions: usize,
     pub command: String,
     /// Run only these measurements (`coordination`, `pass`, `scale`, `reference`,
-    /// `efficiency`); empty: all.
+    /// `efficiency`, `floor`); empty: all.
     pub only: Vec<String>,
     /// Sessions per row of (6); 0 leaves it out.
     pub efficiency_sessions: usize,
     /// The server before issue 10, measured side by side in (6).
     pub baseline: Option<PathBuf>,
+    /// (7) pass-through at the floor: the server's panel, nginx, the stream and the steps.
+    pub floor: floor::FloorSettings,
 }
 
 impl Settings {
@@ -172,6 +177,22 @@ pub async fn run(s: &Settings) -> Result<report::Results, String> {
     } else {
         None
     };
+    let floor = if s.wants("floor") {
+        eprintln!(
+            "(7) pass-through at the floor: {} round(s) of {:?} connections, {} s per step{}",
+            s.floor.rounds,
+            s.floor.connections,
+            s.floor.seconds,
+            if s.floor.nginx.is_some() {
+                ""
+            } else {
+                " (no nginx)"
+            }
+        );
+        Some(floor::run(&env, &s.floor).await?)
+    } else {
+        None
+    };
     let results = report::Results {
         name: s.name.clone(),
         command: s.command.clone(),
@@ -183,6 +204,7 @@ pub async fn run(s: &Settings) -> Result<report::Results, String> {
         scale,
         reference,
         efficiency,
+        floor,
     };
     report::write(&results, &s.results)?;
     Ok(results)

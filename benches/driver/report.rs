@@ -31,6 +31,7 @@ pub struct Results {
     pub scale: Option<Scale>,
     pub reference: Option<Reference>,
     pub efficiency: Option<Vec<super::efficiency::Row>>,
+    pub floor: Option<super::floor::Floor>,
 }
 
 fn read(path: &str) -> String {
@@ -188,6 +189,13 @@ pub fn markdown(r: &Results) -> String {
             m,
             "\n## 6. Efficiency: the protocol's shape (non-streamed, sequential sessions)\n\n{}",
             super::efficiency::table(rows)
+        );
+    }
+    if let Some(f) = &r.floor {
+        let _ = writeln!(
+            m,
+            "\n## 7. Pass-through at the floor (streamed, one upstream call per request)\n\n{}",
+            super::floor::table(f)
         );
     }
     let _ = writeln!(m, "\n## Details\n");

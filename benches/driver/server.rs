@@ -1,5 +1,5 @@
 //! The system under test as a child process: `massgen serve`, optionally pinned with
-//! `taskset`, and its memory from /proc.
+//! `taskset`, and its memory from /proc; `massgen mock-upstream` as a process of its own.
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -39,13 +39,22 @@ impl Server {
         cpus: Option<&str>,
         log: &Path,
     ) -> Result<Self, String> {
-        let log_file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        Self::start_with_env(bin, config, cpus, log, &[])
+    }
+
+    /// [`Server::start`] with `env` added to the server's environment (a panel config's
+    /// `${VAR}`s).
+    pub fn start_with_env(
+        bin: &Path,
+        config: &Path,
+        cpus: Option<&str>,
+        log: &Path,
+        env: &[(&str, String)],
+    ) -> Result<Self, String> {
         let mut cmd = pinned(bin, cpus);
         cmd.args(["serve", "--host", "127.0.0.1", "--port", "0", "--config"])
             .arg(config)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::from(log_file));
+            .envs(env.iter().map(|(k, v)| (k, v)));
         // The default engine (SQLite), in a fresh file beside the log: runs do not share
         // records. MASSGEN_SERVER_RECORDS_DB in the driver's environment overrides it.
         if std::env::var_os("MASSGEN_SERVER_RECORDS_DB").is_none() {
@@ -55,15 +64,37 @@ impl Server {
                 format!("sqlite://{}", db.display()),
             );
         }
+        Self::spawn(cmd, "massgen listening on ", log, bin)
+    }
+
+    /// `massgen mock-upstream` as a process of its own on a free port (it inherits the
+    /// driver's CPU affinity).
+    pub fn mock_upstream(bin: &Path, log: &Path) -> Result<Self, String> {
+        let mut cmd = Command::new(bin);
+        cmd.args(["mock-upstream", "--host", "127.0.0.1", "--port", "0"]);
+        Self::spawn(cmd, "mock-upstream listening on ", log, bin)
+    }
+
+    /// Runs `cmd` (stderr to `log`) until it prints `prefix` and its URL on stdout.
+    fn spawn(
+        mut cmd: Command,
+        prefix: &'static str,
+        log: &Path,
+        bin: &Path,
+    ) -> Result<Self, String> {
+        let log_file = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::from(log_file));
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
         let stdout = child.stdout.take().ok_or("no stdout")?;
         let (tx, rx) = mpsc::channel();
-        // Keeps draining stdout so the server never blocks on a full pipe.
+        // Keeps draining stdout so the process never blocks on a full pipe.
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                if let Some(url) = line.strip_prefix("massgen listening on ") {
+                if let Some(url) = line.strip_prefix(prefix) {
                     let _ = tx.send(url.trim().to_string());
                 }
             }
@@ -74,7 +105,8 @@ impl Server {
                 let _ = child.kill();
                 let _ = child.wait();
                 Err(format!(
-                    "massgen serve did not start (see {})",
+                    "{} did not start (see {})",
+                    bin.display(),
                     log.display()
                 ))
             }
@@ -127,4 +159,21 @@ pub fn cpu_ms(pid: u32) -> Option<f64> {
     let utime: f64 = fields.get(11)?.parse().ok()?;
     let stime: f64 = fields.get(12)?.parse().ok()?;
     Some((utime + stime) * 10.0)
+}
+
+/// CPU time of a process's live threads so far, in µs, from each thread's schedstat (ns,
+/// where /proc/PID/stat counts 10 ms ticks). A thread that exits takes its time with it:
+/// compare with [`cpu_ms`] over the same span.
+pub fn cpu_us_threads(pid: u32) -> Option<f64> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let mut ns: u64 = 0;
+    for task in tasks.flatten() {
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        ns += stat
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    Some(ns as f64 / 1e3)
 }

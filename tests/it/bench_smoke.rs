@@ -53,6 +53,15 @@ async fn the_benchmark_runs_at_tiny_sizes() {
         // Seconds per session by design (0.4–1.0 s calls): run by benches/run.sh only.
         efficiency_sessions: 0,
         baseline: None,
+        // No nginx here: the floor's own rows (direct, server) still run end to end.
+        floor: driver::floor::FloorSettings {
+            panel: PathBuf::from("benches/panels/one-agent-pass.yaml"),
+            nginx: None,
+            latency: fast,
+            connections: vec![1, 2],
+            seconds: 1,
+            rounds: 1,
+        },
     };
     let results = driver::run(&settings).await.unwrap();
     let c = results.coordination.as_ref().unwrap();
@@ -72,7 +81,25 @@ async fn the_benchmark_runs_at_tiny_sizes() {
     if let Some(p) = &results.pass_through {
         assert!(p.steps.iter().all(|s| s.requests > 0));
     }
+    let floor = results.floor.as_ref().unwrap();
+    assert_eq!(
+        floor.steps.len(),
+        4,
+        "direct and server at 1 and 2 connections"
+    );
+    for st in &floor.steps {
+        assert!(st.requests > 0 && st.errors == 0, "{st:?}");
+        assert_eq!(st.upstream_calls_per_request, 1.0, "{st:?}");
+        assert!(st.first_token_ms.n > 0, "{st:?}");
+    }
+    assert!(floor.client_prompt_tokens > 0);
+    assert!(
+        floor.upstream_body.contains("sim-p:"),
+        "{}",
+        floor.upstream_body
+    );
     let md = std::fs::read_to_string(dir.path().join("results/smoke.md")).unwrap();
+    assert!(md.contains("## 7. Pass-through at the floor"));
     assert!(md.contains("| 1. coordination overhead"));
     let json: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.path().join("results/smoke.json")).unwrap(),

@@ -27,6 +27,9 @@
 //! retry_after=S    retry-after seconds (429 default 1; 503 only when given)
 //! retry_after_ms=MS  sends retry-after-ms (and no default retry-after)
 //! reasoning=on|off (off)   usage=on|off (on)
+//! batch=on|off     off: each streamed event is its own write; on: the whole stream in one
+//!                  write once its last event is produced, as Nagle's algorithm delivered a
+//!                  short stream on a reused connection (flush.rs)                  (off)
 //! accuracy=P       a number from 0 to 1 (none): when the question holds `[sim:truth=V]`,
 //!                  every answer ends with a line `Answer: V` with probability P, else
 //!                  `Answer: <distractor>` (V+1 for an integer, `not V` otherwise); a judge
@@ -56,6 +59,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "accuracy",
     "seed",
     "call",
+    "batch",
 ];
 
 const MAX_WORDS: usize = 100_000;
@@ -84,6 +88,8 @@ pub struct Behaviour {
     pub seed: u64,
     /// `client_tool` calls the first offered tool whose name starts with this.
     pub call: Option<String>,
+    /// A streamed body in one write at its end instead of one write per event.
+    pub batch: bool,
 }
 
 /// A probability in [0, 1]. Its own type so that [`Behaviour`] stays `Eq`: NaN, the one
@@ -167,6 +173,7 @@ impl Default for Behaviour {
             accuracy: None,
             seed: 0,
             call: None,
+            batch: false,
         }
     }
 }
@@ -282,6 +289,7 @@ impl Behaviour {
             "retry_after_ms" => self.retry_after_ms = Some(number(key, value, MAX_DELAY_MS)?),
             "reasoning" => self.reasoning = switch(key, value)?,
             "usage" => self.usage = switch(key, value)?,
+            "batch" => self.batch = switch(key, value)?,
             "accuracy" => {
                 let p = value.parse::<f64>().ok().and_then(Accuracy::new);
                 match p {
@@ -338,13 +346,13 @@ mod tests {
         assert_eq!(b.words, 30);
         assert_eq!(b.policy, Policy::Auto);
         assert_eq!(b.fault, Fault::None);
-        assert!(b.usage && !b.reasoning);
+        assert!(b.usage && !b.reasoning && !b.batch);
     }
 
     #[test]
     fn options_are_parsed() {
         let b = Behaviour::parse(
-            "sim-a:ttft_ms=300, token_ms=20,vote=agent2,fault=429,fault_times=2,retry_after_ms=50,reasoning=on,usage=off,policy=copy,words=7",
+            "sim-a:ttft_ms=300, token_ms=20,vote=agent2,fault=429,fault_times=2,retry_after_ms=50,reasoning=on,usage=off,policy=copy,words=7,batch=on",
         )
         .unwrap();
         assert_eq!(b.ttft, Duration::from_millis(300));
@@ -355,7 +363,7 @@ mod tests {
         assert_eq!(b.retry_after_ms, Some(50));
         assert_eq!(b.policy, Policy::Copy);
         assert_eq!(b.words, 7);
-        assert!(b.reasoning && !b.usage);
+        assert!(b.reasoning && !b.usage && b.batch);
     }
 
     #[test]
@@ -368,6 +376,8 @@ mod tests {
         assert!(Behaviour::parse("sim:fault=teapot").is_err());
         assert!(Behaviour::parse("sim:words").is_err());
         assert!(Behaviour::parse("sim:words=1,words=2").is_err());
+        let e = Behaviour::parse("sim:batch=yes").unwrap_err();
+        assert!(e.message.contains("batch=yes"), "{}", e.message);
         assert!(Behaviour::parse(":words=1").is_err());
     }
 

@@ -5,8 +5,9 @@
 //! Used by `massgen serve --demo`, black-box tests and benchmarks. The `model` string of a
 //! request is `<name>[:key=value[,key=value…]]` (grammar in [`behaviour`]); every text it
 //! writes is marked `[simulated]`, and every response carries `x-massgen-simulated: true`.
-//! It serves HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port ([`listen`]), and
-//! counts the model calls of each HTTP version in its stats.
+//! It serves HTTP/1.1 and HTTP/2 with prior knowledge (h2c) on one port ([`listen`]), with
+//! `TCP_NODELAY` and each streamed event its own write ([`flush`]) as a provider streams,
+//! and counts the model calls of each HTTP version in its stats.
 //! A forced `tool_choice` is obeyed in every format ([`forced`]): the reply is a call of
 //! that tool with arguments valid for its schema ([`instance`]).
 //! With `accuracy=P` a model answers a question carrying `[sim:truth=V]` right with
@@ -17,6 +18,7 @@
 //! without sharing a line of the code under test.
 
 pub mod behaviour;
+pub mod flush;
 pub mod forced;
 pub mod instance;
 pub mod listen;

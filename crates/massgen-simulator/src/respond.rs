@@ -273,6 +273,7 @@ pub fn stream(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Response {
         })
     };
     let (fault, ttft, gap) = (ctx.fault, ctx.behaviour.ttft, ctx.behaviour.token_delay);
+    let batch = ctx.behaviour.batch;
     let events = r.events;
     let finish_reason = r.finish_reason;
     let done = Bytes::from_static(b"data: [DONE]\n\n");
@@ -314,7 +315,7 @@ pub fn stream(ctx: Ctx, plan: &Plan, mut guard: RequestGuard) -> Response {
         yield done;
     };
     // On shutdown every open stream ends, so graceful shutdown cannot wait on `hang`.
-    let body = body
+    let body = super::flush::frames(body, batch)
         .take_until(ctx.shutdown.cancelled_owned())
         .map(Ok::<_, Infallible>);
     (

@@ -118,7 +118,7 @@ pub fn stream(
     shutdown: CancellationToken,
     mut guard: RequestGuard,
 ) -> Response {
-    let (ttft, gap) = (behaviour.ttft, behaviour.token_delay);
+    let (ttft, gap, batch) = (behaviour.ttft, behaviour.token_delay, behaviour.batch);
     let body = async_stream::stream! {
         if fault == Fault::Hang {
             std::future::pending::<()>().await;
@@ -158,7 +158,7 @@ pub fn stream(
         }
         guard.finish();
     };
-    let body = body
+    let body = crate::flush::frames(body, batch)
         .take_until(shutdown.cancelled_owned())
         .map(Ok::<_, Infallible>);
     (
