@@ -76,7 +76,7 @@ fn app_with(agents: &[(&str, Scripted)], settings: ServerSettings) -> axum::Rout
             .map(|(id, p)| (id.to_string(), p.clone()))
             .collect(),
     );
-    let records = massgen::app::records::RecordStore::memory(&settings.production);
+    let records = massgen::app::store::RecordStore::memory(&settings.production);
     let app = massgen::app::App::new(massgen::app::AppParts {
         catalog,
         settings,

@@ -5,7 +5,7 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
@@ -14,6 +14,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::{Notify, watch};
 
 use crate::app::Caller;
+use crate::app::store::lock;
 
 /// Events kept per session; the rest (token deltas of a very long answer) are counted only.
 pub const MAX_EVENTS: usize = 20_000;
@@ -332,8 +333,4 @@ fn keep_question(info: &mut SessionInfo) {
         question.truncate(cut);
         question.shrink_to_fit();
     }
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -9,10 +9,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::RecordDb;
-use super::flush::{Batch, SessionWrite};
-use crate::app::records::held::Live;
-use crate::app::records::live::Dirty;
+use super::held::Live;
+use super::live::Dirty;
+use super::rows::{Batch, SessionWrite};
+use crate::app::store::db::RecordDb;
 
 /// How long the writer gathers after the first new event: at most this much is lost in a
 /// crash, and a busy server writes a few batches a second, not one per event.
@@ -153,5 +153,75 @@ impl Writer {
             queued = self.dirty.len(),
             "exiting with session records the database has not taken: their last events are lost"
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use massgen_core::coordination::SessionEvent;
+
+    use super::*;
+    use crate::app::Caller;
+    use crate::app::store::db::now_ms;
+    use crate::app::store::db::upkeep::Upkeep;
+    use crate::app::store::sessions::{RecordStore, SessionInfo, event, failed};
+    use crate::config::RecordsDb;
+
+    fn upkeep() -> Upkeep {
+        Upkeep {
+            heartbeat: Duration::from_secs(3600),
+            interrupted_after: Duration::from_secs(60),
+            max_age: Duration::from_secs(3600),
+            max_sessions: 100,
+            retain: true,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_shutdown_waits_for_the_batch_in_flight() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Arc::new(
+            RecordDb::open(&RecordsDb::Sqlite(dir.path().join("records.db")))
+                .await
+                .unwrap(),
+        );
+        let store = Arc::new(RecordStore::with_db(Arc::clone(&db), upkeep(), 10, None));
+        let writer = store.writer().unwrap();
+        // A batch in flight: the writer holds the lock and took the ids off the queue.
+        let in_flight = writer.busy.lock().await;
+        let info = SessionInfo {
+            created_ms: now_ms(),
+            ..SessionInfo::default()
+        };
+        let r = store.insert_with("s1".into(), Caller::default(), info);
+        r.push(SessionEvent {
+            session_id: "s1".into(),
+            ..event(0, failed())
+        });
+        let taken = writer.dirty.take();
+        assert_eq!(taken.len(), 1);
+        let closing = tokio::spawn({
+            let store = Arc::clone(&store);
+            async move { store.close(Duration::from_secs(10)).await }
+        });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !closing.is_finished(),
+            "the shutdown returned while a batch was being written"
+        );
+        // That batch failed: its record is queued again, and the shutdown writes it.
+        r.unqueue();
+        r.mark_dirty();
+        drop(in_flight);
+        drop(r);
+        tokio::time::timeout(Duration::from_secs(10), closing)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(store.is_empty(), "written and let go");
+        let back = store.find("s1", &Caller::default()).await.unwrap().unwrap();
+        assert_eq!(back.summary().status, "failed");
     }
 }

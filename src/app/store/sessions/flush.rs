@@ -3,83 +3,24 @@
 //! events before it. Whatever else must be committed with the events (per-owner spend)
 //! is one more step of that function.
 
-use std::sync::Arc;
-
 use massgen_core::coordination::SessionEvent;
 use sqlx::{Any, Transaction};
 
-use super::rows::{StoredInfo, StoredSummary, to_db};
-use super::{Engine, RecordDb};
-use crate::app::records::{SessionInfo, Summary};
+use super::rows::{Batch, SessionWrite, StoredSummary};
+use crate::app::store::db::listen::notify;
+use crate::app::store::db::sql::{placeholders, shaped_chunks, to_db};
+use crate::app::store::db::{Engine, RecordDb, safe_error};
+use crate::app::store::spend;
 
 /// Event rows per INSERT statement at most (4 parameters each: far below both engines'
 /// limits).
 const ROWS_PER_INSERT: usize = 128;
 
-/// One session's part of a batch.
-pub struct SessionWrite {
-    pub id: Arc<str>,
-    pub owner: String,
-    /// Written with the session's first batch only (the row's `info` never changes).
-    pub(super) info: Option<StoredInfo>,
-    pub door: String,
-    pub model: String,
-    pub panel: String,
-    pub created_ms: u64,
-    pub summary: Summary,
-    pub dropped: u64,
-    pub events: Vec<Arc<SessionEvent>>,
-}
-
-impl SessionWrite {
-    pub fn new(
-        id: Arc<str>,
-        owner: &str,
-        info: &SessionInfo,
-        first: bool,
-        summary: Summary,
-        dropped: u64,
-        events: Vec<Arc<SessionEvent>>,
-    ) -> Self {
-        Self {
-            id,
-            owner: owner.to_string(),
-            info: first.then(|| StoredInfo::of(info)),
-            door: text_column(&info.door),
-            model: text_column(&info.model),
-            panel: text_column(&info.panel),
-            created_ms: info.created_ms,
-            summary,
-            dropped,
-            events,
-        }
-    }
-}
-
-/// A value for a plain TEXT column. PostgreSQL refuses NUL in text (SQLite takes it), and
-/// `model` is whatever the client sent: one such request would fail its batch on every
-/// retry and stop the replica's records. (JSON columns escape it as `\u0000`.)
-fn text_column(value: &str) -> String {
-    value.replace('\0', "\u{FFFD}")
-}
-
-/// What one transaction writes.
-#[derive(Default)]
-pub struct Batch {
-    pub sessions: Vec<SessionWrite>,
-}
-
-impl Batch {
-    pub fn events(&self) -> usize {
-        self.sessions.iter().map(|s| s.events.len()).sum()
-    }
-}
-
 impl RecordDb {
     /// Commits `batch` in one transaction: all of it or nothing (the writer retries the
     /// whole batch; events are keyed by `(session_id, seq)`, so a retry after a commit
     /// whose answer was lost writes nothing twice).
-    pub async fn flush(&self, batch: &Batch) -> Result<(), sqlx::Error> {
+    pub(in crate::app::store) async fn flush(&self, batch: &Batch) -> Result<(), sqlx::Error> {
         let mut tx = self.pool().begin().await?;
         match self.write(&mut tx, batch).await {
             // A failed commit leaves the transaction to sqlx's drop, which rolls back
@@ -94,7 +35,7 @@ impl RecordDb {
                     Ok(Ok(())) => {}
                     Ok(Err(r)) => tracing::debug!(
                         "rollback after a failed batch failed (the connection is closed): {}",
-                        super::safe_error(&r)
+                        safe_error(&r)
                     ),
                     Err(_) => tracing::debug!("rollback after a failed batch timed out"),
                 }
@@ -110,7 +51,7 @@ impl RecordDb {
     ) -> Result<(), sqlx::Error> {
         // Before the events go in: it skips those a lost commit answer already stored.
         let engine = self.engine();
-        super::spend::add(tx, engine, batch).await?;
+        spend::add(tx, engine, batch).await?;
         // Every session of the batch in a few multi-row statements, not two per session:
         // on SQLite each statement is a round trip to sqlx's worker thread (two context
         // switches), and those were most of the records' CPU per session.
@@ -129,58 +70,6 @@ const ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Session rows per INSERT statement at most (12 parameters each).
 const SESSIONS_PER_UPSERT: usize = 32;
-
-/// `items` in chunks whose lengths are powers of two, at most `max` (a power of two): a
-/// multi-row statement then has one of a few shapes (8 for 128), which the connection's
-/// statement cache keeps prepared. A chunk of every length would prepare a new statement
-/// most batches and push the cache's other statements out.
-pub(super) fn shaped_chunks<T>(items: &[T], max: usize) -> impl Iterator<Item = &[T]> {
-    let mut rest = items;
-    std::iter::from_fn(move || {
-        if rest.is_empty() {
-            return None;
-        }
-        let fits = rest.len().min(max);
-        // The largest power of two not above `fits` (≥ 1, as `fits` ≥ 1).
-        let size = 1usize << (usize::BITS - 1 - fits.leading_zeros());
-        let (chunk, after) = rest.split_at(size);
-        rest = after;
-        Some(chunk)
-    })
-}
-
-/// One parameter: `$n` for PostgreSQL; SQLite's anonymous `?`, because sqlx binds a
-/// numbered SQLite parameter by asking SQLite for its name, a scan of the statement's
-/// names: quadratic in the parameters (measured: at 800 parameters a third of the writer
-/// thread's CPU went to that lookup).
-pub(super) fn parameter(sql: &mut String, engine: Engine, n: usize) {
-    match engine {
-        Engine::Postgres => {
-            sql.push('$');
-            sql.push_str(&n.to_string());
-        }
-        Engine::Sqlite => sql.push('?'),
-    }
-}
-
-/// `($1, $2, …), ($n+1, …)`: `rows` groups of `columns` parameters.
-pub(super) fn placeholders(engine: Engine, rows: usize, columns: usize) -> String {
-    let mut sql = String::with_capacity(rows * columns * 5);
-    for row in 0..rows {
-        if row > 0 {
-            sql.push_str(", ");
-        }
-        sql.push('(');
-        for column in 0..columns {
-            if column > 0 {
-                sql.push_str(", ");
-            }
-            parameter(&mut sql, engine, row * columns + column + 1);
-        }
-        sql.push(')');
-    }
-    sql
-}
 
 async fn upsert_sessions(
     tx: &mut Transaction<'static, Any>,
@@ -280,58 +169,4 @@ async fn insert_events(
         query.execute(&mut **tx).await?;
     }
     Ok(())
-}
-
-/// PostgreSQL: tells every replica's listener which sessions changed; delivered at
-/// commit, so a woken reader finds the rows.
-pub(super) async fn notify<'a>(
-    tx: &mut Transaction<'static, Any>,
-    ids: impl Iterator<Item = &'a str>,
-) -> Result<(), sqlx::Error> {
-    for id in ids {
-        // Counted, not selected: the `Any` driver has no type for pg_notify's `void`.
-        sqlx::query("SELECT COUNT(*) FROM (SELECT pg_notify($1, $2)) AS sent")
-            .bind(super::upkeep::CHANNEL)
-            .bind(id)
-            .execute(&mut **tx)
-            .await?;
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn chunks_take_a_few_shapes_and_cover_every_item() {
-        let items: Vec<usize> = (0..300).collect();
-        let sizes: Vec<usize> = super::shaped_chunks(&items, 128).map(<[_]>::len).collect();
-        assert_eq!(sizes, [128, 128, 32, 8, 4]);
-        let joined: Vec<usize> = super::shaped_chunks(&items, 128)
-            .flatten()
-            .copied()
-            .collect();
-        assert_eq!(joined, items);
-        assert_eq!(super::shaped_chunks(&items[..0], 128).count(), 0);
-        let one: Vec<usize> = super::shaped_chunks(&items[..1], 128)
-            .map(<[_]>::len)
-            .collect();
-        assert_eq!(one, [1]);
-    }
-
-    #[test]
-    fn placeholders_number_every_row() {
-        use super::Engine::{Postgres, Sqlite};
-        assert_eq!(
-            super::placeholders(Postgres, 2, 3),
-            "($1, $2, $3), ($4, $5, $6)"
-        );
-        assert_eq!(super::placeholders(Sqlite, 2, 2), "(?, ?), (?, ?)");
-        assert_eq!(super::placeholders(Postgres, 1, 1), "($1)");
-    }
-
-    #[test]
-    fn text_columns_never_carry_nul() {
-        assert_eq!(super::text_column("gpt\0x"), "gpt\u{FFFD}x");
-        assert_eq!(super::text_column("massgen/team"), "massgen/team");
-    }
 }

@@ -10,12 +10,13 @@ use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 
 use super::cursor::Cursor;
-use super::db::upkeep::Upkeep;
-use super::db::writer::Writer;
-use super::db::{RecordDb, StoredSession};
 use super::held::Live;
 use super::live::{Dirty, MAX_EVENTS, SessionInfo, SessionRecord};
+use super::read::StoredSession;
+use super::writer::Writer;
 use crate::app::Caller;
+use crate::app::store::db::upkeep::Upkeep;
+use crate::app::store::db::{RecordDb, safe_error};
 
 pub struct RecordStore {
     live: Arc<Live>,
@@ -322,7 +323,7 @@ impl Drop for RecordStore {
 }
 
 fn read_failed(e: sqlx::Error) -> ReadError {
-    tracing::warn!("cannot read session records: {}", super::db::safe_error(&e));
+    tracing::warn!("cannot read session records: {}", safe_error(&e));
     ReadError
 }
 
@@ -337,14 +338,14 @@ fn stored_record(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::app::records::QUESTION_KEPT_BYTES;
+    use crate::app::store::sessions::QUESTION_KEPT_BYTES;
     use massgen_core::coordination::{
         AgentRef, EventKind, SessionError, SessionErrorKind, SessionEvent,
     };
     use massgen_core::provider::Usage;
     use sha2::{Digest, Sha256};
 
-    pub(in crate::app::records) fn event(seq: u64, kind: EventKind) -> SessionEvent {
+    pub(in crate::app::store) fn event(seq: u64, kind: EventKind) -> SessionEvent {
         SessionEvent {
             seq,
             at_ms: 0,
@@ -353,7 +354,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::app::records) fn failed() -> EventKind {
+    pub(in crate::app::store) fn failed() -> EventKind {
         EventKind::SessionFailed {
             error: SessionError {
                 kind: SessionErrorKind::Cancelled,
