@@ -4,9 +4,11 @@
 //! reservations; [`evals`]: `massgen eval` runs and their items; [`responses`]: stored
 //! Responses API responses. [`db`] is the database they share (`--records-db`: SQLite,
 //! or PostgreSQL shared by replicas): connecting, the schema, the file lock, the
-//! replicas' notifications and the upkeep timer. Nothing here knows an edge: the doors and
-//! `massgen eval` read and write through these modules' public types.
+//! replicas' notifications and the upkeep timer. [`batch`] is the one background writer
+//! the records and the stored responses are committed by. Nothing here knows an edge: the
+//! doors and `massgen eval` read and write through these modules' public types.
 
+pub mod batch;
 pub mod db;
 pub mod evals;
 pub mod responses;

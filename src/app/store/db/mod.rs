@@ -251,6 +251,25 @@ impl RecordDb {
     }
 }
 
+/// How long a rollback after a failed batch may take (a cut PostgreSQL link otherwise
+/// holds the writer until TCP notices).
+const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Rolls a failed batch's transaction back now, before the writer's retry: the retry must
+/// not find this transaction still holding the write lock. A rollback that fails (SQLite
+/// may already have ended the transaction itself) leaves the connection in a transaction,
+/// and the pool closes it on release.
+pub(in crate::app::store) async fn roll_back(tx: sqlx::Transaction<'static, sqlx::Any>) {
+    match tokio::time::timeout(ROLLBACK_TIMEOUT, tx.rollback()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(r)) => tracing::debug!(
+            "rollback after a failed batch failed (the connection is closed): {}",
+            safe_error(&r)
+        ),
+        Err(_) => tracing::debug!("rollback after a failed batch timed out"),
+    }
+}
+
 /// An sqlx error as we log it: its text, which for a connection error names the
 /// problem, not the URL (sqlx never prints the password; this is the one place that
 /// would have to change if it did).

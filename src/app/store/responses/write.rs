@@ -9,13 +9,10 @@ use sqlx::{Any, Row, Transaction};
 
 use super::{IDS_PER_QUERY, ResponseRow, placeholders, text_column};
 use crate::app::store::db::sql::to_db;
-use crate::app::store::db::{RecordDb, now_ms, safe_error};
+use crate::app::store::db::{RecordDb, now_ms, roll_back};
 
 /// Item rows per INSERT statement (4 parameters each).
 const ITEMS_PER_INSERT: usize = 200;
-/// How long a rollback after a failed batch may take (a cut PostgreSQL link otherwise
-/// holds the writer until TCP notices).
-const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(5);
 
 impl RecordDb {
     /// Writes `rows` in one transaction (again: the newer row wins, so a retry after a
@@ -32,11 +29,7 @@ impl RecordDb {
         match result {
             Ok(()) => tx.commit().await,
             Err(e) => {
-                // Rolled back before the retry, which must not find this transaction
-                // still holding SQLite's write lock (see `flush`).
-                if let Ok(Err(r)) = tokio::time::timeout(ROLLBACK_TIMEOUT, tx.rollback()).await {
-                    tracing::debug!("rollback of stored responses failed: {}", safe_error(&r));
-                }
+                roll_back(tx).await;
                 Err(e)
             }
         }

@@ -9,7 +9,7 @@ use sqlx::{Any, Transaction};
 use super::rows::{Batch, SessionWrite, StoredSummary};
 use crate::app::store::db::listen::notify;
 use crate::app::store::db::sql::{placeholders, shaped_chunks, to_db};
-use crate::app::store::db::{Engine, RecordDb, safe_error};
+use crate::app::store::db::{Engine, RecordDb, roll_back};
 use crate::app::store::spend;
 
 /// Event rows per INSERT statement at most (4 parameters each: far below both engines'
@@ -27,18 +27,7 @@ impl RecordDb {
             // what is still open; the pool closes the connection if that fails.
             Ok(()) => tx.commit().await,
             Err(e) => {
-                // Rolled back now, before the writer's retry: the retry must not find
-                // this transaction still holding the write lock. A rollback that fails
-                // (SQLite may already have ended the transaction itself) leaves the
-                // connection in a transaction, and the pool closes it on release.
-                match tokio::time::timeout(ROLLBACK_TIMEOUT, tx.rollback()).await {
-                    Ok(Ok(())) => {}
-                    Ok(Err(r)) => tracing::debug!(
-                        "rollback after a failed batch failed (the connection is closed): {}",
-                        safe_error(&r)
-                    ),
-                    Err(_) => tracing::debug!("rollback after a failed batch timed out"),
-                }
+                roll_back(tx).await;
                 Err(e)
             }
         }
@@ -63,10 +52,6 @@ impl RecordDb {
         Ok(())
     }
 }
-
-/// How long a rollback after a failed batch may take (a cut PostgreSQL link otherwise
-/// holds the writer until TCP notices).
-const ROLLBACK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Session rows per INSERT statement at most (12 parameters each).
 const SESSIONS_PER_UPSERT: usize = 32;

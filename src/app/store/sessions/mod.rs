@@ -9,8 +9,8 @@
 //! In memory: `live` (one record), `held` (the records held, bounded), `store`
 //! ([`RecordStore`], what the rest of the application uses), `cursor`, `view` (the JSON of
 //! the routes) and `files` (`--records-dir`). In the database: `rows` (a session's row),
-//! `read` (the routes' reads), `flush` (one batch's transaction) and `writer` (the task
-//! that commits the records' new events).
+//! `read` (the routes' reads), `flush` (one batch's transaction) and `writer` (the records
+//! as a kind of row for the store's batch writer).
 
 mod cursor;
 mod files;

@@ -1,10 +1,9 @@
-//! The writer: one task per process that commits the new events of live records. The tee
-//! only queues a record (see `SessionRecord::mark_dirty`); the writer waits a moment to
-//! gather a batch, commits it in one transaction, and lets finished records leave memory
-//! once all of them is committed. When the database fails it keeps the records queued
-//! and retries with a growing pause (a failed batch is rolled back, a connection left in
-//! a transaction is closed, and failures in a row reopen the idle ones), so it recovers
-//! once the database does; nothing a session does waits for it.
+//! The session records' kind of row for the store's [`BatchWriter`]: a record with events
+//! not written yet, queued by its id (by itself, once per batch: see
+//! `SessionRecord::mark_dirty`). A batch reads the queued records' new events, commits
+//! them in one transaction with the sessions' rows, and lets finished records leave
+//! memory once all of them is committed. A failed batch is rolled back and its records
+//! queued again, with whatever events came meanwhile.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,147 +11,102 @@ use std::time::Duration;
 use super::held::Live;
 use super::live::Dirty;
 use super::rows::{Batch, SessionWrite};
+use crate::app::store::batch::{BatchWriter, Limits, RowKind};
 use crate::app::store::db::RecordDb;
 
-/// How long the writer gathers after the first new event: at most this much is lost in a
-/// crash, and a busy server writes a few batches a second, not one per event.
-const GATHER: Duration = Duration::from_millis(100);
 /// Events in one transaction (a record with more is written over several).
 const MAX_BATCH_EVENTS: usize = 2_000;
-/// A batch not committed by then counts as failed (a cut network link otherwise holds the
-/// writer, and the shutdown, for as long as TCP takes to notice).
-const BATCH_TIMEOUT: Duration = Duration::from_secs(30);
-/// Pauses between failed attempts: doubling from the first to the last.
-const RETRY_FIRST: Duration = Duration::from_millis(200);
-const RETRY_MAX: Duration = Duration::from_secs(10);
-/// Failed batches in a row after which the pool's idle connections are closed.
-const RECYCLE_AFTER: u32 = 3;
 
-pub struct Writer {
+/// A record is queued at most once (its flag), so the queue holds at most the records
+/// held in memory: the running ones (bounded by the session permits) and at most
+/// `max_unsaved` finished ones, the oldest of which are dropped past it (and counted in
+/// `massgen_records_unsaved_dropped_total`, see `Live::insert`). It has no bound of its
+/// own to refuse rows by.
+pub const LIMITS: Limits = Limits {
+    // At most this much is lost in a crash; a busy server writes a few batches a second.
+    gather: Duration::from_millis(100),
+    batch: MAX_BATCH_EVENTS,
+    max_rows: usize::MAX,
+    max_bytes: usize::MAX,
+};
+
+pub struct SessionRows {
     pub db: Arc<RecordDb>,
     pub live: Arc<Live>,
-    pub dirty: Arc<Dirty>,
-    /// Held while a batch is written. The loop and the shutdown's drain are two writers
-    /// of one queue: a batch in flight has left the queue, so "nothing queued" only means
-    /// "all written" while this is held.
-    pub busy: Arc<tokio::sync::Mutex<()>>,
 }
 
-impl Writer {
-    /// Runs until the process ends.
-    pub async fn run(self) {
-        let mut pause = RETRY_FIRST;
-        let mut failures = 0u32;
-        loop {
-            if self.dirty.len() == 0 {
-                self.dirty.wake.notified().await;
-                tokio::time::sleep(GATHER).await;
-            }
-            match self.write_once().await {
-                Ok(()) => {
-                    pause = RETRY_FIRST;
-                    failures = 0;
-                }
-                Err(()) => {
-                    failures += 1;
-                    if failures.is_multiple_of(RECYCLE_AFTER) {
-                        // Failures that persist ("database is locked" after the disk
-                        // came back): reopen rather than trust the connections.
-                        self.db.recycle_idle().await;
-                    }
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(RETRY_MAX);
-                }
-            }
-        }
-    }
+/// The writer of the records `live` holds, queued on `dirty` (inside a Tokio runtime).
+pub fn start(db: Arc<RecordDb>, live: Arc<Live>, dirty: Arc<Dirty>) -> BatchWriter<SessionRows> {
+    BatchWriter::start(SessionRows { db, live }, dirty)
+}
 
-    /// Writes what is queued now, in batches; `Err` after a failed batch (its records
-    /// are queued again).
-    pub async fn write_once(&self) -> Result<(), ()> {
-        let _one = self.busy.lock().await;
-        let ids = self.dirty.take();
+impl RowKind for SessionRows {
+    type Row = Arc<str>;
+
+    async fn write(&self, ids: &[Arc<str>]) -> Result<(), sqlx::Error> {
         let records: Vec<_> = ids.iter().filter_map(|id| self.live.get(id)).collect();
         // Off the queue before anything is read: an event stored from here on queues its
-        // record again, and a failure below can queue every one of them again (a record
-        // still marked queued but out of the queue would never be written).
+        // record again.
         for record in &records {
             record.unqueue();
         }
-        let mut at = 0;
-        while at < records.len() {
-            let mut batch = Batch::default();
-            let mut parts = Vec::new();
-            let mut room = MAX_BATCH_EVENTS;
-            while at < records.len() && (room > 0 || batch.sessions.is_empty()) {
-                let record = &records[at];
-                let unwritten = record.unwritten(room.max(1));
-                room = room.saturating_sub(unwritten.events.len());
-                parts.push((Arc::clone(record), unwritten.upto));
-                batch.sessions.push(SessionWrite::new(
-                    Arc::clone(&record.id),
-                    record.owner.owner(),
-                    &record.info,
-                    unwritten.first,
-                    unwritten.summary,
-                    unwritten.dropped,
-                    unwritten.events,
-                ));
-                at += 1;
-            }
-            let result = tokio::time::timeout(BATCH_TIMEOUT, self.db.flush(&batch))
-                .await
-                .unwrap_or_else(|_| {
-                    Err(sqlx::Error::Io(std::io::Error::new(
-                        std::io::ErrorKind::TimedOut,
-                        format!("the batch was not committed within {BATCH_TIMEOUT:?}"),
-                    )))
-                });
-            self.db.note_write(&result);
-            if result.is_err() {
-                // This batch and the rest go back on the queue, for the next attempt.
-                for record in &records[at - parts.len()..] {
-                    record.mark_dirty();
-                }
-                return Err(());
-            }
-            for (record, upto) in &parts {
-                record.committed(*upto);
-                if record.is_saved() {
-                    self.live.remove(&record.id);
-                } else if record.has_unwritten() {
-                    // Cut by the batch size (when it grew meanwhile it is queued already
-                    // and this is a no-op).
-                    record.mark_dirty();
-                }
+        let mut batch = Batch::default();
+        let mut parts = Vec::with_capacity(records.len());
+        let mut room = MAX_BATCH_EVENTS;
+        for record in &records {
+            let unwritten = record.unwritten(room.max(1));
+            room = room.saturating_sub(unwritten.events.len());
+            parts.push((Arc::clone(record), unwritten.upto));
+            batch.sessions.push(SessionWrite::new(
+                Arc::clone(&record.id),
+                record.owner.owner(),
+                &record.info,
+                unwritten.first,
+                unwritten.summary,
+                unwritten.dropped,
+                unwritten.events,
+            ));
+        }
+        if batch.sessions.is_empty() {
+            return Ok(());
+        }
+        self.db.flush(&batch).await?;
+        for (record, upto) in &parts {
+            record.committed(*upto);
+            if record.is_saved() {
+                self.live.remove(&record.id);
+            } else if record.has_unwritten() {
+                // Cut by the batch size (when it grew meanwhile it is queued already
+                // and this is a no-op).
+                record.mark_dirty();
             }
         }
         Ok(())
     }
 
-    /// Writes everything queued, retrying until `within` is over (shutdown).
-    pub async fn drain(&self, within: Duration) {
-        let deadline = tokio::time::Instant::now() + within;
-        loop {
-            // Waits out the loop's batch in flight (a failed one is queued again).
-            let Ok(idle) = tokio::time::timeout_at(deadline, self.busy.lock()).await else {
-                break;
-            };
-            let done = self.dirty.len() == 0;
-            drop(idle);
-            if done {
-                return;
-            }
-            match tokio::time::timeout_at(deadline, self.write_once()).await {
-                Ok(Ok(())) => {}
-                Ok(Err(())) => tokio::time::sleep(RETRY_FIRST).await,
-                Err(_) => break,
+    fn note(&self, result: &Result<(), sqlx::Error>) {
+        self.db.note_write(result);
+    }
+
+    async fn reconnect(&self) {
+        self.db.recycle_idle().await;
+    }
+
+    /// The events a record has not written yet; none when it left memory (dropped unsaved
+    /// while the database failed).
+    fn size(&self, id: &Arc<str>) -> Option<usize> {
+        Some(self.live.get(id)?.unwritten_count())
+    }
+
+    /// Every record of the batch is queued again, each once (one that has a new event
+    /// is queued already).
+    fn retry(&self, ids: Vec<Arc<str>>) -> Vec<Arc<str>> {
+        for id in &ids {
+            if let Some(record) = self.live.get(id) {
+                record.mark_dirty();
             }
         }
-        tracing::warn!(
-            queued = self.dirty.len(),
-            "exiting with session records the database has not taken: their last events are lost"
-        );
+        Vec::new()
     }
 }
 
@@ -190,7 +144,7 @@ mod tests {
         let store = Arc::new(RecordStore::with_db(Arc::clone(&db), upkeep(), 10, None));
         let writer = store.writer().unwrap();
         // A batch in flight: the writer holds the lock and took the ids off the queue.
-        let in_flight = writer.busy.lock().await;
+        let in_flight = writer.busy().lock().await;
         let info = SessionInfo {
             created_ms: now_ms(),
             ..SessionInfo::default()
@@ -200,7 +154,7 @@ mod tests {
             session_id: "s1".into(),
             ..event(0, failed())
         });
-        let taken = writer.dirty.take();
+        let taken: Vec<_> = std::iter::from_fn(|| writer.queue().pop()).collect();
         assert_eq!(taken.len(), 1);
         let closing = tokio::spawn({
             let store = Arc::clone(&store);
