@@ -11,8 +11,8 @@ use massgen_core::coordination::{Clock, SystemClock};
 use massgen_tools::ToolRegistry;
 
 use super::permits::Permits;
-use super::records::RecordStore;
 use super::spend::DailyQuota;
+use super::store::RecordStore;
 use super::{ProviderFactory, Sessions, SessionsConfig};
 use crate::config::{Env, PanelCatalog, ServerSettings};
 

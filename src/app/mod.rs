@@ -18,10 +18,10 @@ pub mod panels;
 pub mod permits;
 mod providers;
 pub mod quota;
-pub mod records;
 mod refusal;
 mod sessions;
 pub mod spend;
+pub mod store;
 mod tools;
 
 pub use app::{App, AppParts};

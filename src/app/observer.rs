@@ -11,7 +11,7 @@ use massgen_core::coordination::{
 use tokio_util::sync::CancellationToken;
 
 use super::forward::Observe;
-use super::records::{self, SessionRecord};
+use super::store::{self, SessionRecord};
 use crate::telemetry::{SessionTracker, metrics};
 
 pub struct SessionStart {
@@ -108,7 +108,7 @@ impl Observe<Box<SessionEvent>> for SessionObserver {
 
     async fn end(self) {
         if let Some(dir) = self.files_dir {
-            records::write_files(dir, self.record).await;
+            store::write_files(dir, self.record).await;
         }
     }
 }

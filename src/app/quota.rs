@@ -1,6 +1,6 @@
 //! The values of `--max-key-cost-usd-per-day`: what an owner spent on a UTC day, the
 //! quota, what a new session may reserve, and UTC days themselves. Plain values with no
-//! storage, so both the ledger (`app::spend`) and the records database (`records::db`)
+//! storage, so both the ledger (`app::spend`) and the records database (`store::spend`)
 //! use them without either reaching into the other.
 
 /// Milliseconds in a day.
@@ -14,7 +14,7 @@ pub struct Spent {
     pub tokens: u64,
 }
 
-/// What the records database's `reserve` is asked for (`records::db`).
+/// What the records database's `reserve` is asked for (`store::spend`).
 #[derive(Debug, Clone, Copy)]
 pub struct Want {
     /// USD to reserve at most.

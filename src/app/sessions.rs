@@ -15,8 +15,8 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tokio_util::task::TaskTracker;
 use tracing::Instrument;
 
-use super::records::{RecordStore, SessionInfo};
 use super::spend::SpendLedger;
+use super::store::{RecordStore, SessionInfo};
 use super::{Caller, ProviderFactory};
 use crate::config::PanelConfig;
 use crate::telemetry::{self, SessionTracker};

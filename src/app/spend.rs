@@ -2,7 +2,7 @@
 //! of its sessions' `Usage` events, for `--max-key-cost-usd-per-day`. Every process keeps
 //! its own ledger of the current day only, so it holds one entry per owner that spent
 //! today (owners are the configured keys, so a few at most); with a records database the
-//! day's spend of every replica is also kept there (`records::db`).
+//! day's spend of every replica is also kept there (`store::spend`).
 //!
 //! Checking the spend so far is not enough when sessions run at once: each would be given
 //! the whole remainder. So a session *reserves* its maximum cost before its first upstream
@@ -18,7 +18,7 @@ use std::time::Duration;
 
 pub use super::quota::{DailyQuota, QuotaSpent, Spent};
 use super::quota::{Want, utc_day};
-use super::records::db::{Engine, RecordDb};
+use super::store::{Engine, RecordDb, safe_error};
 
 /// How long the quota check waits for the database before it counts on this process's
 /// ledger alone (a database that is down must not hold every new session).
@@ -265,7 +265,7 @@ async fn release_later(db: &RecordDb, id: &str, spent: f64) {
             Ok(Err(e)) if attempt == DB_RELEASE_TRIES => tracing::warn!(
                 "cannot give a session's cost reservation back to the records database (it \
                  expires when this replica stops): {}",
-                super::records::db::safe_error(&e)
+                safe_error(&e)
             ),
             _ => tokio::time::sleep(DB_SETTLE * attempt).await,
         }
@@ -349,7 +349,7 @@ pub async fn reserve(
 
 fn failure(failed: Result<Result<(), sqlx::Error>, tokio::time::error::Elapsed>) -> String {
     match failed {
-        Ok(Err(e)) => super::records::db::safe_error(&e),
+        Ok(Err(e)) => safe_error(&e),
         _ => format!("no answer within {} s", DB_READ.as_secs()),
     }
 }

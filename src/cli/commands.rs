@@ -63,7 +63,7 @@ pub(super) async fn serve(args: ServeArgs) -> Result<(), Fatal> {
     check_default_model(&catalog, settings.default_model.as_deref())?;
     // Before listening: a configured database that cannot be used ends start-up (exit 2),
     // never a silent fall back to memory.
-    let records = crate::app::records::RecordStore::open(&settings.production, true)
+    let records = crate::app::store::RecordStore::open(&settings.production, true)
         .await
         .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?;
     let listener = bind(&settings.host, settings.port).await?;

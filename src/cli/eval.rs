@@ -139,7 +139,7 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
     );
     // As `serve` does: every session holds a descriptor per HTTP/1.1 agent.
     let _ = crate::app::descriptors::raise_open_file_limit();
-    let records = crate::app::records::RecordStore::open(&plan.settings.production, false)
+    let records = crate::app::store::RecordStore::open(&plan.settings.production, false)
         .await
         .map_err(|e| Fatal::usage(format!("--records-db / MASSGEN_SERVER_RECORDS_DB: {e}")))?;
     let http = massgen_providers::http_client()

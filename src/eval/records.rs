@@ -8,8 +8,8 @@
 
 use std::sync::Arc;
 
-use crate::app::records::db::RecordDb;
-use crate::app::records::db::evals::EvalRun;
+use crate::app::store::RecordDb;
+use crate::app::store::evals::EvalRun;
 
 use super::files::RunFile;
 use super::report::Report;

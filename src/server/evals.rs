@@ -1,5 +1,5 @@
 //! `GET /v1/evals` and `GET /v1/evals/{id}`: the runs of `massgen eval` kept in the
-//! records database (`app::records::db::evals`), with the owner scoping of the session
+//! records database (`app::store::evals`), with the owner scoping of the session
 //! records: a key reads the runs it made, a server without keys (and the CLI, which
 //! writes owner "") the keyless ones. Also the page's evals script (`/ui/evals.js`).
 
@@ -14,8 +14,8 @@ use super::auth::Caller;
 use super::error::{ApiError, PathId, SHOULD_RETRY};
 use crate::app::App;
 use crate::app::evals::ItemResult;
-use crate::app::records::db::RecordDb;
-use crate::app::records::db::evals::{EvalRun, MAX_ITEMS_PAGE, MAX_RUNS};
+use crate::app::store::RecordDb;
+use crate::app::store::evals::{EvalRun, MAX_ITEMS_PAGE, MAX_RUNS};
 
 const EVALS_JS: &str = include_str!("ui/assets/evals.js");
 

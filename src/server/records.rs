@@ -1,5 +1,5 @@
 //! `GET /v1/sessions`, `GET /v1/sessions/{id}` and `GET /v1/sessions/{id}/events`: the
-//! session records (`app::records`) over HTTP.
+//! session records (`app::store::sessions`) over HTTP.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -19,7 +19,7 @@ use super::limits::SubscriberSlot;
 use super::sse;
 use crate::app::App;
 use crate::app::forward::{self, Weigh};
-use crate::app::records::{Cursor, list_entry_json, record_json};
+use crate::app::store::sessions::{Cursor, list_entry_json, record_json};
 use tokio_util::task::TaskTracker;
 
 /// Whether the events response is live (`running`) or a replay (`finished`).

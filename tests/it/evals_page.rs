@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use massgen::app::Owner;
 use massgen::app::evals::{ArmInfo, ArmKind, ItemResult};
-use massgen::app::records::db::RecordDb;
-use massgen::app::records::db::evals::EvalRun;
+use massgen::app::store::RecordDb;
+use massgen::app::store::evals::EvalRun;
 use massgen::config::RecordsDb;
 use serde_json::{Value, json};
 

@@ -87,7 +87,7 @@ async fn a_huge_question_is_kept_as_a_prefix_with_its_size_and_hash() {
         .await
         .unwrap();
     let kept = record["question"].as_str().unwrap();
-    assert_eq!(kept.len(), massgen::app::records::QUESTION_KEPT_BYTES);
+    assert_eq!(kept.len(), massgen::app::store::QUESTION_KEPT_BYTES);
     assert!(question.starts_with(kept));
     assert_eq!(record["question_bytes"], question.len());
     assert_eq!(record["question_truncated"], true);

@@ -196,7 +196,7 @@ async fn eight_at_once(server: &Proc, body: &Value, ceiling: u64) -> (Vec<(u16, 
 
 #[tokio::test]
 async fn a_follow_up_of_a_conversation_stored_whole_before_the_upgrade_is_refused() {
-    use massgen::app::records::db::RecordDb;
+    use massgen::app::store::RecordDb;
     use massgen::config::RecordsDb;
     use massgen_core::provider::Message;
 

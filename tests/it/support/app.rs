@@ -72,7 +72,7 @@ pub fn app(panel: PanelConfig, agents: &[(&str, Scripted)], settings: ServerSett
             .map(|(id, p)| (id.to_string(), p.clone()))
             .collect(),
     );
-    let records = massgen::app::records::RecordStore::memory(&settings.production);
+    let records = massgen::app::store::RecordStore::memory(&settings.production);
     Arc::new(App::new(AppParts {
         catalog: PanelCatalog {
             default: Some(Arc::new(panel)),

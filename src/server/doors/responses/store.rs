@@ -29,9 +29,8 @@ use serde::{Deserialize, Serialize};
 
 use super::request::Item;
 use crate::app::Caller;
-use crate::app::records::ReadError;
-use crate::app::records::db::responses::{ResponseRow, ResponseWriter};
-use crate::app::records::db::{RecordDb, now_ms, safe_error};
+use crate::app::store::responses::{ResponseRow, ResponseWriter};
+use crate::app::store::{ReadError, RecordDb, now_ms, safe_error};
 
 /// Bytes of stored text (messages and response bodies) kept in memory at most, all keys
 /// together.

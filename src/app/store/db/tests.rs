@@ -4,12 +4,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
+use sqlx::Row;
 
 use super::upkeep::Upkeep;
 use super::*;
 use crate::app::Caller;
-use crate::app::records::store::tests::failed;
-use crate::app::records::{RecordStore, SessionInfo, record_json};
+use crate::app::store::sessions::failed;
+use crate::app::store::sessions::{RecordStore, SessionInfo, record_json};
 
 fn sqlite(dir: &tempfile::TempDir) -> RecordsDb {
     RecordsDb::Sqlite(dir.path().join("sub/records.db"))
@@ -168,45 +169,6 @@ async fn a_finished_record_is_written_leaves_memory_and_reads_back_equal() {
     let replayed: Vec<_> = page.into_iter().chain(rest).collect();
     assert_eq!(replayed, events);
     assert!(following.cursor.next_page(10).await.is_empty());
-}
-
-#[tokio::test]
-async fn the_shutdown_waits_for_the_batch_in_flight() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = Arc::new(RecordDb::open(&sqlite(&dir)).await.unwrap());
-    let store = Arc::new(RecordStore::with_db(Arc::clone(&db), upkeep(), 10, None));
-    let writer = store.writer().unwrap();
-    // A batch in flight: the writer holds the lock and took the ids off the queue.
-    let in_flight = writer.busy.lock().await;
-    let info = SessionInfo {
-        created_ms: now_ms(),
-        ..SessionInfo::default()
-    };
-    let r = store.insert_with("s1".into(), Caller::default(), info);
-    r.push(event("s1", 0, failed()));
-    let taken = writer.dirty.take();
-    assert_eq!(taken.len(), 1);
-    let closing = tokio::spawn({
-        let store = Arc::clone(&store);
-        async move { store.close(Duration::from_secs(10)).await }
-    });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert!(
-        !closing.is_finished(),
-        "the shutdown returned while a batch was being written"
-    );
-    // That batch failed: its record is queued again, and the shutdown writes it.
-    r.unqueue();
-    r.mark_dirty();
-    drop(in_flight);
-    drop(r);
-    tokio::time::timeout(Duration::from_secs(10), closing)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(store.is_empty(), "written and let go");
-    let back = store.find("s1", &Caller::default()).await.unwrap().unwrap();
-    assert_eq!(back.summary().status, "failed");
 }
 
 #[tokio::test]

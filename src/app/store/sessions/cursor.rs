@@ -11,8 +11,8 @@ use massgen_core::coordination::SessionEvent;
 use tokio::sync::watch;
 
 use super::SessionRecord;
-use super::db::RecordDb;
-use super::db::listen::Subscription;
+use crate::app::store::db::listen::Subscription;
+use crate::app::store::db::{RecordDb, safe_error};
 
 /// How often a reader of a session running elsewhere looks for new events when nothing
 /// can wake it: PostgreSQL's notifications are down, or SQLite (where such a session
@@ -120,7 +120,7 @@ impl Cursor {
                             tracing::warn!(
                                 session_id = %id,
                                 "stopped following a session: its record cannot be read ({})",
-                                super::db::safe_error(&e)
+                                safe_error(&e)
                             );
                             return Vec::new();
                         }
@@ -172,8 +172,8 @@ mod tests {
 
     use super::*;
     use crate::app::Caller;
-    use crate::app::records::RecordStore;
-    use crate::app::records::store::tests::{event, failed};
+    use crate::app::store::sessions::RecordStore;
+    use crate::app::store::sessions::{event, failed};
 
     #[tokio::test]
     async fn reads_the_past_then_waits_for_the_live_events_then_ends() {

@@ -1,33 +1,25 @@
-//! Session records in a database (`--records-db`): SQLite (one process per file) or
-//! PostgreSQL (shared by replicas), through one sqlx `Any` pool and one set of queries
-//! (placeholders `$N`, which both engines take). Connect and migrate at start-up; the
-//! reads the record routes need; the writer ([`writer`]) and the upkeep ([`upkeep`]) do
-//! the writes.
+//! The records database (`--records-db`): SQLite (one process per file) or PostgreSQL
+//! (shared by replicas), through one sqlx `Any` pool and one set of queries (placeholders
+//! `$N`, which both engines take). Connect, lock the file and migrate at start-up; note
+//! how writes go. Each domain of the store (sessions, spend, evals, stored responses)
+//! adds its own statements on [`RecordDb`]; the upkeep timer ([`upkeep`]) and the
+//! replicas' notifications ([`listen`]) are shared.
 
-pub mod evals;
-mod flush;
 pub mod listen;
 mod lock;
 pub mod migrate;
-pub mod responses;
-mod rows;
-mod spend;
+pub mod sql;
 pub mod upkeep;
-pub mod writer;
 
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use massgen_core::coordination::SessionEvent;
 use sqlx::any::{AnyConnectOptions, AnyPoolOptions};
-use sqlx::{AnyPool, ConnectOptions, Executor, Row};
+use sqlx::{AnyPool, ConnectOptions, Executor};
 
 use crate::config::RecordsDb;
-use rows::{StoredInfo, StoredSummary, from_db, to_db};
-
-pub use flush::Batch;
 
 /// Connections one process holds (SQLite serialises writers anyway; PostgreSQL gets a few
 /// for concurrent reads).
@@ -66,15 +58,6 @@ pub struct RecordDb {
     wakeups: Option<(Arc<listen::Wakeups>, massgen_core::Secret)>,
     /// SQLite opened by [`Self::open`]: this process alone uses the file.
     lock: Option<lock::FileLock>,
-}
-
-/// A session row (without its events).
-pub struct StoredSession {
-    pub id: Arc<str>,
-    pub status: &'static str,
-    pub info: crate::app::records::SessionInfo,
-    pub summary: crate::app::records::Summary,
-    pub dropped: u64,
 }
 
 impl RecordDb {
@@ -189,7 +172,7 @@ impl RecordDb {
 
     /// Closes the pool's idle connections (new ones open on demand): after failures
     /// that persist, whatever state the driver was left in goes with them.
-    pub(super) async fn recycle_idle(&self) {
+    pub(in crate::app::store) async fn recycle_idle(&self) {
         for _ in 0..self.pool.num_idle() {
             match self.pool.try_acquire() {
                 Some(conn) => {
@@ -241,7 +224,7 @@ impl RecordDb {
 
     /// Notes the outcome of a write: one warning when a run of failures begins, one line
     /// when it ends, the gauge and the failure counter always.
-    pub(super) fn note_write(&self, result: &Result<(), sqlx::Error>) {
+    pub(in crate::app::store) fn note_write(&self, result: &Result<(), sqlx::Error>) {
         let metrics = crate::telemetry::metrics();
         match result {
             Ok(()) => {
@@ -266,95 +249,25 @@ impl RecordDb {
             m.records_store_up.set(i64::from(self.is_up()));
         }
     }
-
-    /// The row of session `id` if `owner` owns it.
-    pub async fn session(
-        &self,
-        id: &str,
-        owner: &str,
-    ) -> Result<Option<StoredSession>, sqlx::Error> {
-        let row = sqlx::query(&format!("{SELECT_SESSION} WHERE id = $1 AND owner = $2"))
-            .bind(id)
-            .bind(owner)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| stored_session(&r)).transpose()
-    }
-
-    /// The newest `limit` sessions of `owner`, newest first.
-    pub async fn list(&self, owner: &str, limit: usize) -> Result<Vec<StoredSession>, sqlx::Error> {
-        let rows = sqlx::query(&format!(
-            "{SELECT_SESSION} WHERE owner = $1 ORDER BY created_ms DESC LIMIT $2"
-        ))
-        .bind(owner)
-        .bind(to_db(limit as u64))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(stored_session).collect()
-    }
-
-    /// At most `max` events of session `id` with `seq >= from`, in order.
-    pub async fn events(
-        &self,
-        id: &str,
-        from: u64,
-        max: usize,
-    ) -> Result<Vec<SessionEvent>, sqlx::Error> {
-        let rows = sqlx::query(
-            "SELECT body FROM events WHERE session_id = $1 AND seq >= $2 ORDER BY seq LIMIT $3",
-        )
-        .bind(id)
-        .bind(to_db(from))
-        .bind(to_db(max as u64))
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|r| {
-                let body: String = r.try_get(0)?;
-                serde_json::from_str(&body).map_err(|e| sqlx::Error::Decode(Box::new(e)))
-            })
-            .collect()
-    }
-
-    /// The stored status of session `id` (`None`: no such row, e.g. deleted by retention).
-    pub async fn status(&self, id: &str) -> Result<Option<&'static str>, sqlx::Error> {
-        let row = sqlx::query("SELECT status FROM sessions WHERE id = $1")
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?;
-        row.map(|r| r.try_get::<String, _>(0).map(|s| rows::status_name(&s)))
-            .transpose()
-    }
 }
 
-const SELECT_SESSION: &str = "SELECT id, status, door, model, panel, created_ms, started_ms, ended_ms, info, summary FROM sessions";
+/// How long a rollback after a failed batch may take (a cut PostgreSQL link otherwise
+/// holds the writer until TCP notices).
+const ROLLBACK_TIMEOUT: Duration = Duration::from_secs(5);
 
-fn stored_session(row: &sqlx::any::AnyRow) -> Result<StoredSession, sqlx::Error> {
-    let json = |text: String| -> Result<serde_json::Value, sqlx::Error> {
-        serde_json::from_str(&text).map_err(|e| sqlx::Error::Decode(Box::new(e)))
-    };
-    let status: String = row.try_get("status")?;
-    let info: StoredInfo = serde_json::from_value(json(row.try_get("info")?)?)
-        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-    let summary: StoredSummary = serde_json::from_value(json(row.try_get("summary")?)?)
-        .map_err(|e| sqlx::Error::Decode(Box::new(e)))?;
-    let optional = |name: &str| -> Result<Option<u64>, sqlx::Error> {
-        Ok(row.try_get::<Option<i64>, _>(name)?.map(from_db))
-    };
-    let (summary, dropped) =
-        summary.into_summary(&status, optional("started_ms")?, optional("ended_ms")?);
-    Ok(StoredSession {
-        id: row.try_get::<String, _>("id")?.into(),
-        status: summary.status,
-        info: info.into_info(
-            row.try_get("model")?,
-            row.try_get("door")?,
-            row.try_get("panel")?,
-            from_db(row.try_get("created_ms")?),
+/// Rolls a failed batch's transaction back now, before the writer's retry: the retry must
+/// not find this transaction still holding the write lock. A rollback that fails (SQLite
+/// may already have ended the transaction itself) leaves the connection in a transaction,
+/// and the pool closes it on release.
+pub(in crate::app::store) async fn roll_back(tx: sqlx::Transaction<'static, sqlx::Any>) {
+    match tokio::time::timeout(ROLLBACK_TIMEOUT, tx.rollback()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(r)) => tracing::debug!(
+            "rollback after a failed batch failed (the connection is closed): {}",
+            safe_error(&r)
         ),
-        summary,
-        dropped,
-    })
+        Err(_) => tracing::debug!("rollback after a failed batch timed out"),
+    }
 }
 
 /// An sqlx error as we log it: its text, which for a connection error names the

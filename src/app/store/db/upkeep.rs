@@ -8,12 +8,9 @@ use std::time::Duration;
 
 use sqlx::Row;
 
-use super::rows::to_db;
+use super::sql::to_db;
 use super::{Engine, RecordDb, now_ms};
 use crate::app::quota::{day_text, utc_day};
-
-/// The PostgreSQL channel: one notification per changed session, its id as payload.
-pub const CHANNEL: &str = "massgen_records";
 
 /// Retention is checked at most this often (a DELETE scan, not a heartbeat's cost).
 const RETENTION_EVERY: Duration = Duration::from_secs(60);
@@ -93,7 +90,7 @@ impl RecordDb {
         .await?;
         if self.engine() == Engine::Postgres {
             // Readers following these sessions on any replica end now.
-            super::flush::notify(&mut tx, ids.iter().map(String::as_str)).await?;
+            super::listen::notify(&mut tx, ids.iter().map(String::as_str)).await?;
         }
         tx.commit().await?;
         if !ids.is_empty() && self.owns_file() {

@@ -9,8 +9,8 @@
 
 use sqlx::Row;
 
-use super::RecordDb;
-use super::rows::{from_db, to_db};
+use super::db::RecordDb;
+use super::db::sql::{from_db, to_db};
 use crate::app::evals::{ArmInfo, ItemResult};
 
 /// Items one read returns at most: a run may hold many thousands (questions × arms), each
@@ -535,7 +535,9 @@ mod tests {
             .unwrap();
         db.migrate(4).await.unwrap();
         assert!(db.eval_runs(None, 1).await.is_err(), "no table yet");
-        db.migrate(super::super::migrate::count()).await.unwrap();
+        db.migrate(crate::app::store::db::migrate::count())
+            .await
+            .unwrap();
         db.save_eval_run(&run("eval_1", "", 1)).await.unwrap();
         assert_eq!(db.eval_runs(None, 10).await.unwrap().len(), 1);
     }

@@ -5,21 +5,26 @@
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
 use massgen_core::provider::Usage;
 use sha2::{Digest, Sha256};
-use tokio::sync::{Notify, watch};
+use tokio::sync::watch;
 
 use crate::app::Caller;
+use crate::app::store::batch::Queue;
+use crate::app::store::lock;
 
 /// Events kept per session; the rest (token deltas of a very long answer) are counted only.
 pub const MAX_EVENTS: usize = 20_000;
 /// Bytes of the question a record keeps (a 9 MB question is not kept whole: its size and
 /// SHA-256 are).
 pub const QUESTION_KEPT_BYTES: usize = 16 * 1024;
+
+/// The writer's queue of records with events not yet written, by id.
+pub type Dirty = Queue<Arc<str>>;
 
 pub struct SessionRecord {
     pub id: Arc<str>,
@@ -36,24 +41,6 @@ pub struct SessionRecord {
     queued: AtomicBool,
     /// Events of the log already committed (only the writer moves it).
     committed: AtomicUsize,
-}
-
-/// Records with events not yet written, and the writer's wake-up.
-#[derive(Default)]
-pub struct Dirty {
-    ids: Mutex<Vec<Arc<str>>>,
-    pub(super) wake: Notify,
-}
-
-impl Dirty {
-    /// The queued ids, leaving the queue empty.
-    pub(super) fn take(&self) -> Vec<Arc<str>> {
-        std::mem::take(&mut *lock(&self.ids))
-    }
-
-    pub(super) fn len(&self) -> usize {
-        lock(&self.ids).len()
-    }
 }
 
 /// What the request said about a session, for the session list and the record.
@@ -229,9 +216,11 @@ impl SessionRecord {
     pub(super) fn mark_dirty(&self) {
         if let Some(dirty) = &self.dirty
             && !self.queued.swap(true, Ordering::AcqRel)
+            && dirty.push(Arc::clone(&self.id), 0).is_err()
         {
-            lock(&dirty.ids).push(Arc::clone(&self.id));
-            dirty.wake.notify_one();
+            // Not queued after all (the queue has no bound of its own: see
+            // `writer::LIMITS`): the next event tries again.
+            self.queued.store(false, Ordering::Release);
         }
     }
 
@@ -263,7 +252,13 @@ impl SessionRecord {
 
     /// Events stored but not committed yet.
     pub(super) fn has_unwritten(&self) -> bool {
-        lock(&self.log).events.len() > self.committed.load(Ordering::Acquire)
+        self.unwritten_count() > 0
+    }
+
+    /// How many events are stored but not committed yet.
+    pub(super) fn unwritten_count(&self) -> usize {
+        let stored = lock(&self.log).events.len();
+        stored.saturating_sub(self.committed.load(Ordering::Acquire))
     }
 
     /// Finished and every event committed: the database has all of it (a record read
@@ -332,8 +327,4 @@ fn keep_question(info: &mut SessionInfo) {
         question.truncate(cut);
         question.shrink_to_fit();
     }
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
 }

@@ -6,8 +6,9 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use super::live::{Dirty, SessionRecord, lock};
+use super::live::{Dirty, SessionRecord};
 use crate::app::Caller;
+use crate::app::store::lock;
 
 pub struct Live {
     inner: Mutex<Inner>,

@@ -10,12 +10,14 @@ use std::time::{Duration, Instant};
 use tokio::task::AbortHandle;
 
 use super::cursor::Cursor;
-use super::db::upkeep::Upkeep;
-use super::db::writer::Writer;
-use super::db::{RecordDb, StoredSession};
 use super::held::Live;
 use super::live::{Dirty, MAX_EVENTS, SessionInfo, SessionRecord};
+use super::read::StoredSession;
+use super::writer::{self, SessionRows};
 use crate::app::Caller;
+use crate::app::store::batch::BatchWriter;
+use crate::app::store::db::upkeep::Upkeep;
+use crate::app::store::db::{RecordDb, safe_error};
 
 pub struct RecordStore {
     live: Arc<Live>,
@@ -25,8 +27,9 @@ pub struct RecordStore {
 
 struct DbSide {
     db: Arc<RecordDb>,
-    writer: Writer,
-    /// The writer and upkeep tasks, stopped with the store.
+    /// Stops its task when dropped with the store.
+    writer: BatchWriter<SessionRows>,
+    /// The upkeep and listener tasks, stopped with the store.
     tasks: Vec<AbortHandle>,
 }
 
@@ -105,32 +108,23 @@ impl RecordStore {
         max_unsaved: usize,
         dir: Option<PathBuf>,
     ) -> Self {
-        let dirty = Arc::new(Dirty::default());
+        let dirty = Arc::new(Dirty::new(writer::LIMITS));
         let live = Arc::new(Live::new(
             max_unsaved,
             Duration::MAX,
             Some(Arc::clone(&dirty)),
         ));
-        let busy = Arc::new(tokio::sync::Mutex::new(()));
-        let writer = || Writer {
-            db: Arc::clone(&db),
-            live: Arc::clone(&live),
-            dirty: Arc::clone(&dirty),
-            busy: Arc::clone(&busy),
-        };
-        let tasks = vec![
-            tokio::spawn(writer().run()).abort_handle(),
+        let writer = writer::start(Arc::clone(&db), Arc::clone(&live), dirty);
+        let mut tasks = vec![
             tokio::spawn({
                 let db = Arc::clone(&db);
                 async move { db.run_upkeep(upkeep).await }
             })
             .abort_handle(),
         ];
-        let mut tasks = tasks;
         if let Some(listener) = db.listener() {
             tasks.push(tokio::spawn(listener).abort_handle());
         }
-        let writer = writer();
         Self {
             live,
             dir,
@@ -272,14 +266,20 @@ impl RecordStore {
     }
 
     #[cfg(test)]
-    pub(super) fn writer(&self) -> Option<&Writer> {
+    pub(super) fn writer(&self) -> Option<&BatchWriter<SessionRows>> {
         self.db.as_ref().map(|side| &side.writer)
     }
 
     /// Commits what is still unwritten, for at most `within` (shutdown).
     pub async fn close(&self, within: Duration) {
         if let Some(side) = &self.db {
-            side.writer.drain(within).await;
+            let left = side.writer.close(within).await;
+            if left > 0 {
+                tracing::warn!(
+                    queued = left,
+                    "exiting with session records the database has not taken: their last events are lost"
+                );
+            }
         }
     }
 
@@ -322,7 +322,7 @@ impl Drop for RecordStore {
 }
 
 fn read_failed(e: sqlx::Error) -> ReadError {
-    tracing::warn!("cannot read session records: {}", super::db::safe_error(&e));
+    tracing::warn!("cannot read session records: {}", safe_error(&e));
     ReadError
 }
 
@@ -337,14 +337,14 @@ fn stored_record(
 #[cfg(test)]
 pub(super) mod tests {
     use super::*;
-    use crate::app::records::QUESTION_KEPT_BYTES;
+    use crate::app::store::sessions::QUESTION_KEPT_BYTES;
     use massgen_core::coordination::{
         AgentRef, EventKind, SessionError, SessionErrorKind, SessionEvent,
     };
     use massgen_core::provider::Usage;
     use sha2::{Digest, Sha256};
 
-    pub(in crate::app::records) fn event(seq: u64, kind: EventKind) -> SessionEvent {
+    pub(in crate::app::store) fn event(seq: u64, kind: EventKind) -> SessionEvent {
         SessionEvent {
             seq,
             at_ms: 0,
@@ -353,7 +353,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::app::records) fn failed() -> EventKind {
+    pub(in crate::app::store) fn failed() -> EventKind {
         EventKind::SessionFailed {
             error: SessionError {
                 kind: SessionErrorKind::Cancelled,
@@ -386,6 +386,7 @@ pub(super) mod tests {
         for task in &side.tasks {
             task.abort();
         }
+        side.writer.stop();
         db.pool().close().await;
         // More events than one batch takes: the failing batch holds only the first record.
         for id in ["big1", "big2"] {

@@ -1,14 +1,69 @@
-//! A session row's JSON columns: what the request said (`info`) and the running summary
-//! (`summary`), in a shape of their own so the in-memory types can change without a
-//! migration of stored rows.
+//! A session's row: what one batch writes of a session ([`SessionWrite`], gathered in a
+//! [`Batch`]), and its JSON columns, what the request said (`info`) and the running
+//! summary (`summary`), in a shape of their own so the in-memory types can change without
+//! a migration of stored rows.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
-use massgen_core::coordination::AgentRef;
+use massgen_core::coordination::{AgentRef, SessionEvent};
 use massgen_core::provider::Usage;
 use serde::{Deserialize, Serialize};
 
-use super::super::{SessionInfo, Summary};
+use super::live::{SessionInfo, Summary};
+
+/// One session's part of a batch.
+pub(in crate::app::store) struct SessionWrite {
+    pub id: Arc<str>,
+    pub owner: String,
+    /// Written with the session's first batch only (the row's `info` never changes).
+    pub(super) info: Option<StoredInfo>,
+    pub door: String,
+    pub model: String,
+    pub panel: String,
+    pub created_ms: u64,
+    pub summary: Summary,
+    pub dropped: u64,
+    pub events: Vec<Arc<SessionEvent>>,
+}
+
+impl SessionWrite {
+    pub fn new(
+        id: Arc<str>,
+        owner: &str,
+        info: &SessionInfo,
+        first: bool,
+        summary: Summary,
+        dropped: u64,
+        events: Vec<Arc<SessionEvent>>,
+    ) -> Self {
+        Self {
+            id,
+            owner: owner.to_string(),
+            info: first.then(|| StoredInfo::of(info)),
+            door: text_column(&info.door),
+            model: text_column(&info.model),
+            panel: text_column(&info.panel),
+            created_ms: info.created_ms,
+            summary,
+            dropped,
+            events,
+        }
+    }
+}
+
+/// A value for a plain TEXT column. PostgreSQL refuses NUL in text (SQLite takes it), and
+/// `model` is whatever the client sent: one such request would fail its batch on every
+/// retry and stop the replica's records. (JSON columns escape it as `\u0000`.)
+fn text_column(value: &str) -> String {
+    value.replace('\0', "\u{FFFD}")
+}
+
+/// What one transaction writes.
+#[derive(Default)]
+pub(in crate::app::store) struct Batch {
+    pub sessions: Vec<SessionWrite>,
+}
 
 #[derive(Serialize, Deserialize, Default)]
 #[serde(default)]
@@ -105,11 +160,11 @@ pub(super) fn status_name(status: &str) -> &'static str {
     }
 }
 
-/// Database integers are signed; our times and counts are not.
-pub(super) fn to_db(n: u64) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
-
-pub(super) fn from_db(n: i64) -> u64 {
-    u64::try_from(n).unwrap_or(0)
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn text_columns_never_carry_nul() {
+        assert_eq!(super::text_column("gpt\0x"), "gpt\u{FFFD}x");
+        assert_eq!(super::text_column("massgen/team"), "massgen/team");
+    }
 }

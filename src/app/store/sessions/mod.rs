@@ -5,14 +5,23 @@
 //! `GET /v1/sessions/{id}` and `/v1/sessions/{id}/events` (live while the session runs,
 //! replayed after, both read through a [`Cursor`]). A record belongs to the API key that
 //! created its session.
+//!
+//! In memory: `live` (one record), `held` (the records held, bounded), `store`
+//! ([`RecordStore`], what the rest of the application uses), `cursor`, `view` (the JSON of
+//! the routes) and `files` (`--records-dir`). In the database: `rows` (a session's row),
+//! `read` (the routes' reads), `flush` (one batch's transaction) and `writer` (the records
+//! as a kind of row for the store's batch writer).
 
 mod cursor;
-pub mod db;
 mod files;
+mod flush;
 mod held;
 mod live;
+mod read;
+pub(in crate::app::store) mod rows;
 mod store;
 mod view;
+mod writer;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,6 +30,9 @@ pub use cursor::Cursor;
 pub use live::{Page, QUESTION_KEPT_BYTES, SessionInfo, SessionRecord, Summary};
 pub use store::{Following, ReadError, RecordStore};
 pub use view::{list_entry_json, record_json};
+
+#[cfg(test)]
+pub(in crate::app::store) use store::tests::{event, failed};
 
 /// Writes the ended session's record files (`--records-dir`), off the async workers.
 pub(crate) async fn write_files(dir: PathBuf, record: Arc<SessionRecord>) {

@@ -10,10 +10,9 @@ use std::time::Duration;
 use massgen_core::coordination::EventKind;
 use sqlx::{Any, Row, Transaction};
 
-use super::Engine;
-use super::RecordDb;
-use super::flush::{Batch, SessionWrite, parameter, shaped_chunks};
-use super::rows::{from_db, to_db};
+use super::db::sql::{from_db, parameter, shaped_chunks, to_db};
+use super::db::{Engine, RecordDb};
+use super::sessions::rows::{Batch, SessionWrite};
 use crate::app::quota::{DailyQuota, QuotaSpent, Spent, Want, day_text, utc_day};
 
 /// Sessions per stored-usage SELECT at most (3 parameters each; in power-of-two shapes,
@@ -50,7 +49,7 @@ fn usage_of(session: &SessionWrite) -> Vec<Use> {
 /// Adds the cost and tokens of `batch`'s `Usage` events to their owners' days. Events
 /// already stored are skipped: a batch is retried whole when its commit's answer was
 /// lost, and its spend must not count twice. Runs before the batch's events are inserted.
-pub(super) async fn add(
+pub(in crate::app::store) async fn add(
     tx: &mut Transaction<'static, Any>,
     engine: Engine,
     batch: &Batch,
@@ -279,10 +278,9 @@ mod tests {
     use massgen_core::coordination::{AgentRef, CallPhase, SessionEvent};
     use massgen_core::provider::Usage;
 
-    use super::super::flush::SessionWrite;
-    use super::super::migrate;
     use super::*;
-    use crate::app::records::{SessionInfo, Summary};
+    use crate::app::store::db::migrate;
+    use crate::app::store::sessions::{SessionInfo, Summary};
     use crate::config::RecordsDb;
 
     const DAY_MS: u64 = 86_400_000;
@@ -522,7 +520,7 @@ mod tests {
         let db = sqlite(&dir).await;
         db.migrate(migrate::count()).await.unwrap();
         db.heartbeat().await.unwrap();
-        let today = day_text(utc_day(super::super::now_ms()));
+        let today = day_text(utc_day(crate::app::store::db::now_ms()));
         for (id, day, replica) in [
             ("old", "2000-01-01", db.replica().to_string()),
             ("gone", today.as_str(), "a-replica-long-gone".to_string()),

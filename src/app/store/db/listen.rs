@@ -1,7 +1,7 @@
 //! PostgreSQL: following a session that runs on another replica. One LISTEN connection per
-//! process (`LISTEN massgen_records`); every replica's writer sends `pg_notify` with the
-//! session id in the transaction that commits its events (and upkeep when it marks a
-//! session interrupted), and this process wakes the readers of that session here. While
+//! process (`LISTEN massgen_records`); every replica's writer sends `pg_notify` ([`notify`])
+//! with the session id in the transaction that commits its events (and upkeep when it
+//! marks a session interrupted), and this process wakes the readers of that session here. While
 //! the listening connection is down, readers look every second instead.
 
 use std::collections::HashMap;
@@ -10,10 +10,13 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use sqlx::postgres::PgListener;
+use sqlx::{Any, Transaction};
 use tokio::sync::watch;
 
-use super::upkeep::CHANNEL;
-use crate::app::records::live::lock;
+use crate::app::store::lock;
+
+/// The PostgreSQL channel: one notification per changed session, its id as payload.
+pub const CHANNEL: &str = "massgen_records";
 
 /// Pause before connecting again after the listening connection failed.
 const RECONNECT: Duration = Duration::from_secs(1);
@@ -119,4 +122,21 @@ impl Wakeups {
             }
         }
     }
+}
+
+/// PostgreSQL: tells every replica's listener which sessions changed; delivered at
+/// commit, so a woken reader finds the rows.
+pub async fn notify<'a>(
+    tx: &mut Transaction<'static, Any>,
+    ids: impl Iterator<Item = &'a str>,
+) -> Result<(), sqlx::Error> {
+    for id in ids {
+        // Counted, not selected: the `Any` driver has no type for pg_notify's `void`.
+        sqlx::query("SELECT COUNT(*) FROM (SELECT pg_notify($1, $2)) AS sent")
+            .bind(CHANNEL)
+            .bind(id)
+            .execute(&mut **tx)
+            .await?;
+    }
+    Ok(())
 }
