@@ -1,23 +1,31 @@
 //! `massgen eval`: the flags checked (every problem before any upstream call), the panels
-//! found where `serve` finds them, the server's state built as `serve` builds it, the run
-//! ([`crate::eval::run`]), and the report's table on stdout.
+//! found where `serve` finds them (or the demo's, on a simulator started here), the
+//! server's state built as `serve` builds it, the run ([`crate::eval::run`]), the report's
+//! table on stdout, and the exit code saying how the run ended (0 complete, 3 budget, 4
+//! failures, 130 Ctrl-C; 2 usage, 1 a failure while running).
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::catalog::build_catalog;
-use super::commands::start_tools;
+use tokio::sync::watch;
+
+use super::catalog::{NO_CONFIG_HINT, build_catalog};
+use super::commands::{demo_upstream, start_tools};
 use super::fatal::Fatal;
 use super::flags::{EvalArgs, GraderName};
 use super::resolve::ServePlan;
 use super::signals::Signals;
+use crate::app::evals::ArmInfo;
 use crate::app::{App, AppParts};
 use crate::app::{Caller, HttpProviders, KeyId, Owner};
 use crate::config::{Env, PanelCatalog, PanelConfig, RecordsDb, ServerSettings, process_env};
-use crate::eval::arms::{self, Baselines, Variant};
+use crate::eval::arms::{self, Arms, Baselines, Variant};
+use crate::eval::data::Item;
 use crate::eval::grade::Grader;
+use crate::eval::progress;
 use crate::eval::run::{Interrupt, Plan, run};
+use crate::eval::stop::{Ending, FailureRule};
 
 /// Sessions in flight at most: each holds its agents' upstream connections and its events.
 const MAX_CONCURRENCY: usize = 1024;
@@ -26,7 +34,18 @@ const MAX_CONCURRENCY: usize = 1024;
 pub const DEFAULT_INSTRUCTION: &str =
     "End your reply with a final line of the form `Answer: <answer>`.";
 
+/// What the run measures, and on what: the items and the arms that answer them (asked
+/// anew), or a run's stored answers (graded again).
+struct Measured {
+    data: String,
+    items: Vec<Item>,
+    arms: Arms,
+    infos: Vec<ArmInfo>,
+    out: PathBuf,
+}
+
 pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
+    check_modes(&args)?;
     let mut settings = ServerSettings::default();
     if let Some(url) = args.records_db.as_deref().filter(|u| !u.trim().is_empty()) {
         settings.production.records_db =
@@ -47,6 +66,13 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
         }
         settings.production.max_upstream_calls = Some(calls);
     }
+    let failures = failure_rule(&args)?;
+    if !(1..=MAX_CONCURRENCY).contains(&args.concurrency) {
+        return Err(Fatal::usage(format!(
+            "--concurrency must be from 1 to {MAX_CONCURRENCY}, got {}",
+            args.concurrency
+        )));
+    }
     let plan = ServePlan {
         settings,
         default_config: args.config.clone().filter(|p| !p.as_os_str().is_empty()),
@@ -56,20 +82,34 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
             .filter(|p| !p.as_os_str().is_empty()),
         demo: false,
     };
-    let catalog = build_catalog(&plan, None, &process_env)?;
     let env: Arc<Env> = Arc::new(process_env);
     let grader = grader(&args)?;
-    let items = crate::eval::data::read(&args.data, grader.needs_answer()).map_err(Fatal::usage)?;
-    grader
-        .check(&items)
-        .map_err(|e| Fatal::usage(format!("--data {}: {e}", args.data.display())))?;
-    let panels = panels(&args.panels, &catalog)?;
-    let arms = arms::arms(
-        &panels,
-        &variants(args.variants.as_deref())?,
-        baselines(&args)?,
-    )
-    .map_err(Fatal::usage)?;
+    // The demo's simulator answers until the run ends (its sender is dropped then).
+    let (_stop_demo, demo_stopped) = watch::channel(false);
+    let demo_url = demo_upstream(args.demo, &demo_stopped).await?;
+    // Only `--judge NAME` needs the catalog when the panel is the demo's, or none is.
+    let needs_catalog = !(args.demo || args.regrade)
+        || args
+            .judge
+            .as_deref()
+            .is_some_and(|j| !Path::new(j).is_file());
+    let catalog = if needs_catalog {
+        build_catalog(&plan, None, &process_env).map_err(eval_hint)?
+    } else {
+        PanelCatalog::default()
+    };
+    let measured = match (&demo_url, args.regrade) {
+        (_, true) => stored(&args, &grader)?,
+        (Some(url), false) => asked(
+            &args,
+            &grader,
+            vec![Arc::new(crate::eval::demo::panel(url))],
+        )?,
+        (None, false) => asked(&args, &grader, panels(&args.panels, &catalog)?)?,
+    };
+    if let Some(key) = &args.group_by {
+        crate::eval::data::check_group_key(&measured.items, key).map_err(Fatal::usage)?;
+    }
     let judge = match (&grader, &args.judge) {
         (Grader::Judge, Some(judge)) => Some(Arc::new(judge_panel(judge, &catalog, env.as_ref())?)),
         (Grader::Judge, None) => {
@@ -82,23 +122,18 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
         }
         (_, None) => None,
     };
-    if !(1..=MAX_CONCURRENCY).contains(&args.concurrency) {
-        return Err(Fatal::usage(format!(
-            "--concurrency must be from 1 to {MAX_CONCURRENCY}, got {}",
-            args.concurrency
-        )));
-    }
     if let Some(usd) = args.max_cost_usd {
         if !(usd.is_finite() && usd > 0.0) {
             return Err(Fatal::usage(format!(
                 "--max-cost-usd must be above 0, got {usd}"
             )));
         }
-        let calls = arms
+        let calls = measured
+            .arms
             .panels
             .iter()
             .map(|a| &a.panel)
-            .chain(arms.agents.iter().map(|a| &a.panel))
+            .chain(measured.arms.agents.iter().map(|a| &a.panel))
             .chain(judge.iter());
         for panel in calls {
             if let Some(agent) = panel.agents.iter().find(|a| a.backend.price.is_none()) {
@@ -120,22 +155,27 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
         Grader::JsonSchema { schema, .. } => Some(schema.clone()),
         _ => None,
     };
-    let inputs = items
-        .iter()
-        .map(|item| crate::eval::session::input(item, instruction.as_deref(), schema.as_ref()))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| Fatal::usage(format!("--data {}: {e}", args.data.display())))?;
-    let settings_key = format!(
-        "{} tolerance={} relative={} schema={} judge={} instruction={:?}",
+    let inputs = if args.regrade {
+        Vec::new()
+    } else {
+        measured
+            .items
+            .iter()
+            .map(|item| crate::eval::session::input(item, instruction.as_deref(), schema.as_ref()))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| Fatal::usage(format!("{}: {e}", measured.data)))?
+    };
+    let schema_text = schema.as_ref().map(ToString::to_string).unwrap_or_default();
+    let asked = format!("instruction={instruction:?} schema={schema_text}");
+    let grading = format!(
+        "{} tolerance={} relative={} schema={schema_text} judge={}",
         grader.name(),
         tolerance(&args),
         relative_tolerance(&args),
-        schema.as_ref().map(ToString::to_string).unwrap_or_default(),
         judge
             .as_deref()
             .map(crate::eval::resume::comparable)
             .unwrap_or_default(),
-        instruction
     );
     // As `serve` does: every session holds a descriptor per HTTP/1.1 agent.
     let _ = crate::app::descriptors::raise_open_file_limit();
@@ -155,38 +195,235 @@ pub(super) async fn eval(args: EvalArgs) -> Result<(), Fatal> {
         clock: Arc::new(massgen_core::coordination::SystemClock),
         records,
     }));
+    let out = measured.out.clone();
     let finished = run(
         app,
         Plan {
-            data: args.data.display().to_string(),
-            items,
-            arms,
+            data: measured.data,
+            items: measured.items,
+            arms: measured.arms,
+            infos: measured.infos,
             grader,
             judge,
-            instruction,
             concurrency: args.concurrency,
             max_cost_usd: args.max_cost_usd,
-            out: args.out.clone(),
+            failures,
+            group_by: args.group_by.clone(),
+            out: out.clone(),
             caller: caller(),
             inputs,
-            settings: settings_key,
+            asked,
+            grading,
+            regrade_only: args.regrade,
             interrupt,
         },
     )
     .await
     .map_err(Fatal::runtime)?;
     tools.shutdown().await;
-    let mut out = std::io::stdout().lock();
-    let _ = write!(out, "{}", finished.markdown);
-    let _ = writeln!(out, "\nFiles: {}", args.out.display());
-    let _ = out.flush();
+    let mut stdout = std::io::stdout().lock();
+    let _ = write!(stdout, "{}", finished.markdown);
+    let _ = writeln!(stdout, "\nFiles: {}", out.display());
+    let _ = stdout.flush();
+    if let Some(stopped) = &finished.report.run.stopped {
+        let error = stopped
+            .most_common_error
+            .as_deref()
+            .map(|e| format!(" Most common error: {e}"))
+            .unwrap_or_default();
+        progress::say(&format!("eval: stopped: {}{error}", stopped.message));
+    }
+    match finished.ending {
+        Ending::Complete => Ok(()),
+        ending => Err(Fatal::quiet(ending.exit_code())),
+    }
+}
+
+/// Which flags go together: `--regrade` asks nothing, so it takes no data or panel
+/// flags; `--demo` measures its own panel; the others need `--data` and `--out`.
+fn check_modes(args: &EvalArgs) -> Result<(), Fatal> {
+    if args.regrade {
+        let asking = [
+            ("--data", args.data.is_some()),
+            ("--demo", args.demo),
+            ("--panel", !args.panels.is_empty()),
+            ("--baselines", args.baselines.is_some()),
+            ("--samples", args.samples.is_some()),
+            ("--variants", args.variants.is_some()),
+            ("--instruction", args.instruction.is_some()),
+            ("--limit", args.limit.is_some()),
+            ("--shuffle", args.shuffle),
+            ("--seed", args.seed.is_some()),
+        ];
+        if let Some((flag, _)) = asking.iter().find(|(_, given)| *given) {
+            return Err(Fatal::usage(format!(
+                "--regrade grades the answers --out keeps, as they were asked: {flag} would \
+                 ask anew (rerun without --regrade for that)"
+            )));
+        }
+        if args.out.is_none() {
+            return Err(Fatal::usage(
+                "--regrade needs --out: the folder of the run to grade again",
+            ));
+        }
+        return Ok(());
+    }
+    if args.demo && !args.panels.is_empty() {
+        return Err(Fatal::usage(
+            "--demo measures the demo's simulated panel: give --panel without --demo",
+        ));
+    }
+    if args.data.is_none() && !args.demo {
+        return Err(Fatal::usage(
+            "--data FILE is needed (the questions, JSONL); or try `massgen eval --demo` \
+             (simulated agents and bundled questions, no key)",
+        ));
+    }
+    if args.out.is_none() && !args.demo {
+        return Err(Fatal::usage(
+            "--out DIR is needed (where the run's files go; a rerun with it continues)",
+        ));
+    }
+    if args.seed.is_some() && !args.shuffle {
+        return Err(Fatal::usage("--seed is read by --shuffle only"));
+    }
     Ok(())
 }
 
+/// The items of `--data` (or the demo's) as `--shuffle` and `--limit` choose them, asked
+/// of `panels`' arms.
+fn asked(
+    args: &EvalArgs,
+    grader: &Grader,
+    panels: Vec<Arc<PanelConfig>>,
+) -> Result<Measured, Fatal> {
+    let (data, mut items) = match &args.data {
+        Some(path) => (
+            path.display().to_string(),
+            crate::eval::data::read(path, grader.needs_answer()).map_err(Fatal::usage)?,
+        ),
+        None => (
+            crate::eval::demo::DATA.to_string(),
+            crate::eval::data::parse(crate::eval::demo::QUESTIONS, grader.needs_answer())
+                .map_err(|e| Fatal::usage(format!("{}: {e}", crate::eval::demo::DATA)))?,
+        ),
+    };
+    grader
+        .check(&items)
+        .map_err(|e| Fatal::usage(format!("--data {data}: {e}")))?;
+    if args.shuffle {
+        crate::eval::data::shuffle(&mut items, args.seed.unwrap_or(0));
+    }
+    if let Some(limit) = args.limit {
+        if limit == 0 {
+            return Err(Fatal::usage("--limit must be at least 1"));
+        }
+        items.truncate(limit);
+    }
+    let arms = arms::arms(
+        &panels,
+        &variants(args.variants.as_deref())?,
+        baselines(args)?,
+    )
+    .map_err(Fatal::usage)?;
+    let infos = arms.infos();
+    let out = match &args.out {
+        Some(out) => out.clone(),
+        // A new folder each time: the demo's simulator is new each time too.
+        None => std::env::temp_dir().join(format!(
+            "massgen-eval-demo-{}",
+            uuid::Uuid::now_v7().simple()
+        )),
+    };
+    Ok(Measured {
+        data,
+        items,
+        arms,
+        infos,
+        out,
+    })
+}
+
+/// `--regrade`: the items and arms of the run `--out` keeps, as its lines describe them.
+fn stored(args: &EvalArgs, grader: &Grader) -> Result<Measured, Fatal> {
+    let Some(out) = args.out.clone() else {
+        return Err(Fatal::usage("--regrade needs --out"));
+    };
+    let previous = crate::eval::files::OutDir::read(&out).map_err(Fatal::usage)?;
+    let Some(run) = previous.run else {
+        return Err(Fatal::usage(format!(
+            "--regrade: {} holds no run to grade again (no {}): run massgen eval with --data \
+             and --out first",
+            out.display(),
+            crate::eval::files::RUN_FILE
+        )));
+    };
+    let lines = format!(
+        "--out {}: {}",
+        out.display(),
+        crate::eval::files::ITEMS_FILE
+    );
+    let items = crate::eval::data::from_results(&previous.items)
+        .map_err(|e| Fatal::usage(format!("{lines}: {e}")))?;
+    if items.is_empty() {
+        return Err(Fatal::usage(format!(
+            "--regrade: {lines} holds no graded item yet"
+        )));
+    }
+    if let Some(name) = grader.needs_answer() {
+        crate::eval::data::check_references(&items, name)
+            .map_err(|e| Fatal::usage(format!("{lines}: {e}")))?;
+    }
+    grader
+        .check(&items)
+        .map_err(|e| Fatal::usage(format!("{lines}: {e}")))?;
+    Ok(Measured {
+        data: run.data,
+        items,
+        arms: Arms {
+            panels: Vec::new(),
+            agents: Vec::new(),
+        },
+        infos: run.arms,
+        out,
+    })
+}
+
+/// `--max-failures N` and `--max-failure-rate R`.
+fn failure_rule(args: &EvalArgs) -> Result<FailureRule, Fatal> {
+    let mut rule = FailureRule::default();
+    if let Some(first) = args.max_failures {
+        if first == 0 {
+            return Err(Fatal::usage("--max-failures must be at least 1"));
+        }
+        rule.first = first;
+    }
+    if let Some(rate) = args.max_failure_rate {
+        if !(rate.is_finite() && (0.0..=1.0).contains(&rate)) {
+            return Err(Fatal::usage(format!(
+                "--max-failure-rate must be from 0 to 1, got {rate}"
+            )));
+        }
+        rule.rate = rate;
+    }
+    Ok(rule)
+}
+
+/// The catalog's "no panel" error, naming eval's own way to try it without one.
+fn eval_hint(fatal: Fatal) -> Fatal {
+    if fatal.message != NO_CONFIG_HINT {
+        return fatal;
+    }
+    Fatal::usage(NO_CONFIG_HINT.replace(
+        "or --demo to try it with simulated agents",
+        "or run `massgen eval --demo` to try eval with simulated agents and bundled questions",
+    ))
+}
+
 /// Ctrl-C (or SIGTERM) stops new items; the running ones finish and the report is
-/// written. A second one, or one once every item has ended, exits at once: what
-/// `items.jsonl` holds stays, and a rerun continues. The handler stays installed for the
-/// process's life, so no signal is lost while the run writes its report.
+/// written (then the exit code is 130). A second one, or one once every item has ended,
+/// exits at once: what `items.jsonl` holds stays, and a rerun continues. The handler stays
+/// installed for the process's life, so no signal is lost while the run writes its report.
 fn watch_signals() -> Result<Arc<Interrupt>, Fatal> {
     let mut signals =
         Signals::install().map_err(|e| Fatal::runtime(format!("cannot listen for Ctrl-C: {e}")))?;
@@ -197,9 +434,9 @@ fn watch_signals() -> Result<Arc<Interrupt>, Fatal> {
         if asked.ask() {
             std::process::exit(130);
         }
-        eprintln!(
+        progress::say(
             "eval: interrupted: no new items; the running ones finish and the report is written \
-             (Ctrl-C again to quit now; a rerun with the same --out continues)"
+             (Ctrl-C again to quit now; a rerun with the same --out continues)",
         );
         signals.next().await;
         std::process::exit(130);
@@ -282,6 +519,8 @@ fn relative_tolerance(args: &EvalArgs) -> f64 {
 
 /// Self-consistency samples when `--samples` is not given.
 const DEFAULT_SAMPLES: u32 = 5;
+/// The baselines when `--baselines` is not given.
+const DEFAULT_BASELINES: &str = "agents,self-consistency";
 
 fn baselines(args: &EvalArgs) -> Result<Baselines, Fatal> {
     let samples = args.samples.unwrap_or(DEFAULT_SAMPLES);
@@ -291,6 +530,8 @@ fn baselines(args: &EvalArgs) -> Result<Baselines, Fatal> {
     };
     for word in args
         .baselines
+        .as_deref()
+        .unwrap_or(DEFAULT_BASELINES)
         .split(',')
         .map(str::trim)
         .filter(|w| !w.is_empty())
@@ -345,7 +586,7 @@ fn panels(names: &[String], catalog: &PanelCatalog) -> Result<Vec<Arc<PanelConfi
             .default
             .clone()
             .map(|p| vec![p])
-            .ok_or_else(|| Fatal::usage(super::catalog::NO_CONFIG_HINT));
+            .ok_or_else(|| eval_hint(Fatal::usage(NO_CONFIG_HINT)));
     }
     names.iter().map(|name| named(name, catalog)).collect()
 }

@@ -1,5 +1,5 @@
 //! How a command fails: a message on stderr and the exit code (1 runtime failure, 2 usage
-//! or config error).
+//! or config error; `massgen eval` adds its own, see docs/eval.md).
 
 use crate::config::ConfigError;
 
@@ -21,6 +21,14 @@ impl Fatal {
         Self {
             code: 1,
             message: message.into(),
+        }
+    }
+    /// An exit the command has already explained on stderr (`massgen eval` stopped by
+    /// its budget, by failures or by Ctrl-C): nothing more is printed.
+    pub(super) fn quiet(code: u8) -> Self {
+        Self {
+            code,
+            message: String::new(),
         }
     }
 }

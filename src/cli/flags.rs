@@ -72,12 +72,15 @@ pub enum GraderName {
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
     /// The questions: JSONL, one `{"question": …, "answer": …, "id": …}` a line
-    /// (`messages` instead of `question` for a conversation)
+    /// (`messages` instead of `question` for a conversation; `input`/`prompt` and
+    /// `target`/`ideal`/`expected` read too; other keys kept as metadata) [required but
+    /// with --demo or --regrade]
     #[arg(long, value_name = "FILE")]
-    pub data: PathBuf,
+    pub data: Option<PathBuf>,
     /// Where the results go; a rerun with the same folder skips the items it graded
+    /// [required but with --demo: a new folder in the temporary directory]
     #[arg(long, value_name = "DIR")]
-    pub out: PathBuf,
+    pub out: Option<PathBuf>,
     /// Default panel config (YAML) [default: as for `serve`]
     #[arg(long, value_name = "FILE", env = "MASSGEN_SERVER_DEFAULT_CONFIG")]
     pub config: Option<PathBuf>,
@@ -89,10 +92,19 @@ pub struct EvalArgs {
     /// panel]
     #[arg(long = "panel", value_name = "NAME")]
     pub panels: Vec<String>,
+    /// Try it with no key: three simulated agents on a built-in simulator, asked the
+    /// bundled questions (or --data's)
+    #[arg(long)]
+    pub demo: bool,
+    /// Grade the answers the run in --out keeps again, with the grader flags given, and
+    /// write a new report: no upstream call (the judge's apart), no --data or panel flags
+    #[arg(long)]
+    pub regrade: bool,
     /// What to compare the panel with, comma-separated: `agents` (each agent alone, one
     /// call), `self-consistency` (each agent --samples times, majority answer), `none`
-    #[arg(long, value_name = "LIST", default_value = "agents,self-consistency")]
-    pub baselines: String,
+    /// [default: agents,self-consistency]
+    #[arg(long, value_name = "LIST")]
+    pub baselines: Option<String>,
     /// Samples per item for self-consistency (its first sample is the agent-alone answer)
     /// [default: 5]
     #[arg(long, value_name = "K", value_parser = Number::<u32>::new())]
@@ -123,13 +135,34 @@ pub struct EvalArgs {
     /// for the others; "" for none]
     #[arg(long, value_name = "TEXT")]
     pub instruction: Option<String>,
+    /// Only the first N items of the data (after --shuffle)
+    #[arg(long, value_name = "N", value_parser = Number::<usize>::new())]
+    pub limit: Option<usize>,
+    /// Ask the items in an order drawn from --seed (with --limit: a sample of them)
+    #[arg(long)]
+    pub shuffle: bool,
+    /// The seed of --shuffle: the same seed picks the same order [default: 0]
+    #[arg(long, value_name = "S", value_parser = Number::<u64>::new())]
+    pub seed: Option<u64>,
+    /// A metadata key of the items (a key of theirs beyond question, answer and id) the
+    /// report groups accuracy by
+    #[arg(long, value_name = "KEY")]
+    pub group_by: Option<String>,
     /// Sessions in flight at most (self-consistency samples and judge calls count)
     #[arg(long, value_name = "N", default_value_t = 4, value_parser = Number::<usize>::new())]
     pub concurrency: usize,
     /// Stop starting new items once the run (every arm and the judge) has spent this
-    /// much; needs a price for every model
+    /// much; needs a price for every model (exit 3)
     #[arg(long, value_name = "USD", value_parser = Number::<f64>::new())]
     pub max_cost_usd: Option<f64>,
+    /// Stop starting new items when the first N results all failed (and, once 2N are in,
+    /// when more than --max-failure-rate of them did; exit 4) [default: 10]
+    #[arg(long, value_name = "N", value_parser = Number::<usize>::new())]
+    pub max_failures: Option<usize>,
+    /// Stop starting new items once at least 2 × --max-failures results are in and more
+    /// than this share of them failed; 1 never [default: 0.5]
+    #[arg(long, value_name = "R", value_parser = Number::<f64>::new())]
+    pub max_failure_rate: Option<f64>,
     /// Most one session may spend, in USD (as `serve`'s) [default: no limit]
     #[arg(long, value_name = "USD", env = "MASSGEN_SERVER_MAX_SESSION_COST_USD", value_parser = Number::<f64>::new())]
     pub max_session_cost_usd: Option<f64>,
@@ -141,6 +174,9 @@ pub struct EvalArgs {
     /// only]
     #[arg(long, value_name = "URL", env = "MASSGEN_SERVER_RECORDS_DB")]
     pub records_db: Option<String>,
+    /// Log every session's start and end (as `serve` does) [default: warnings only]
+    #[arg(long)]
+    pub verbose: bool,
 }
 
 #[derive(Debug, Clone, Args)]

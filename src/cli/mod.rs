@@ -44,7 +44,14 @@ pub fn main() -> ExitCode {
     // `serve` reads MASSGEN_SERVER_DEBUG through clap; the other commands log alike.
     let debug = matches!(&cli.command, Command::Serve(a) if a.debug)
         || process_env("MASSGEN_SERVER_DEBUG").is_some_and(|v| values::switch(&v) == Some(true));
-    let telemetry = crate::telemetry::init(debug, &process_env);
+    // `massgen eval` prints its own progress: the sessions' own lines only with --verbose.
+    let quiet = matches!(&cli.command, Command::Eval(a) if !a.verbose);
+    let default_filter = match (debug, quiet) {
+        (true, _) => "debug",
+        (false, true) => "warn,rmcp=warn",
+        (false, false) => "info,rmcp=warn",
+    };
+    let telemetry = crate::telemetry::init(default_filter, &process_env);
     if let Err(e) = dotenv {
         tracing::warn!("ignoring .env: {e}");
     }
@@ -72,7 +79,9 @@ pub fn main() -> ExitCode {
 }
 
 fn fail(fatal: &Fatal) -> ExitCode {
-    eprintln!("massgen: error: {}", fatal.message);
+    if !fatal.message.is_empty() {
+        eprintln!("massgen: error: {}", fatal.message);
+    }
     ExitCode::from(fatal.code)
 }
 

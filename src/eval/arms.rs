@@ -187,11 +187,12 @@ pub fn alone(panel: &PanelConfig, index: usize) -> PanelConfig {
 }
 
 fn models_of(panel: &PanelConfig) -> Vec<String> {
-    panel
-        .agents
-        .iter()
-        .map(|a| format!("{}/{}", a.backend.backend_type, a.backend.model))
-        .collect()
+    panel.agents.iter().map(model_of).collect()
+}
+
+/// How the report names an agent's model: `provider/model`.
+pub fn model_of(agent: &crate::config::AgentConfig) -> String {
+    format!("{}/{}", agent.backend.backend_type, agent.backend.model)
 }
 
 #[cfg(test)]

@@ -381,6 +381,7 @@ mod tests {
                 max_cost_usd: None,
                 stopped_by_budget: false,
                 interrupted: false,
+                ..RunInfo::default()
             },
             arms,
             total_cost_usd: None,

@@ -95,6 +95,28 @@ impl OutDir {
         ))
     }
 
+    /// What `dir` holds, read without writing anything: `--regrade` reads a run before
+    /// it checks the grader against its items. Both files must be regular files.
+    pub fn read(dir: &Path) -> Result<Previous, String> {
+        let shown = dir.display();
+        let run = match regular::read(&dir.join(RUN_FILE), Links::Refuse, MAX_RUN_FILE) {
+            Ok(text) => Some(
+                serde_json::from_str::<RunFile>(&text)
+                    .map_err(|e| format!("--out {shown}: {RUN_FILE} is not a run's file ({e})"))?,
+            ),
+            Err(e) if e.is_missing() => None,
+            Err(e) => return Err(format!("--out {shown}: {RUN_FILE}: {e}")),
+        };
+        let text = match regular::read(&dir.join(ITEMS_FILE), Links::Refuse, u64::MAX) {
+            Ok(text) => text,
+            Err(e) if e.is_missing() => String::new(),
+            Err(e) => return Err(format!("--out {shown}: {ITEMS_FILE}: {e}")),
+        };
+        let (items, _) =
+            read_items(&text).map_err(|e| format!("--out {shown}: {ITEMS_FILE}: {e}"))?;
+        Ok(Previous { run, items })
+    }
+
     /// Empties `items.jsonl`: the folder starts a new run, and the lines it held were
     /// another run's.
     pub fn restart(&mut self) -> Result<(), String> {
@@ -270,6 +292,7 @@ mod tests {
             session_ids: vec!["s1".into()],
             judge_session_ids: Vec::new(),
             fingerprint: String::new(),
+            ..ItemResult::default()
         }
     }
 

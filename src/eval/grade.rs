@@ -387,6 +387,7 @@ mod tests {
             line: 1,
             prompt: Prompt::Question("Q?".into()),
             answer: Some(answer),
+            metadata: serde_json::Map::new(),
         }
     }
 

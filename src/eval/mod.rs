@@ -4,13 +4,17 @@
 //! An edge like the doors: it turns items into the use case's asks (through the Chat
 //! Completions door's own parser) and reads the sessions' ends. `data` reads the
 //! questions, `arms` makes the panels each arm runs on, `session` runs one, `grade`
-//! judges an answer, `run` schedules it all (bounds, budget, resume), `files` and
+//! judges an answer, `answer` makes a graded result of a job's sessions, `run` schedules
+//! it all (bounds, resume), `stop` says when no new item starts, `demo` is the panel and
+//! questions of `--demo`, `files` and
 //! `records` keep the results (`regular` reads the files it is named and keeps),
 //! `report`, `stats` and `chart` sum them up.
 
+mod answer;
 pub mod arms;
 pub mod chart;
 pub mod data;
+pub mod demo;
 pub mod files;
 pub mod grade;
 pub mod progress;
@@ -21,3 +25,4 @@ pub mod resume;
 pub mod run;
 pub mod session;
 pub mod stats;
+pub mod stop;

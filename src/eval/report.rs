@@ -10,7 +10,7 @@ use super::stats::{mcnemar_exact, percentile, wilson};
 use crate::app::evals::{ArmInfo, ArmKind, ItemResult};
 
 /// What was run, for the report's heading.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct RunInfo {
     pub run_id: String,
     /// Unix seconds.
@@ -25,6 +25,34 @@ pub struct RunInfo {
     /// Ctrl-C stopped the run before every item started (a rerun continues it).
     #[serde(default)]
     pub interrupted: bool,
+    /// Why the run stopped before every item started; absent when none was left out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stopped: Option<Stopped>,
+    /// `--group-by`: the metadata key the items are grouped by.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<String>,
+}
+
+/// Why a run started no new item.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stopped {
+    pub reason: StopReason,
+    /// One sentence for people: what was reached.
+    pub message: String,
+    /// The error most failed results gave (`reason: failures`), as a session gave it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub most_common_error: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// Too many (item, arm) results failed (`--max-failures`, `--max-failure-rate`).
+    Failures,
+    /// `--max-cost-usd` was spent.
+    Budget,
+    /// Ctrl-C or SIGTERM.
+    Interrupted,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -374,6 +402,20 @@ pub fn markdown(report: &Report) -> String {
         out += "\n**Interrupted** (Ctrl-C): not every item started; a rerun with the same \
                 `--out` continues the run.\n";
     }
+    if let Some(stopped) = run
+        .stopped
+        .as_ref()
+        .filter(|s| s.reason == StopReason::Failures)
+    {
+        out += &format!(
+            "\n**Stopped after failures**: {}",
+            md_escape(&stopped.message)
+        );
+        if let Some(error) = &stopped.most_common_error {
+            out += &format!(" Most common error: {}", md_escape(error));
+        }
+        out += "\n";
+    }
 
     out += "\nAccuracy counts failed items as wrong; the interval is Wilson's. ";
     match reference {
@@ -421,18 +463,11 @@ mod tests {
             arm: arm.into(),
             kind: ArmKind::Agent,
             correct,
-            failed: None,
-            answer: None,
-            extracted: None,
-            samples: vec![],
             cost_usd: cost,
-            judge_cost_usd: None,
             input_tokens: 10,
             output_tokens: 5,
             latency_s: latency,
-            session_ids: vec![],
-            judge_session_ids: vec![],
-            fingerprint: String::new(),
+            ..ItemResult::default()
         }
     }
 
@@ -446,6 +481,7 @@ mod tests {
             max_cost_usd: None,
             stopped_by_budget: false,
             interrupted: false,
+            ..RunInfo::default()
         }
     }
 

@@ -1,6 +1,8 @@
-//! Runs every arm on every item: at most `concurrency` sessions at once, no new item
-//! once `max_cost_usd` is spent, each graded item and arm appended to `items.jsonl` (and
-//! the records) as it finishes, then the reports.
+//! Runs every arm on every item: at most `concurrency` sessions at once, no new item once
+//! `max_cost_usd` is spent, too many results failed or Ctrl-C came (`stop`), each graded
+//! item and arm appended to `items.jsonl` (and the records) as it finishes, then the
+//! reports. An answer kept from an earlier invocation is graded again, not asked again,
+//! when only the grading changed (`resume`); what a job makes of its sessions is `answer`.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -12,15 +14,16 @@ use futures::StreamExt;
 use massgen_core::coordination::SessionInput;
 use tokio::sync::Semaphore;
 
-use super::arms::{AgentArms, Arms, PanelArm};
+use super::arms::Arms;
 use super::data::Item;
 use super::files::{OutDir, Previous, RunFile};
-use super::grade::{self, Grader};
-use super::progress::Progress;
+use super::grade::Grader;
+use super::progress::{self, Progress};
 use super::records::Records;
-use super::report::{self, Report, RunInfo};
+use super::report::{self, Report, RunInfo, StopReason, Stopped};
 use super::resume::{self, Fingerprints, Job};
 use super::session::{self, Label, Outcome};
+use super::stop::{Ending, FailureRule, Stops, Tally};
 use crate::app::evals::{ArmInfo, ItemResult};
 use crate::app::{App, Caller};
 use crate::config::PanelConfig;
@@ -30,24 +33,34 @@ pub struct Plan {
     /// The data file as given (the report names it).
     pub data: String,
     pub items: Vec<Item>,
+    /// The arms sessions run on; none when only grading stored answers again.
     pub arms: Arms,
+    /// Every arm the report covers, in order: `arms`' own, or, grading only, those of the
+    /// run being graded again.
+    pub infos: Vec<ArmInfo>,
     pub grader: Grader,
     /// The judge's panel (`judge` grader), made to answer in one call when it has one
     /// agent.
     pub judge: Option<Arc<PanelConfig>>,
-    /// Sent to every agent as a system message (how to end the answer).
-    pub instruction: Option<String>,
     /// Sessions in flight at most.
     pub concurrency: usize,
     pub max_cost_usd: Option<f64>,
+    pub failures: FailureRule,
+    /// `--group-by`, passed to the report.
+    pub group_by: Option<String>,
     pub out: PathBuf,
     /// Whose run it is: the records file it and its sessions under this caller's owner id.
     pub caller: Caller,
     /// Each item's session input (built and checked before the run: see
-    /// [`session::input`]).
+    /// [`session::input`]); empty when grading only.
     pub inputs: Vec<SessionInput>,
-    /// The grader's settings and the instruction, as the fingerprints take them.
-    pub settings: String,
+    /// What every session is sent besides its item (the instruction, the structured
+    /// output), as the answers' fingerprints take it.
+    pub asked: String,
+    /// The grader's settings, as the grading fingerprints take them.
+    pub grading: String,
+    /// `--regrade`: the folder's run is graded again, nothing is asked.
+    pub regrade_only: bool,
     /// Set by the command's signal handler (Ctrl-C, SIGTERM).
     pub interrupt: Arc<Interrupt>,
 }
@@ -58,8 +71,6 @@ pub struct Interrupt {
     asked: AtomicBool,
     /// Every job has ended (the run is writing its report, the records, shutting down).
     jobs_done: AtomicBool,
-    /// An item was not started because of it.
-    skipped: AtomicBool,
 }
 
 impl Interrupt {
@@ -69,28 +80,33 @@ impl Interrupt {
         self.asked.store(true, Ordering::Relaxed);
         self.jobs_done.load(Ordering::Relaxed)
     }
+
+    fn asked(&self) -> bool {
+        self.asked.load(Ordering::Relaxed)
+    }
 }
 
-/// What the run left: its report and where the files are.
+/// What the run left: its report, and how it ended (the exit code).
 pub struct Finished {
     pub report: Report,
     pub markdown: String,
+    pub ending: Ending,
 }
 
-struct Run {
-    app: Arc<App>,
-    plan: Plan,
+pub(super) struct Run {
+    pub(super) app: Arc<App>,
+    pub(super) plan: Plan,
     run_id: String,
-    fingerprints: Fingerprints,
+    pub(super) fingerprints: Fingerprints,
     sessions: Semaphore,
     out: Mutex<OutDir>,
     records: Records,
     /// USD the run has spent (arms and judge), earlier invocations' results included.
     spent: Mutex<f64>,
     started: Mutex<HashSet<usize>>,
-    /// The budget was reached: no new item starts.
-    stopped: AtomicBool,
-
+    /// Why no new item starts (the budget, failures), and how many were left out.
+    stops: Mutex<Stops>,
+    tally: Mutex<Tally>,
     /// Jobs left per item, for the progress line.
     left: Vec<AtomicUsize>,
     progress: Progress,
@@ -100,24 +116,34 @@ struct Run {
 
 pub async fn run(app: Arc<App>, plan: Plan) -> Result<Finished, String> {
     let (mut out, previous) = OutDir::open(&plan.out)?;
-    let arm_infos = plan.arms.infos();
     let (run_file, records, previous_items) = take_run(&app, &plan, &mut out, previous).await?;
-    let fingerprints = Fingerprints::new(&plan.items, &plan.arms, &plan.settings);
+    let fingerprints = if plan.regrade_only {
+        Fingerprints::grading_only(&plan.items, &plan.grading)
+    } else {
+        Fingerprints::new(&plan.items, &plan.arms, &plan.asked, &plan.grading)
+    };
     // The budget counts what earlier invocations of the run spent, on anything.
     let spent_before = report::known_spend(&previous_items);
-    // Earlier results graded from what the run holds now; the others, and the failed
-    // ones, run again.
-    let earlier: Vec<ItemResult> = previous_items
+    let work = resume::work(
+        &plan.items,
+        &plan.arms,
+        &plan.infos,
+        previous_items,
+        &fingerprints,
+    );
+    // What the run holds now of each item (a metadata key edited since) goes with every
+    // result the report counts.
+    let earlier: Vec<ItemResult> = work
+        .kept
         .into_iter()
-        .filter(|r| fingerprints.current(r) && r.failed.is_none())
+        .map(|mut result| {
+            if let Some(item) = plan.items.iter().find(|i| i.id == result.item) {
+                describe(&mut result, item);
+            }
+            result
+        })
         .collect();
-    let done: HashSet<(&str, &str)> = earlier
-        .iter()
-        .map(|r| (r.item.as_str(), r.arm.as_str()))
-        .collect();
-    let jobs = resume::jobs(&plan.items, &plan.arms, &|item, arm| {
-        done.contains(&(item.id.as_str(), arm.name.as_str()))
-    });
+    let jobs = work.jobs;
     let mut left: Vec<usize> = vec![0; plan.items.len()];
     for job in &jobs {
         left[job.item()] += 1;
@@ -131,7 +157,11 @@ pub async fn run(app: Arc<App>, plan: Plan) -> Result<Finished, String> {
         records,
         spent: Mutex::new(spent_before),
         started: Mutex::default(),
-        stopped: AtomicBool::new(false),
+        stops: Mutex::new(Stops {
+            total: pending_items,
+            ..Stops::default()
+        }),
+        tally: Mutex::default(),
         left: left.into_iter().map(AtomicUsize::new).collect(),
         progress: Progress::new(plan.items.len(), plan.items.len() - pending_items),
         results: Mutex::default(),
@@ -159,13 +189,13 @@ pub async fn run(app: Arc<App>, plan: Plan) -> Result<Finished, String> {
         .await;
     let mut all = earlier;
     all.extend(lock(&run.results).drain(..));
-    let info = info(
-        &run_file,
-        &run.plan,
-        run.stopped.load(Ordering::Relaxed),
-        run.plan.interrupt.skipped.load(Ordering::Relaxed),
-    );
-    let report = report::build(info, &arm_infos, &all);
+    let (stopped, ending) = {
+        let mut stops = lock(&run.stops);
+        stops.interrupted = run.plan.interrupt.asked();
+        stops.verdict(&lock(&run.tally))
+    };
+    let info = info(&run_file, &run.plan, stopped);
+    let report = report::build(info, &run.plan.infos, &all);
     let markdown = report::markdown(&report);
     let json = serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?;
     {
@@ -175,14 +205,19 @@ pub async fn run(app: Arc<App>, plan: Plan) -> Result<Finished, String> {
         out.write("chart.svg", &super::chart::accuracy_cost_svg(&report))?;
     }
     run.records.finish(&run_file, &report).await;
-    Ok(Finished { report, markdown })
+    Ok(Finished {
+        report,
+        markdown,
+        ending,
+    })
 }
 
 /// The run this invocation continues, with its records and the lines it graded before,
 /// or a new run. A folder's run is continued by its owner only: a `run.json` naming
 /// another owner (a folder copied, or run under another key), or an id the records hold
 /// as another owner's (a `run.json` edited), starts a new run from scratch, its id new and
-/// the folder's earlier lines dropped, and the other run is left as it was.
+/// the folder's earlier lines dropped, and the other run is left as it was. Grading only,
+/// there is nothing to start from scratch: such a folder is refused.
 async fn take_run(
     app: &App,
     plan: &Plan,
@@ -196,17 +231,32 @@ async fn take_run(
         created: now_secs(),
         data: plan.data.clone(),
         grader: plan.grader.name().to_string(),
-        arms: plan.arms.infos(),
+        arms: plan.infos.clone(),
+    };
+    let theirs = |run: &str| {
+        format!(
+            "--regrade: {} names run {run}, which is another owner's (MASSGEN_EVAL_KEY): \
+             nothing was graded",
+            plan.out.join(super::files::RUN_FILE).display()
+        )
     };
     let mut items = previous.items;
     let mut run = match previous.run {
         Some(run) if run.owner.as_deref().is_none_or(|o| o == owner) => RunFile {
             owner: Some(owner.to_string()),
-            arms: plan.arms.infos(),
+            arms: plan.infos.clone(),
             data: plan.data.clone(),
             grader: plan.grader.name().to_string(),
             ..run
         },
+        Some(other) if plan.regrade_only => return Err(theirs(&other.run_id)),
+        None if plan.regrade_only => {
+            return Err(format!(
+                "--regrade: {} holds no run (no {})",
+                plan.out.display(),
+                super::files::RUN_FILE
+            ));
+        }
         other => {
             if let Some(theirs) = other {
                 restarted(&plan.out, &theirs.run_id);
@@ -219,6 +269,7 @@ async fn take_run(
     };
     let records = match Records::claim(app, owner, &run).await {
         Some(records) => records,
+        None if plan.regrade_only => return Err(theirs(&run.run_id)),
         None => {
             restarted(&plan.out, &run.run_id);
             items.clear();
@@ -237,14 +288,15 @@ async fn take_run(
 }
 
 fn restarted(out: &Path, theirs: &str) {
-    eprintln!(
+    progress::say(&format!(
         "eval: {} names run {theirs}, which is another owner's: starting a new run here \
          (this folder's earlier lines are dropped; that run is left as it was)",
         out.join(super::files::RUN_FILE).display()
-    );
+    ));
 }
 
-fn info(run: &RunFile, plan: &Plan, stopped_by_budget: bool, interrupted: bool) -> RunInfo {
+fn info(run: &RunFile, plan: &Plan, stopped: Option<Stopped>) -> RunInfo {
+    let reason = stopped.as_ref().map(|s| s.reason);
     RunInfo {
         run_id: run.run_id.clone(),
         created: run.created,
@@ -252,31 +304,47 @@ fn info(run: &RunFile, plan: &Plan, stopped_by_budget: bool, interrupted: bool) 
         grader: run.grader.clone(),
         questions: plan.items.len(),
         max_cost_usd: plan.max_cost_usd,
-        stopped_by_budget,
-        interrupted,
+        stopped_by_budget: reason == Some(StopReason::Budget),
+        interrupted: reason == Some(StopReason::Interrupted),
+        stopped,
+        group_by: plan.group_by.clone(),
     }
 }
 
+/// What the item is, as each of its results keeps it (for the report and the page).
+pub(super) fn describe(result: &mut ItemResult, item: &Item) {
+    result.question = Some(item.question_text());
+    result.reference = item.answer.clone();
+    result.metadata = item.metadata.clone();
+}
+
 impl Run {
-    fn spent(&self) -> f64 {
+    pub(super) fn spent(&self) -> f64 {
         *lock(&self.spent)
     }
 
-    /// Whether `item` may run: it has begun, or the budget allows a new item.
+    /// Whether `item` may run: it has begun, or nothing stops a new item.
     fn admit(&self, item: usize) -> bool {
         let mut started = lock(&self.started);
         if started.contains(&item) {
             return true;
         }
-        if self.plan.interrupt.asked.load(Ordering::Relaxed) {
-            self.plan.interrupt.skipped.store(true, Ordering::Relaxed);
+        if self.plan.interrupt.asked() {
             return false;
         }
-        if let Some(limit) = self.plan.max_cost_usd
-            && self.spent() >= limit
-        {
-            self.stopped.store(true, Ordering::Relaxed);
+        let mut stops = lock(&self.stops);
+        if stops.reached.is_some() {
             return false;
+        }
+        if let Some(limit) = self.plan.max_cost_usd {
+            let spent = self.spent();
+            if spent >= limit {
+                stops.reached = Some((
+                    StopReason::Budget,
+                    format!("--max-cost-usd ${limit} was reached (${spent:.4} spent)"),
+                ));
+                return false;
+            }
         }
         started.insert(item);
         true
@@ -299,23 +367,38 @@ impl Run {
                     let arms = &self.plan.arms.agents[agent];
                     self.agent(item, arms, alone, consistency).await
                 }
+                Job::Regrade { item, result } => vec![self.regrade(item, *result).await],
             };
             for result in results {
                 self.keep(result).await;
             }
         }
         if self.left[item].fetch_sub(1, Ordering::AcqRel) == 1 {
-            let why = if self.plan.interrupt.asked.load(Ordering::Relaxed) {
-                "interrupted"
+            let why = if admitted {
+                ""
             } else {
-                "budget reached"
+                lock(&self.stops).skipped += 1;
+                match &lock(&self.stops).reached {
+                    _ if self.plan.interrupt.asked() => "interrupted",
+                    Some((StopReason::Failures, _)) => "too many failures",
+                    _ => "budget reached",
+                }
             };
             self.progress.item_done(self.spent(), admitted, why);
         }
     }
 
-    fn blank(&self, item: &Item, info: &ArmInfo) -> ItemResult {
-        blank(&self.fingerprints, item, info)
+    pub(super) fn blank(&self, item: &Item, info: &ArmInfo) -> ItemResult {
+        let mut result = ItemResult {
+            fingerprint: self.fingerprints.answer(&item.id, &info.name),
+            grading: self.fingerprints.grading(&item.id),
+            item: item.id.clone(),
+            arm: info.name.clone(),
+            kind: info.kind,
+            ..ItemResult::default()
+        };
+        describe(&mut result, item);
+        result
     }
 
     async fn keep(&self, result: ItemResult) {
@@ -324,11 +407,21 @@ impl Run {
             self.progress.warn(&format!("cannot keep a result: {e}"));
         }
         self.records.item(&result).await;
+        let reached = lock(&self.tally).count(result.failed.as_deref(), self.plan.failures);
+        if result.failed.is_some() {
+            self.progress.failed();
+        }
+        if let Some(why) = reached {
+            let mut stops = lock(&self.stops);
+            if stops.reached.is_none() {
+                stops.reached = Some((StopReason::Failures, why));
+            }
+        }
         lock(&self.results).push(result);
     }
 
     /// One session, under the concurrency bound, its cost counted.
-    async fn session(
+    pub(super) async fn session(
         &self,
         panel: &Arc<PanelConfig>,
         input: SessionInput,
@@ -353,174 +446,6 @@ impl Run {
         }
         outcome
     }
-
-    async fn panel(&self, index: usize, arm: &PanelArm) -> ItemResult {
-        let item = &self.plan.items[index];
-        let outcome = self
-            .session(
-                &arm.panel,
-                self.plan.inputs[index].clone(),
-                item,
-                &arm.info.name,
-            )
-            .await;
-        let mut result = self.blank(item, &arm.info);
-        result.cost_usd = outcome.cost_usd;
-        result.input_tokens = outcome.input_tokens;
-        result.output_tokens = outcome.output_tokens;
-        result.latency_s = outcome.elapsed.as_secs_f64();
-        result.session_ids.extend(outcome.id.clone());
-        match outcome.text {
-            Some(text) => self.grade(item, &arm.info.name, text, &mut result).await,
-            None => result.failed = outcome.error,
-        }
-        result
-    }
-
-    /// One-call sessions at once, `samples` of them for self-consistency (the first is
-    /// also the agent alone), one when only the agent alone is wanted.
-    async fn agent(
-        &self,
-        index: usize,
-        arms: &AgentArms,
-        alone: bool,
-        consistency: bool,
-    ) -> Vec<ItemResult> {
-        let item = &self.plan.items[index];
-        let (alone, consistency) = (
-            arms.alone.as_ref().filter(|_| alone),
-            arms.consistency.as_ref().filter(|_| consistency),
-        );
-        let name = consistency.or(alone).map_or("agent", |a| a.name.as_str());
-        let count = if consistency.is_some() {
-            arms.samples.max(1)
-        } else {
-            1
-        };
-        let samples: Vec<Outcome> = futures::future::join_all(
-            (0..count)
-                .map(|_| self.session(&arms.panel, self.plan.inputs[index].clone(), item, name)),
-        )
-        .await;
-        // Samples run at once: the item took as long as the slowest (its wait for a
-        // session slot apart, as for every arm).
-        let wall = samples
-            .iter()
-            .map(|s| s.elapsed.as_secs_f64())
-            .fold(0.0, f64::max);
-        let mut out = Vec::new();
-        if let (Some(info), Some(first)) = (alone, samples.first()) {
-            let mut result = self.blank(item, info);
-            result.cost_usd = first.cost_usd;
-            result.input_tokens = first.input_tokens;
-            result.output_tokens = first.output_tokens;
-            result.latency_s = first.elapsed.as_secs_f64();
-            result.session_ids.extend(first.id.clone());
-            match &first.text {
-                Some(text) => {
-                    self.grade(item, &info.name, text.clone(), &mut result)
-                        .await
-                }
-                None => result.failed = first.error.clone(),
-            }
-            out.push(result);
-        }
-        if let Some(info) = consistency {
-            let mut result = self.blank(item, info);
-            result.cost_usd = samples.iter().map(|s| s.cost_usd).sum();
-            result.input_tokens = samples.iter().map(|s| s.input_tokens).sum();
-            result.output_tokens = samples.iter().map(|s| s.output_tokens).sum();
-            result.latency_s = wall;
-            result.session_ids = samples.iter().filter_map(|s| s.id.clone()).collect();
-            result.samples = samples
-                .iter()
-                .map(|s| s.text.as_deref().and_then(|t| self.plan.grader.key(t)))
-                .collect();
-            let keys: Vec<Option<&str>> = result.samples.iter().map(|k| k.as_deref()).collect();
-            let chosen = super::stats::majority(&keys).map(str::to_string);
-            let text = chosen.as_deref().and_then(|chosen| {
-                samples.iter().find_map(|s| {
-                    let text = s.text.as_deref()?;
-                    (self.plan.grader.key(text).as_deref() == Some(chosen))
-                        .then(|| text.to_string())
-                })
-            });
-            match text {
-                Some(text) => self.grade(item, &info.name, text, &mut result).await,
-                None => {
-                    result.failed = Some(
-                        samples
-                            .iter()
-                            .find_map(|s| s.error.clone())
-                            .unwrap_or_else(|| {
-                                "no sample gave an answer the grader could read".into()
-                            }),
-                    );
-                }
-            }
-            out.push(result);
-        }
-        out
-    }
-
-    /// Grades `text` into `result`: at once, or through the judge's session.
-    async fn grade(&self, item: &Item, arm: &str, text: String, result: &mut ItemResult) {
-        if let Some(grade) = self.plan.grader.grade(item, &text) {
-            result.correct = grade.correct;
-            result.extracted = grade.key;
-            result.answer = Some(text);
-            return;
-        }
-        result.extracted = self.plan.grader.key(&text);
-        let Some(judge) = &self.plan.judge else {
-            result.failed = Some("the judge grader has no judge".to_string());
-            return;
-        };
-        let question = grade::judge_prompt(item, &text);
-        result.answer = Some(text);
-        let input = SessionInput {
-            question,
-            ..SessionInput::default()
-        };
-        let outcome = self
-            .session(judge, input, item, &format!("judge:{arm}"))
-            .await;
-        result.judge_cost_usd = outcome.cost_usd;
-        result.judge_session_ids.extend(outcome.id);
-        match outcome.text.as_deref().map(grade::verdict) {
-            Some(Some(correct)) => result.correct = correct,
-            Some(None) => {
-                result.failed = Some("judge: its reply has no VERDICT line".to_string());
-            }
-            None => {
-                result.failed = Some(format!(
-                    "judge: {}",
-                    outcome.error.unwrap_or_else(|| "no reply".into())
-                ));
-            }
-        }
-    }
-}
-
-fn blank(fingerprints: &Fingerprints, item: &Item, info: &ArmInfo) -> ItemResult {
-    ItemResult {
-        fingerprint: fingerprints.of(&item.id, &info.name),
-        item: item.id.clone(),
-        arm: info.name.clone(),
-        kind: info.kind,
-        correct: false,
-        failed: None,
-        answer: None,
-        extracted: None,
-        samples: Vec::new(),
-        cost_usd: None,
-        judge_cost_usd: None,
-        input_tokens: 0,
-        output_tokens: 0,
-        latency_s: 0.0,
-        session_ids: Vec::new(),
-        judge_session_ids: Vec::new(),
-    }
 }
 
 fn now_secs() -> u64 {
@@ -530,7 +455,7 @@ fn now_secs() -> u64 {
 }
 
 /// A poisoned lock still holds good data here (counters and an append-only file).
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     mutex
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)

@@ -28,6 +28,17 @@ pub struct Outcome {
     pub input_tokens: u64,
     pub output_tokens: u64,
     pub elapsed: Duration,
+    /// What each agent of the session said last, in the order the session lists them.
+    pub said: Vec<Said>,
+}
+
+/// One agent's last answer and its last counted vote in a session.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Said {
+    pub agent: String,
+    pub answer: Option<String>,
+    /// The agent id it voted for.
+    pub vote: Option<String>,
 }
 
 /// Which session of which run this is, kept with its record (`metadata`).
@@ -107,7 +118,35 @@ pub async fn run(
     };
     while let Some(event) = opened.events.recv().await {
         match event.kind {
+            EventKind::SessionStarted { agents } => {
+                outcome.said = agents
+                    .into_iter()
+                    .map(|a| Said {
+                        agent: a.agent_id,
+                        ..Said::default()
+                    })
+                    .collect();
+            }
+            EventKind::Answer { answer } => {
+                if let Some(said) = said_by(&mut outcome.said, &answer.agent.agent_id) {
+                    said.answer = Some(answer.content.as_text());
+                }
+            }
+            EventKind::Vote { vote } => {
+                if let Some(said) = said_by(&mut outcome.said, &vote.voter.agent_id) {
+                    said.vote = Some(vote.target_agent_id);
+                }
+            }
             EventKind::SessionCompleted { summary } => {
+                // The votes that counted in the end (a vote cast before newer answers
+                // arrived may have been replaced by an answer of its own).
+                for said in &mut outcome.said {
+                    said.vote = summary
+                        .votes
+                        .iter()
+                        .rfind(|v| v.voter.agent_id == said.agent)
+                        .map(|v| v.target_agent_id.clone());
+                }
                 outcome.text = Some(summary.final_answer);
                 outcome.error = None;
                 outcome.cost_usd = summary.cost_usd;
@@ -127,6 +166,10 @@ pub async fn run(
     outcome
 }
 
+fn said_by<'a>(said: &'a mut [Said], agent: &str) -> Option<&'a mut Said> {
+    said.iter_mut().find(|s| s.agent == agent)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)] // a panic is the test failure
 mod tests {
@@ -138,6 +181,7 @@ mod tests {
             line: 4,
             prompt,
             answer: None,
+            metadata: Map::new(),
         }
     }
 

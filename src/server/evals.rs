@@ -271,6 +271,7 @@ mod tests {
             session_ids: Vec::new(),
             judge_session_ids: Vec::new(),
             fingerprint: String::new(),
+            ..ItemResult::default()
         }
     }
 

@@ -38,12 +38,12 @@ impl Telemetry {
 }
 
 /// Logs to stderr (human-readable, or JSON with `MASSGEN_LOG_FORMAT=json`) filtered by
-/// `RUST_LOG`; and, when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `_TRACES_ENDPOINT`) is set, spans exported over
+/// `RUST_LOG`, else by `default_filter` (the command's); and, when `OTEL_EXPORTER_OTLP_ENDPOINT` (or `_TRACES_ENDPOINT`) is set, spans exported over
 /// OTLP/HTTP (protobuf) with W3C trace-context propagation. The trace export has its own
 /// filter (massgen's spans at info), so `RUST_LOG=warn` quiets logs without losing traces.
-pub fn init(debug: bool, env: &crate::config::Env) -> Telemetry {
+pub fn init(default_filter: &str, env: &crate::config::Env) -> Telemetry {
     let filter = EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| EnvFilter::new(if debug { "debug" } else { "info,rmcp=warn" }))
+        .unwrap_or_else(|_| EnvFilter::new(default_filter))
         .and(tracing_subscriber::filter::filter_fn(not_a_client_gone));
     let json = env("MASSGEN_LOG_FORMAT").is_some_and(|f| f.eq_ignore_ascii_case("json"));
     let ansi = std::io::stderr().is_terminal() && env("NO_COLOR").is_none();

@@ -93,6 +93,7 @@ fn item(n: usize, arm: &ArmInfo) -> ItemResult {
         session_ids: vec![format!("sess_{n}_{}", arm.name.replace(':', "_"))],
         judge_session_ids: Vec::new(),
         fingerprint: String::new(),
+        ..ItemResult::default()
     }
 }
 

@@ -318,6 +318,7 @@ mod tests {
             session_ids: vec![format!("sess_{id}_{arm}")],
             judge_session_ids: Vec::new(),
             fingerprint: String::new(),
+            ..ItemResult::default()
         }
     }
 

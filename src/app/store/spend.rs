@@ -159,7 +159,7 @@ impl RecordDb {
         let cutoff = to_db(
             now_ms.saturating_sub(u64::try_from(stale_after.as_millis()).unwrap_or(u64::MAX)),
         );
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         // So that other replicas never take this one for stopped before its first beat.
         sqlx::query(
             "INSERT INTO replicas (id, started_ms, heartbeat_ms) VALUES ($1, $2, $2) \

@@ -207,6 +207,20 @@ impl RecordDb {
         &self.pool
     }
 
+    /// A transaction that writes. On SQLite it takes the write lock as it begins (`BEGIN
+    /// IMMEDIATE`, waiting out another writer by the busy timeout): a deferred one that
+    /// reads first cannot take it later once another connection has committed since its
+    /// read (SQLITE_BUSY_SNAPSHOT, "database is locked", which no timeout waits out), as
+    /// the session writer's batches did beside `massgen eval`'s item rows.
+    pub(in crate::app::store) async fn begin_write(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Any>, sqlx::Error> {
+        match self.engine {
+            Engine::Sqlite => self.pool.begin_with("BEGIN IMMEDIATE").await,
+            Engine::Postgres => self.pool.begin().await,
+        }
+    }
+
     /// PostgreSQL: where readers of sessions running elsewhere subscribe.
     pub fn wakeups(&self) -> Option<&Arc<listen::Wakeups>> {
         self.wakeups.as_ref().map(|(w, _)| w)

@@ -56,7 +56,7 @@ impl RecordDb {
         } else {
             to_db(now_ms().saturating_sub(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)))
         };
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let marked = sqlx::query(
             "UPDATE sessions SET status = 'interrupted', \
              ended_ms = COALESCE((SELECT MAX(at_ms) FROM events WHERE events.session_id = sessions.id), created_ms) \
@@ -113,7 +113,7 @@ impl RecordDb {
     pub async fn retain(&self, max_age: Duration, max_sessions: usize) -> Result<(), sqlx::Error> {
         let cutoff =
             to_db(now_ms().saturating_sub(u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX)));
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         // Events first: SQLite only cascades with foreign keys on, and this does not
         // depend on it.
         for table_sql in [

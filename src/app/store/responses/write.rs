@@ -18,7 +18,7 @@ impl RecordDb {
     /// Writes `rows` in one transaction (again: the newer row wins, so a retry after a
     /// commit whose answer was lost is harmless).
     pub async fn put_responses(&self, rows: &[Arc<ResponseRow>]) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut result = Ok(());
         for row in rows {
             result = put_one(&mut tx, row).await;
@@ -47,7 +47,7 @@ impl RecordDb {
         let cutoff =
             to_db(now_ms().saturating_sub(u64::try_from(max_age.as_millis()).unwrap_or(u64::MAX)));
         let oldest_kept = "(SELECT used_ms FROM responses ORDER BY used_ms DESC LIMIT 1 OFFSET $1)";
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         // What each owner loses, from the rows this transaction deleted (RETURNING): a
         // replica that deletes the same rows at once deletes none of them.
         let mut freed: HashMap<String, i64> = HashMap::new();

@@ -21,7 +21,7 @@ impl RecordDb {
     /// whole batch; events are keyed by `(session_id, seq)`, so a retry after a commit
     /// whose answer was lost writes nothing twice).
     pub(in crate::app::store) async fn flush(&self, batch: &Batch) -> Result<(), sqlx::Error> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         match self.write(&mut tx, batch).await {
             // A failed commit leaves the transaction to sqlx's drop, which rolls back
             // what is still open; the pool closes the connection if that fails.
