@@ -4,6 +4,7 @@
 //! them. Plain data here, so none of those depends on another.
 
 use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// How an arm answers an item.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -75,9 +76,36 @@ pub struct ItemResult {
     pub session_ids: Vec<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub judge_session_ids: Vec<String>,
+    /// The item's question as a person reads it (a `messages` item: its last user
+    /// message); empty in lines of earlier versions.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub question: String,
+    /// The item's reference answer (its `answer`), when it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<Value>,
+    /// The item's `metadata` object from the data (what `--group-by` groups by).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<Map<String, Value>>,
+    /// Panel arms: each agent of the panel, with the key of its answer and its vote.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub members: Vec<Member>,
     /// What the result was graded from: a hash of the item's question and reference, the
     /// arm's panel, the grader's settings and the instruction. A rerun redoes a result
     /// whose fingerprint no longer matches (the data or a config changed).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub fingerprint: String,
+}
+
+/// One agent of a panel arm's session, as it ended: what its answer said and whom it
+/// voted for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Member {
+    /// The agent's id in the panel's config.
+    pub agent: String,
+    /// `provider/model`.
+    pub model: String,
+    /// Its answer's key, as the grader reads a key; `None` when it gave none.
+    pub key: Option<String>,
+    /// The answer it voted for; `None` when it did not vote.
+    pub vote: Option<String>,
 }

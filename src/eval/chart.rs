@@ -381,10 +381,13 @@ mod tests {
                 max_cost_usd: None,
                 stopped_by_budget: false,
                 interrupted: false,
+                group_by: None,
             },
+            verdict: None,
             arms,
             total_cost_usd: None,
             judge_cost_usd: None,
+            groups: None,
         }
     }
 

@@ -269,6 +269,10 @@ mod tests {
             latency_s: 0.5,
             session_ids: vec!["s1".into()],
             judge_session_ids: Vec::new(),
+            question: String::new(),
+            reference: None,
+            metadata: None,
+            members: Vec::new(),
             fingerprint: String::new(),
         }
     }

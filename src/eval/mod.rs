@@ -6,13 +6,14 @@
 //! questions, `arms` makes the panels each arm runs on, `session` runs one, `grade`
 //! judges an answer, `run` schedules it all (bounds, budget, resume), `files` and
 //! `records` keep the results (`regular` reads the files it is named and keeps),
-//! `report`, `stats` and `chart` sum them up.
+//! `report` (with `verdict` and `groups`), `stats` and `chart` sum them up.
 
 pub mod arms;
 pub mod chart;
 pub mod data;
 pub mod files;
 pub mod grade;
+pub mod groups;
 pub mod progress;
 mod records;
 pub mod regular;
@@ -21,3 +22,4 @@ pub mod resume;
 pub mod run;
 pub mod session;
 pub mod stats;
+pub mod verdict;

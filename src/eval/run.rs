@@ -254,6 +254,7 @@ fn info(run: &RunFile, plan: &Plan, stopped_by_budget: bool, interrupted: bool) 
         max_cost_usd: plan.max_cost_usd,
         stopped_by_budget,
         interrupted,
+        group_by: None,
     }
 }
 
@@ -520,6 +521,10 @@ fn blank(fingerprints: &Fingerprints, item: &Item, info: &ArmInfo) -> ItemResult
         latency_s: 0.0,
         session_ids: Vec::new(),
         judge_session_ids: Vec::new(),
+        question: String::new(),
+        reference: None,
+        metadata: None,
+        members: Vec::new(),
     }
 }
 

@@ -270,6 +270,10 @@ mod tests {
             latency_s: 0.0,
             session_ids: Vec::new(),
             judge_session_ids: Vec::new(),
+            question: String::new(),
+            reference: None,
+            metadata: None,
+            members: Vec::new(),
             fingerprint: String::new(),
         }
     }

@@ -92,6 +92,10 @@ fn item(n: usize, arm: &ArmInfo) -> ItemResult {
         latency_s: 1.25,
         session_ids: vec![format!("sess_{n}_{}", arm.name.replace(':', "_"))],
         judge_session_ids: Vec::new(),
+        question: String::new(),
+        reference: None,
+        metadata: None,
+        members: Vec::new(),
         fingerprint: String::new(),
     }
 }

@@ -317,6 +317,10 @@ mod tests {
             latency_s: 2.25,
             session_ids: vec![format!("sess_{id}_{arm}")],
             judge_session_ids: Vec::new(),
+            question: String::new(),
+            reference: None,
+            metadata: None,
+            members: Vec::new(),
             fingerprint: String::new(),
         }
     }
