@@ -284,7 +284,10 @@ async fn measure(
         added_last_byte_ms: direct
             .filter(|_| t.name != "direct")
             .map(|d| added(&last_byte, &d.1)),
-        cpu_us_per_request: cpu0.target.zip(cpu1.target).map(|(a, b)| per_request_us(b - a)),
+        cpu_us_per_request: cpu0
+            .target
+            .zip(cpu1.target)
+            .map(|(a, b)| per_request_us(b - a)),
         cpu_us_per_request_stat: (cpu0.target_stat)
             .zip(cpu1.target_stat)
             .map(|(a, b)| per_request_us(b - a)),

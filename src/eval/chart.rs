@@ -383,9 +383,11 @@ mod tests {
                 interrupted: false,
                 ..RunInfo::default()
             },
+            verdict: None,
             arms,
             total_cost_usd: None,
             judge_cost_usd: None,
+            groups: None,
         }
     }
 

@@ -8,7 +8,7 @@
 //! it all (bounds, resume), `stop` says when no new item starts, `demo` is the panel and
 //! questions of `--demo`, `files` and
 //! `records` keep the results (`regular` reads the files it is named and keeps),
-//! `report`, `stats` and `chart` sum them up.
+//! `report` (with `verdict` and `groups`), `stats` and `chart` sum them up.
 
 mod answer;
 pub mod arms;
@@ -17,6 +17,7 @@ pub mod data;
 pub mod demo;
 pub mod files;
 pub mod grade;
+pub mod groups;
 pub mod progress;
 mod records;
 pub mod regular;
@@ -26,3 +27,4 @@ pub mod run;
 pub mod session;
 pub mod stats;
 pub mod stop;
+pub mod verdict;

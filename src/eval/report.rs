@@ -1,12 +1,15 @@
-//! The report of a run (`report.json`, `report.md`): per arm, accuracy with its 95%
-//! interval, what it cost, how long it took, and a paired test against the panel.
-//! Built from the graded items alone, so a report can be rebuilt from `items.jsonl`.
+//! The report of a run (`report.json`, `report.md`): the verdict (`verdict`), per arm
+//! accuracy with its 95% interval, what it cost, how long it took, and a paired test
+//! against the panel, and per group with `--group-by` (`groups`). Built from the graded
+//! items alone, so a report can be rebuilt from `items.jsonl`.
 
 use std::collections::HashMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::stats::{mcnemar_exact, percentile, wilson};
+use super::groups::{self, Groups};
+use super::stats::{PairedTable, percentile, wilson};
+use super::verdict::{self, Verdict, spelled};
 use crate::app::evals::{ArmInfo, ArmKind, ItemResult};
 
 /// What was run, for the report's heading.
@@ -58,11 +61,18 @@ pub enum StopReason {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Report {
     pub run: RunInfo,
+    /// The panel against its best member and its best self-consistency arm; `None`
+    /// without a panel arm.
+    #[serde(default)]
+    pub verdict: Option<Verdict>,
     pub arms: Vec<ArmReport>,
     /// Every arm's cost plus the judge's; `None` when an arm is unpriced.
     pub total_cost_usd: Option<f64>,
     /// The judge's cost over all arms; `None` when no item had one.
     pub judge_cost_usd: Option<f64>,
+    /// Accuracy per value of `run.group_by`; `None` without `--group-by`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub groups: Option<Groups>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -105,19 +115,25 @@ pub struct Paired {
     pub ties: u64,
     /// This arm wrong, the reference right.
     pub losses: u64,
+    /// The ties both got right (absent from reports of earlier versions).
+    #[serde(default)]
+    pub both_right: u64,
+    /// The ties both got wrong.
+    #[serde(default)]
+    pub both_wrong: u64,
     pub p_value: f64,
     /// The test behind `p_value`: `mcnemar_exact`.
     pub test: String,
 }
 
 /// The items of one arm, one per item id: a rerun appends, so the last line counts.
-struct ArmItems<'a> {
-    list: Vec<&'a ItemResult>,
+pub(super) struct ArmItems<'a> {
+    pub(super) list: Vec<&'a ItemResult>,
     by_id: HashMap<&'a str, usize>,
 }
 
 impl<'a> ArmItems<'a> {
-    fn collect(arm: &str, items: &'a [ItemResult]) -> Self {
+    pub(super) fn collect(arm: &str, items: &'a [ItemResult]) -> Self {
         let mut out = Self {
             list: Vec::new(),
             by_id: HashMap::new(),
@@ -134,13 +150,13 @@ impl<'a> ArmItems<'a> {
         out
     }
 
-    fn get(&self, id: &str) -> Option<&'a ItemResult> {
+    pub(super) fn get(&self, id: &str) -> Option<&'a ItemResult> {
         self.by_id.get(id).map(|&i| self.list[i])
     }
 }
 
 /// Right, counting a failed item as wrong whatever its `correct` says.
-fn is_correct(it: &ItemResult) -> bool {
+pub(super) fn is_correct(it: &ItemResult) -> bool {
     it.correct && it.failed.is_none()
 }
 
@@ -150,25 +166,22 @@ fn sum_all(values: impl Iterator<Item = Option<f64>>) -> Option<f64> {
 }
 
 fn paired(this: &ArmItems<'_>, reference: &ArmItems<'_>, against: &str) -> Paired {
-    let (mut pairs, mut wins, mut ties, mut losses) = (0, 0, 0, 0);
+    // This arm first: its wins are the items only it got right.
+    let mut table = PairedTable::default();
     for it in &this.list {
-        let Some(other) = reference.get(&it.item) else {
-            continue;
-        };
-        pairs += 1;
-        match (is_correct(it), is_correct(other)) {
-            (true, false) => wins += 1,
-            (false, true) => losses += 1,
-            _ => ties += 1,
+        if let Some(other) = reference.get(&it.item) {
+            table.add(is_correct(it), is_correct(other));
         }
     }
     Paired {
         against: against.to_string(),
-        pairs,
-        wins,
-        ties,
-        losses,
-        p_value: mcnemar_exact(wins, losses),
+        pairs: table.pairs(),
+        wins: table.first_only,
+        ties: table.both_right + table.both_wrong,
+        losses: table.second_only,
+        both_right: table.both_right,
+        both_wrong: table.both_wrong,
+        p_value: table.p_value(),
         test: "mcnemar_exact".to_string(),
     }
 }
@@ -221,8 +234,8 @@ fn arm_report(arm: &ArmInfo, items: &ArmItems<'_>) -> ArmReport {
     }
 }
 
-/// The report of `arms` (in their order) over `items`. The reference of `vs_panel` is the
-/// first arm of kind `panel`.
+/// The report of `arms` (in their order) over `items`. The reference of `vs_panel` and of
+/// the verdict is the first arm of kind `panel`.
 pub fn build(run: RunInfo, arms: &[ArmInfo], items: &[ItemResult]) -> Report {
     let per_arm: Vec<ArmItems<'_>> = arms
         .iter()
@@ -250,11 +263,17 @@ pub fn build(run: RunInfo, arms: &[ArmInfo], items: &[ItemResult]) -> Report {
     let total_cost_usd = sum_all(reports.iter().map(|r| r.cost_usd))
         .filter(|_| !judged_unpriced)
         .map(|c| c - shared + judge_cost_usd.unwrap_or(0.0));
+    let groups = run
+        .group_by
+        .as_deref()
+        .map(|key| groups::groups(key, arms, &per_arm));
     Report {
+        verdict: verdict::verdict(arms, &per_arm),
         run,
         arms: reports,
         total_cost_usd,
         judge_cost_usd,
+        groups,
     }
 }
 
@@ -335,12 +354,22 @@ fn arm_row(arm: &ArmReport, has_reference: bool) -> String {
             arm.cost_per_item_usd.map_or_else(|| "-".to_string(), usd),
         ),
     };
+    // From the panel's side: the panel's only-right items first.
     let vs = match &arm.vs_panel {
-        Some(p) => format!(
-            "{}/{}/{} p={}",
-            p.wins,
-            p.ties,
+        Some(p) if p.both_right + p.both_wrong == p.ties => format!(
+            "{} / {} / {} / {} p={}",
             p.losses,
+            p.both_right,
+            p.both_wrong,
+            p.wins,
+            p_value(p.p_value)
+        ),
+        // A report of an earlier version: ties not split.
+        Some(p) => format!(
+            "{} / {} tied / {} p={}",
+            p.losses,
+            p.ties,
+            p.wins,
             p_value(p.p_value)
         ),
         None if has_reference => "(reference)".to_string(),
@@ -365,6 +394,15 @@ fn arm_row(arm: &ArmReport, has_reference: bool) -> String {
 pub fn markdown(report: &Report) -> String {
     let run = &report.run;
     let mut out = format!("# massgen eval: {}\n\n", md_escape(&run.run_id));
+    match &report.verdict {
+        Some(v) => {
+            out += &format!("**{}**\n\n", md_escape(&v.sentence));
+            if let (Some(_), Some(sc)) = (&v.vs_best_member, &v.vs_best_self_consistency) {
+                out += &format!("{}\n\n", md_escape(&sc.sentence));
+            }
+        }
+        None => out += "**No panel arm in this run, so no verdict.**\n\n",
+    }
     out += &format!("- data: {}\n", md_escape(&run.data));
     out += &format!("- grader: {}\n", md_escape(&run.grader));
     out += &format!("- questions: {}\n", run.questions);
@@ -372,7 +410,7 @@ pub fn markdown(report: &Report) -> String {
 
     let reference = report.arms.iter().find(|a| a.kind == ArmKind::Panel);
     out += "| arm | kind | n | accuracy [95% CI] | cost | cost/item | latency p50 / p95 (s) \
-            | failures | vs panel (W/T/L) |\n";
+            | failures | panel only / both right / both wrong / arm only |\n";
     out += "|---|---|---:|---|---:|---:|---:|---:|---|\n";
     for arm in &report.arms {
         out += &arm_row(arm, reference.is_some());
@@ -421,8 +459,9 @@ pub fn markdown(report: &Report) -> String {
     match reference {
         Some(r) => {
             out += &format!(
-                "W/T/L: items this arm got right and `{}` wrong / the same / the reverse, on \
-                 the items both ran; p is the exact McNemar test.\n",
+                "The last column is from the panel's side, on the items both ran: items `{}` \
+                 got right and this arm wrong / both right / both wrong / this arm right and \
+                 the panel wrong; p is the exact McNemar test.\n",
                 r.name.replace('`', "'").replace(['\n', '\r'], " ")
             );
         }
@@ -440,6 +479,85 @@ pub fn markdown(report: &Report) -> String {
     if !models.is_empty() {
         out += "\nModels:\n\n";
         out += &models.concat();
+    }
+    if let Some(v) = &report.verdict {
+        out += &verdict_notes(v);
+    }
+    if let Some(g) = &report.groups {
+        out += &groups_table(g);
+    }
+    out
+}
+
+/// The verdict's comparisons in full, each count from the panel's side, and how the
+/// numbers are computed.
+fn verdict_notes(v: &Verdict) -> String {
+    let mut out = String::new();
+    for (role, versus) in [
+        ("best member", &v.vs_best_member),
+        ("best self-consistency arm", &v.vs_best_self_consistency),
+    ] {
+        let Some(x) = versus else { continue };
+        out += &format!(
+            "- against its {role}, {}: {} (of {} items both ran)\n",
+            md_escape(&x.arm),
+            md_escape(&spelled(
+                x.panel_right_arm_wrong,
+                x.both_right,
+                x.both_wrong,
+                x.panel_wrong_arm_right,
+                &x.arm
+            )),
+            x.pairs
+        );
+    }
+    if out.is_empty() {
+        return out;
+    }
+    format!(
+        "\nVerdict, in counts:\n\n{out}\nThe difference is the panel's accuracy minus the \
+         arm's on the items both ran, in points; its interval is Newcombe's paired score \
+         interval (1998, method 10); p is the exact McNemar test (significant below 0.05). \
+         The items that would settle a difference are Connor's (1987) sample size for \
+         McNemar's test at 5% with 80% power, at the rates of items only one got right seen \
+         here.\n"
+    )
+}
+
+/// Per group value, each arm's accuracy, its interval and n.
+fn groups_table(g: &Groups) -> String {
+    let Some(first) = g.groups.first() else {
+        return format!("\nBy `{}`: no item.\n", g.by.replace('`', "'"));
+    };
+    let mut out = format!(
+        "\n## By `{}`\n\n| {} |",
+        g.by.replace('`', "'"),
+        md_escape(&g.by)
+    );
+    for arm in &first.arms {
+        out += &format!(" {} |", md_escape(&arm.name));
+    }
+    out += "\n|---|";
+    out += &"---|".repeat(first.arms.len());
+    out += "\n";
+    for group in &g.groups {
+        out += &format!("| {} |", md_escape(&group.value));
+        for arm in &group.arms {
+            out += &match arm.accuracy {
+                Some(a) => format!(
+                    " {a:.3} [{:.3}, {:.3}] n={} |",
+                    arm.ci95[0], arm.ci95[1], arm.n
+                ),
+                None => " - |".to_string(),
+            };
+        }
+        out += "\n";
+    }
+    if g.left_out > 0 {
+        out += &format!(
+            "\n{} more values, each with fewer items, are left out.\n",
+            g.left_out
+        );
     }
     out
 }
@@ -649,7 +767,7 @@ mod tests {
         assert!(md.contains("q.jsonl") && md.contains("exact"));
         assert!(md.contains("| agent\\|a | agent | 4 | 0.500 ["), "{md}");
         assert!(md.contains("| n/a (unpriced) | n/a (unpriced) |"), "{md}");
-        assert!(md.contains("| 1/1/2 p=1.000 |"), "{md}");
+        assert!(md.contains("| 2 / 1 / 0 / 1 p=1.000 |"), "{md}");
         assert!(md.contains("| panel | panel | 4 | 0.750 ["), "{md}");
         assert!(
             md.contains("| $2.0000 | $0.5000 | 2.5 / 3.8 | 0 | (reference) |"),
@@ -663,6 +781,63 @@ mod tests {
         for row in rows {
             assert_eq!(row.replace("\\|", "").matches('|').count(), 10, "{row}");
         }
+    }
+
+    #[test]
+    fn markdown_opens_with_the_verdict_and_lists_groups() {
+        let (arms, mut items) = sample();
+        for it in &mut items {
+            let mut m = serde_json::Map::new();
+            if it.item != "4" {
+                m.insert(
+                    "level".into(),
+                    serde_json::json!(if it.item == "1" { "easy" } else { "hard" }),
+                );
+            }
+            it.metadata = m;
+        }
+        let mut info = run();
+        info.group_by = Some("level".into());
+        let r = build(info, &arms, &items);
+        let v = r.verdict.as_ref().unwrap();
+        assert_eq!(v.vs_best_member.as_ref().unwrap().arm, "agent:a");
+        let md = markdown(&r);
+        let second = md.lines().nth(2).unwrap();
+        assert!(second.starts_with("**The panel (panel) does not beat its best member (agent:a, 50.0%): 75.0% vs 50.0%, +25.0 points ["), "{md}");
+        assert!(second.contains("cost unknown"), "{second}");
+        assert!(md.contains("panel right, agent:a wrong: 2; both right: 1; both wrong: 0; panel wrong, agent:a right: 1"), "{md}");
+        assert!(md.contains("Newcombe"), "{md}");
+        assert!(
+            md.contains("## By `level`\n\n| level | agent:a | panel |\n|---|---|---|\n"),
+            "{md}"
+        );
+        assert!(md.contains("| easy | 1.000 ["), "{md}");
+        assert!(
+            md.contains("| (none) | 1.000 [") && md.contains("n=1 |"),
+            "{md}"
+        );
+        let g = r.groups.as_ref().unwrap();
+        let values: Vec<&str> = g.groups.iter().map(|g| g.value.as_str()).collect();
+        assert_eq!(values, ["easy", "hard", "(none)"]);
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(json["groups"]["by"], "level");
+        assert_eq!(json["run"]["group_by"], "level");
+        assert_eq!(
+            json["verdict"]["vs_best_member"]["interval"],
+            "newcombe_paired_score"
+        );
+        let back: Report = serde_json::from_value(json).unwrap();
+        assert_eq!(back, r);
+        // A report of an earlier version reads back: no verdict, no groups, ties whole.
+        let mut old = serde_json::to_value(build(run(), &arms, &items)).unwrap();
+        old.as_object_mut().unwrap().remove("verdict");
+        old["arms"][0]["vs_panel"]
+            .as_object_mut()
+            .unwrap()
+            .remove("both_right");
+        let old: Report = serde_json::from_value(old).unwrap();
+        assert!(old.verdict.is_none() && old.groups.is_none());
+        assert!(markdown(&old).contains("| 2 / 1 tied / 1 p=1.000 |"));
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The statistics of `massgen eval`: confidence intervals on an arm's accuracy, the paired
-//! test of an arm against the panel, latency percentiles and the self-consistency vote.
+//! test of an arm against the panel, the interval of a paired difference and the items a
+//! difference needs, latency percentiles and the self-consistency vote.
 //! Pure functions; nothing here allocates more than its input.
 
 /// The normal quantile of a two-sided 95% interval.
@@ -59,6 +60,125 @@ pub fn mcnemar_exact(b: u64, c: u64) -> f64 {
     let terms: Vec<f64> = ln_binomials(n, m).collect();
     let ln_tail = log_sum_exp(&terms) - n as f64 * std::f64::consts::LN_2;
     (2.0 * ln_tail.exp()).min(1.0)
+}
+
+/// The normal quantile of 80% power (one-sided 0.2 upper tail).
+const Z80: f64 = 0.841_621_233_572_914_3;
+
+/// Two arms' outcomes on the same items, as a 2×2 table: both right, only the first
+/// right, only the second right, both wrong (a failed item is wrong).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PairedTable {
+    pub both_right: u64,
+    pub first_only: u64,
+    pub second_only: u64,
+    pub both_wrong: u64,
+}
+
+impl PairedTable {
+    /// Counts one item: whether the first arm and the second were right.
+    pub fn add(&mut self, first: bool, second: bool) {
+        match (first, second) {
+            (true, true) => self.both_right += 1,
+            (true, false) => self.first_only += 1,
+            (false, true) => self.second_only += 1,
+            (false, false) => self.both_wrong += 1,
+        }
+    }
+
+    pub fn pairs(&self) -> u64 {
+        self.both_right + self.first_only + self.second_only + self.both_wrong
+    }
+
+    /// The first arm's accuracy minus the second's on these items, as a fraction (the mean
+    /// of the per-item differences, each -1, 0 or 1); 0 without items.
+    pub fn difference(&self) -> f64 {
+        let n = self.pairs();
+        if n == 0 {
+            return 0.0;
+        }
+        (self.first_only as f64 - self.second_only as f64) / n as f64
+    }
+
+    /// The two-sided exact McNemar p-value of the discordant pairs.
+    pub fn p_value(&self) -> f64 {
+        mcnemar_exact(self.first_only, self.second_only)
+    }
+
+    /// The 95% interval of [`Self::difference`]: [`paired_difference_ci`].
+    pub fn ci95(&self) -> (f64, f64) {
+        paired_difference_ci(self)
+    }
+
+    /// About how many items would settle this difference: [`items_to_settle`].
+    pub fn items_to_settle(&self) -> Option<u64> {
+        items_to_settle(self)
+    }
+}
+
+/// The 95% interval of the difference of two paired proportions, `p1 - p2` with
+/// `p1 = (both_right + first_only) / n` and `p2 = (both_right + second_only) / n`:
+/// Newcombe's hybrid score interval for paired data (method 10 of R. G. Newcombe,
+/// "Improved confidence intervals for the difference between binomial proportions based
+/// on paired data", Statistics in Medicine 17:2635-2650, 1998). Each proportion gets its
+/// Wilson interval `[l, u]`; the two are combined through the correlation `phi` of the
+/// 2×2 table (0 when a margin is empty, as Newcombe sets it):
+/// `p1 - p2 - sqrt((p1-l1)^2 - 2 phi (p1-l1)(u2-p2) + (u2-p2)^2)` to
+/// `p1 - p2 + sqrt((u1-p1)^2 - 2 phi (u1-p1)(p2-l2) + (p2-l2)^2)`.
+/// Unlike the normal interval on the mean difference it stays inside [-1, 1] and keeps
+/// its coverage for small tables and accuracies near 0 or 1, and it is not empty when
+/// no pair is discordant. No pairs say nothing: `(-1.0, 1.0)`.
+pub fn paired_difference_ci(table: &PairedTable) -> (f64, f64) {
+    let n = table.pairs();
+    if n == 0 {
+        return (-1.0, 1.0);
+    }
+    let (a, b, c, d) = (
+        table.both_right as f64,
+        table.first_only as f64,
+        table.second_only as f64,
+        table.both_wrong as f64,
+    );
+    let n_f = n as f64;
+    let (p1, p2) = ((a + b) / n_f, (a + c) / n_f);
+    let (l1, u1) = wilson(table.both_right + table.first_only, n);
+    let (l2, u2) = wilson(table.both_right + table.second_only, n);
+    let margins = (a + b) * (c + d) * (a + c) * (b + d);
+    let phi = if margins > 0.0 {
+        (a * d - b * c) / margins.sqrt()
+    } else {
+        0.0
+    };
+    // Rounding can leave a hair below 0 where the exact value is 0.
+    let root = |x: f64, y: f64| (x * x - 2.0 * phi * x * y + y * y).max(0.0).sqrt();
+    let theta = p1 - p2;
+    (
+        (theta - root(p1 - l1, u2 - p2)).clamp(-1.0, 1.0),
+        (theta + root(u1 - p1, p2 - l2)).clamp(-1.0, 1.0),
+    )
+}
+
+/// About how many items a run needs for McNemar's test at the 5% level to find a
+/// difference this size 8 times out of 10, if the share of items where only one arm is
+/// right, and which one, stays as observed: Connor's sample size for the paired design
+/// (R. J. Connor, "Sample size for testing differences in proportions for the
+/// paired-sample design", Biometrics 43:207-211, 1987),
+/// `(z_0.975 sqrt(psi) + z_0.8 sqrt(psi - delta^2))^2 / delta^2`, with `psi` the share of
+/// discordant items and `delta` the observed difference, rounded up. A normal
+/// approximation: rough when few items are discordant. `None` when the observed
+/// difference is 0 (no number of items settles it) or there are no items.
+pub fn items_to_settle(table: &PairedTable) -> Option<u64> {
+    let n = table.pairs();
+    if n == 0 || table.first_only == table.second_only {
+        return None;
+    }
+    let n_f = n as f64;
+    let psi = (table.first_only + table.second_only) as f64 / n_f;
+    let delta = table.difference();
+    let root = Z95 * psi.sqrt() + Z80 * (psi - delta * delta).max(0.0).sqrt();
+    let needed = (root * root / (delta * delta)).ceil();
+    // `as` saturates; the value is finite here (delta is not 0).
+    Some(needed as u64)
 }
 
 /// The `q`-th quantile (`q` in [0, 1], clamped) of ascending `sorted` values, by linear
@@ -176,6 +296,90 @@ mod tests {
         assert!(p.is_finite() && (0.0..1e-300).contains(&p), "{p}");
         let p = mcnemar_exact(49_900, 50_100);
         assert!(close(p, 0.529_157_294_2, 1e-6), "{p}");
+    }
+
+    fn table(a: u64, b: u64, c: u64, d: u64) -> PairedTable {
+        PairedTable {
+            both_right: a,
+            first_only: b,
+            second_only: c,
+            both_wrong: d,
+        }
+    }
+
+    #[test]
+    fn paired_interval_known_values() {
+        // Reference values: the same formula computed apart, in Python's double precision.
+        // (1, 1, 7, 12) is Fagerland, Lydersen and Laake's example (Stat Med 2014).
+        for (t, diff, lo, hi) in [
+            (
+                table(1, 1, 7, 12),
+                -0.285_714_285_7,
+                -0.501_662_540_3,
+                -0.036_052_553_5,
+            ),
+            (
+                table(30, 4, 10, 16),
+                -0.1,
+                -0.214_400_068_7,
+                0.019_221_403_7,
+            ),
+            (table(37, 4, 10, 9), -0.1, -0.218_206_377_2, 0.020_430_415_7),
+        ] {
+            assert!(close(t.difference(), diff, 1e-9), "{t:?}");
+            let (l, h) = t.ci95();
+            assert!(close(l, lo, 1e-9), "{t:?}: {l}");
+            assert!(close(h, hi, 1e-9), "{t:?}: {h}");
+        }
+    }
+
+    #[test]
+    fn paired_interval_edge_cases() {
+        assert_eq!(paired_difference_ci(&PairedTable::default()), (-1.0, 1.0));
+        // No discordant pair: the difference is 0 and the interval still has a width.
+        let (l, h) = table(30, 0, 0, 10).ci95();
+        assert!(l < 0.0 && h > 0.0 && h - l < 0.2, "{l} {h}");
+        // Both always right: the margins are empty (phi = 0) and the interval symmetric.
+        let (l, h) = table(20, 0, 0, 0).ci95();
+        let (wl, _) = wilson(20, 20);
+        assert!(
+            close(l, -(1.0 - wl), 1e-12) && close(h, 1.0 - wl, 1e-12),
+            "{l} {h}"
+        );
+        // One arm always right, the other never: inside [-1, 1], near its end.
+        let (l, h) = table(0, 25, 0, 0).ci95();
+        assert!(l > 0.8 && h == 1.0, "{l} {h}");
+        let (l, h) = table(0, 0, 25, 0).ci95();
+        assert!(l == -1.0 && h < -0.8, "{l} {h}");
+        let mut t = PairedTable::default();
+        for (x, y) in [
+            (true, true),
+            (true, false),
+            (false, true),
+            (false, false),
+            (true, false),
+        ] {
+            t.add(x, y);
+        }
+        assert_eq!(t, table(1, 2, 1, 1));
+        assert_eq!(t.pairs(), 5);
+        assert!(close(t.difference(), 0.2, 1e-12));
+        assert_eq!(t.p_value(), mcnemar_exact(2, 1));
+    }
+
+    #[test]
+    fn items_to_settle_by_connor() {
+        // 60 items, 4 and 10 discordant: (1.96 sqrt(0.2333) + 0.8416 sqrt(0.2233))^2 / 0.01.
+        assert_eq!(table(37, 4, 10, 9).items_to_settle(), Some(181));
+        // The same rates at ten times the items: the same answer, it depends on rates only.
+        assert_eq!(table(370, 40, 100, 90).items_to_settle(), Some(181));
+        // A larger difference needs fewer items.
+        assert!(table(37, 2, 12, 9).items_to_settle().unwrap() < 181);
+        assert_eq!(table(37, 5, 5, 9).items_to_settle(), None);
+        assert_eq!(table(37, 0, 0, 9).items_to_settle(), None);
+        assert_eq!(PairedTable::default().items_to_settle(), None);
+        // Every item discordant one way: psi = delta = 1, so z^2 = 3.84, 4 items.
+        assert_eq!(table(0, 0, 3, 0).items_to_settle(), Some(4));
     }
 
     #[test]
