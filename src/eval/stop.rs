@@ -182,8 +182,8 @@ mod tests {
         // One success among the first ten: the rate decides, from the twentieth on.
         let mostly = std::iter::once(false).chain(std::iter::repeat_n(true, 99));
         assert_eq!(stops_at(mostly, rule), Some(20));
-        // Half is not more than half.
-        let half = (0..100).map(|i| i % 2 == 0);
+        // Half is not more than half (a success first: never more failures than half).
+        let half = (0..100).map(|i| i % 2 == 1);
         assert_eq!(stops_at(half, rule), None);
         let none = std::iter::repeat_n(false, 100);
         assert_eq!(stops_at(none, rule), None);

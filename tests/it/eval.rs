@@ -362,9 +362,11 @@ async fn the_budget_stops_new_items_and_keeps_started_ones_whole() {
         "0.02",
     ];
     let output = eval(dir.path(), &budget_args);
-    ok(&output);
+    // 3: stopped by --max-cost-usd, the report written with the reason.
+    assert_eq!(output.status.code(), Some(3), "{output:?}");
     let first = report(&out);
     assert_eq!(first["run"]["stopped_by_budget"], true, "{first}");
+    assert_eq!(first["run"]["stopped"]["reason"], "budget", "{first}");
     let lines = items(&out);
     let graded: std::collections::BTreeSet<&str> =
         lines.iter().map(|l| l["item"].as_str().unwrap()).collect();
@@ -388,7 +390,7 @@ async fn the_budget_stops_new_items_and_keeps_started_ones_whole() {
     assert!(calls < 40 * 10);
     // The budget is the run's: a rerun of it, having spent it already, starts nothing.
     let again = eval(dir.path(), &budget_args);
-    ok(&again);
+    assert_eq!(again.status.code(), Some(3), "{again:?}");
     assert_eq!(requests(&mock).await, calls, "a spent run makes no call");
     assert_eq!(report(&out)["run"]["stopped_by_budget"], true);
     // Unpriced models cannot keep a budget: refused before any call.
@@ -478,7 +480,7 @@ async fn bad_data_and_flags_are_refused_before_any_call() {
         (
             "{\"question\": \"Q1\", \"answer\": \"1\"}\n{\"question\": \"Q2\"}\n".into(),
             vec![],
-            "line 2: no \"answer\", which the exact grader compares with",
+            "line 2: no \"answer\" (or \"target\", \"ideal\", \"expected\"), which the exact grader compares with",
         ),
         (
             "{\"question\": \"Q\", \"answer\": \"ten\"}\n".into(),
@@ -712,7 +714,8 @@ fn ctrl_c_stops_new_items_and_a_rerun_finishes_them() {
         std::thread::sleep(Duration::from_millis(50));
     };
     let stderr = std::fs::read_to_string(&log).unwrap();
-    assert!(status.success(), "{status:?}: {stderr}");
+    // 130, as a shell reports an interrupted command, with the report written first.
+    assert_eq!(status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("eval: interrupted"), "{stderr}");
     let report_now = report(&out);
     assert_eq!(report_now["run"]["interrupted"], true, "{report_now}");
