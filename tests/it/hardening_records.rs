@@ -95,10 +95,13 @@ async fn a_huge_question_is_kept_as_a_prefix_with_its_size_and_hash() {
     assert_eq!(record["question_sha256"], hash);
 }
 
-/// A panel whose answer is `words` final-answer deltas: a record of that many events.
+/// A panel whose answer is `words` final-answer deltas: a record of that many events. It
+/// coordinates alone: a plain call asked without a stream makes a whole upstream call, one
+/// delta.
 fn long(words: usize, extra: &[&str]) -> Setup {
     let model = format!("long:words={words},token_ms=0,ttft_ms=1");
-    Setup::with_panel(|url| panel_yaml(url, &[&model], ""), extra)
+    let coordinated = "orchestrator:\n  single_agent_coordination: true\n";
+    Setup::with_panel(|url| panel_yaml(url, &[&model], coordinated), extra)
 }
 
 /// The id of a finished session on `url`.
