@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use super::report::{ArmItems, is_correct};
+use super::arm_items::{ArmItems, is_correct};
 use super::stats::wilson;
 use crate::app::evals::{ArmInfo, ItemResult};
 

@@ -11,6 +11,7 @@
 //! `report` (with `verdict` and `groups`), `stats` and `chart` sum them up.
 
 mod answer;
+mod arm_items;
 pub mod arms;
 pub mod chart;
 pub mod data;

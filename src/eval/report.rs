@@ -3,10 +3,9 @@
 //! against the panel, and per group with `--group-by` (`groups`). Built from the graded
 //! items alone, so a report can be rebuilt from `items.jsonl`.
 
-use std::collections::HashMap;
-
 use serde::{Deserialize, Serialize};
 
+pub(super) use super::arm_items::{ArmItems, is_correct};
 use super::groups::{self, Groups};
 use super::stats::{PairedTable, percentile, wilson};
 use super::verdict::{self, Verdict, spelled};
@@ -124,40 +123,6 @@ pub struct Paired {
     pub p_value: f64,
     /// The test behind `p_value`: `mcnemar_exact`.
     pub test: String,
-}
-
-/// The items of one arm, one per item id: a rerun appends, so the last line counts.
-pub(super) struct ArmItems<'a> {
-    pub(super) list: Vec<&'a ItemResult>,
-    by_id: HashMap<&'a str, usize>,
-}
-
-impl<'a> ArmItems<'a> {
-    pub(super) fn collect(arm: &str, items: &'a [ItemResult]) -> Self {
-        let mut out = Self {
-            list: Vec::new(),
-            by_id: HashMap::new(),
-        };
-        for it in items.iter().filter(|it| it.arm == arm) {
-            match out.by_id.get(it.item.as_str()) {
-                Some(&i) => out.list[i] = it,
-                None => {
-                    out.by_id.insert(it.item.as_str(), out.list.len());
-                    out.list.push(it);
-                }
-            }
-        }
-        out
-    }
-
-    pub(super) fn get(&self, id: &str) -> Option<&'a ItemResult> {
-        self.by_id.get(id).map(|&i| self.list[i])
-    }
-}
-
-/// Right, counting a failed item as wrong whatever its `correct` says.
-pub(super) fn is_correct(it: &ItemResult) -> bool {
-    it.correct && it.failed.is_none()
 }
 
 /// `Some(sum)` when every value is present (an empty list costs 0), else `None`.

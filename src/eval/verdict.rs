@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::report::{ArmItems, is_correct};
+use super::arm_items::{ArmItems, is_correct};
 use super::stats::PairedTable;
 use crate::app::evals::{ArmInfo, ArmKind};
 
