@@ -23,6 +23,7 @@ mod docs_links;
 mod engine_identical;
 mod engine_planning;
 mod eval;
+mod eval_compare;
 mod eval_second;
 mod evals_page;
 mod h2c;
