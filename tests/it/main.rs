@@ -72,6 +72,7 @@ mod security_shared_pools;
 mod security_store;
 mod security_upstream;
 mod security_urls;
+mod sessions_by_door;
 mod structured_output;
 mod ui_e2e;
 mod upstream_connections;
