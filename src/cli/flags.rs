@@ -49,6 +49,8 @@ pub enum Command {
     /// Measure a panel on your own questions against each of its agents alone and
     /// self-consistency of each agent: accuracy with 95% intervals, paired comparisons,
     /// cost and latency, in --out (report.json, report.md, items.jsonl, chart.svg).
+    /// `massgen eval compare A B` compares two runs' folders.
+    #[command(args_conflicts_with_subcommands = true)]
     Eval(EvalArgs),
 }
 
@@ -71,6 +73,9 @@ pub enum GraderName {
 
 #[derive(Debug, Clone, Args)]
 pub struct EvalArgs {
+    /// `compare`: two runs' folders side by side instead of a run
+    #[command(subcommand)]
+    pub action: Option<EvalAction>,
     /// The questions: JSONL, one `{"question": …, "answer": …, "id": …}` a line
     /// (`messages` instead of `question` for a conversation; `input`/`prompt` and
     /// `target`/`ideal`/`expected` read too; other keys kept as metadata) [required but
@@ -177,6 +182,33 @@ pub struct EvalArgs {
     /// Log every session's start and end (as `serve` does) [default: warnings only]
     #[arg(long)]
     pub verbose: bool,
+}
+
+/// What `massgen eval` does instead of running.
+#[derive(Debug, Clone, Subcommand)]
+pub enum EvalAction {
+    /// Compare two runs' folders (--out of two `massgen eval` runs), arm by arm: accuracy
+    /// and cost per item of each, and B minus A paired on the items both graded, with a
+    /// 95% interval and McNemar's p. Exit 1 with --fail-if-worse when B is worse.
+    Compare(CompareArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(allow_negative_numbers = true)]
+pub struct CompareArgs {
+    /// The first run's folder (A, the baseline)
+    #[arg(value_name = "DIR_A")]
+    pub a: PathBuf,
+    /// The second run's folder (B, compared with A)
+    #[arg(value_name = "DIR_B")]
+    pub b: PathBuf,
+    /// Exit 1 when B is worse than A on some arm by more than this many percentage points
+    /// with McNemar p < 0.05
+    #[arg(long, value_name = "POINTS", value_parser = Number::<f64>::new())]
+    pub fail_if_worse: Option<f64>,
+    /// Print the comparison as JSON instead of Markdown
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -9,10 +9,12 @@
 //!
 //! One file per job: `flags` (what clap reads), `values` (how a value is read), `resolve`
 //! (flags to settings), `catalog` (where the panels come from), `commands` (what each
-//! command runs), `signals` (shutdown), `fatal` (how a command fails).
+//! command runs), `eval` and `compare` (`massgen eval` and `eval compare`), `signals`
+//! (shutdown), `fatal` (how a command fails).
 
 mod catalog;
 mod commands;
+mod compare;
 mod eval;
 mod fatal;
 mod flags;
@@ -68,6 +70,10 @@ pub fn main() -> ExitCode {
         Command::Healthcheck(args) => runtime.block_on(commands::healthcheck(args)),
         Command::CheckConfig(args) => commands::check_config(&args, &process_env),
         Command::Mcp(args) => runtime.block_on(mcp::run(args)),
+        Command::Eval(EvalArgs {
+            action: Some(flags::EvalAction::Compare(args)),
+            ..
+        }) => compare::run(&args),
         Command::Eval(args) => runtime.block_on(eval::eval(args)),
     };
     // Outside the runtime: the OTLP exporter's client blocks.

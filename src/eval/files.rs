@@ -22,7 +22,7 @@ pub const RUN_FILE: &str = "run.json";
 pub const ITEMS_FILE: &str = "items.jsonl";
 
 /// `run.json` is a few lines; a larger one is not a run's.
-const MAX_RUN_FILE: u64 = 1024 * 1024;
+pub(super) const MAX_RUN_FILE: u64 = 1024 * 1024;
 /// Temporary names tried before a write gives up (each is random: a clash is someone
 /// else's file).
 const TEMPORARY_TRIES: usize = 8;
@@ -251,7 +251,7 @@ fn open_items(path: &Path) -> Result<(File, String), regular::Error> {
 
 /// The results of `text` and the length of its whole lines. A line that is not a result
 /// is an error, except a last line with no newline (an append cut short).
-fn read_items(text: &str) -> Result<(Vec<ItemResult>, u64), String> {
+pub(super) fn read_items(text: &str) -> Result<(Vec<ItemResult>, u64), String> {
     let mut items = Vec::new();
     let mut keep = 0usize;
     for (index, line) in text.split_inclusive('\n').enumerate() {

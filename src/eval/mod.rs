@@ -8,12 +8,14 @@
 //! it all (bounds, resume), `stop` says when no new item starts, `demo` is the panel and
 //! questions of `--demo`, `files` and
 //! `records` keep the results (`regular` reads the files it is named and keeps),
-//! `report` (with `verdict` and `groups`), `stats` and `chart` sum them up.
+//! `report` (with `verdict` and `groups`), `stats` and `chart` sum them up, and `compare`
+//! sets two runs' folders side by side (`massgen eval compare`).
 
 mod answer;
 mod arm_items;
 pub mod arms;
 pub mod chart;
+pub mod compare;
 pub mod data;
 pub mod demo;
 pub mod files;

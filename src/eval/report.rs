@@ -273,14 +273,14 @@ fn shared_cost<'a>(items: impl Iterator<Item = &'a ItemResult> + Clone) -> f64 {
 }
 
 /// A name or path made safe for one Markdown table cell or line.
-fn md_escape(s: &str) -> String {
+pub(super) fn md_escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('|', "\\|")
         .replace(['\n', '\r'], " ")
 }
 
 /// USD with enough digits for per-item costs of a fraction of a cent.
-fn usd(v: f64) -> String {
+pub(super) fn usd(v: f64) -> String {
     if v == 0.0 {
         "$0".to_string()
     } else if v.abs() >= 0.01 {

@@ -199,7 +199,7 @@ fn versus(panel: &ArmItems<'_>, other: &ArmItems<'_>, arm: &ArmInfo) -> Option<V
 }
 
 /// A share as a percentage with one decimal.
-fn pct(x: f64) -> String {
+pub(super) fn pct(x: f64) -> String {
     format!("{:.1}%", 100.0 * x)
 }
 

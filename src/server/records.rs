@@ -14,6 +14,11 @@ use massgen_core::coordination::SessionEvent;
 
 use super::AppState;
 use super::auth::Caller;
+use super::doors::chat_completions::ChatCompletions;
+use super::doors::door::Door;
+use super::doors::mcp;
+use super::doors::messages::Messages;
+use super::doors::responses::Responses;
 use super::error::{ApiError, PathId};
 use super::limits::SubscriberSlot;
 use super::sse;
@@ -48,15 +53,79 @@ pub async fn list_sessions(
             .filter(|n| (1..=LIST_MAX).contains(n))
             .ok_or_else(limit_error)?,
     };
+    let doors = doors(&query)?;
     let data: Vec<_> = app
         .records()
-        .list_all(&caller, limit)
+        .list_all(&caller, limit, doors.as_deref())
         .await
         .map_err(|_| ApiError::RecordsUnavailable)?
         .iter()
         .map(|r| list_entry_json(r))
         .collect();
     Ok(axum::Json(serde_json::json!({"object": "list", "data": data})).into_response())
+}
+
+/// Every door a session record names: what `door` and `exclude_door` may list.
+const DOORS: [&str; 5] = [
+    <ChatCompletions as Door>::NAME,
+    <Responses as Door>::NAME,
+    <Messages as Door>::NAME,
+    mcp::NAME,
+    crate::eval::session::DOOR,
+];
+
+/// The doors `door=A,B` lists, or the others than `exclude_door=A,B`'s (the page leaves
+/// out `eval`'s sessions so); `None` for every door. A name that is no door, either
+/// parameter given twice, or both together, is refused: a filter that quietly filtered
+/// nothing would show what was meant to be hidden.
+fn doors(query: &[(String, String)]) -> Result<Option<Vec<&'static str>>, ApiError> {
+    let given = |name: &'static str| -> Result<Option<Vec<&'static str>>, ApiError> {
+        let mut values = query.iter().filter(|(k, _)| k == name);
+        let Some((_, raw)) = values.next() else {
+            return Ok(None);
+        };
+        if values.next().is_some() {
+            return Err(door_error(name, "must be given once"));
+        }
+        let mut named = Vec::new();
+        for part in raw.split(',') {
+            let door = DOORS
+                .iter()
+                .find(|d| **d == part.trim())
+                .ok_or_else(|| door_error(name, "names a door that does not exist"))?;
+            if !named.contains(door) {
+                named.push(*door);
+            }
+        }
+        Ok(Some(named))
+    };
+    match (given("door")?, given("exclude_door")?) {
+        (Some(_), Some(_)) => Err(door_error(
+            "exclude_door",
+            "cannot be given with door: name the doors to list, or those to leave out",
+        )),
+        (Some(only), None) => Ok(Some(only)),
+        // "": a record made without a request names no door; it is not left out either.
+        (None, Some(out)) => Ok(Some(
+            DOORS
+                .into_iter()
+                .filter(|d| !out.contains(d))
+                .chain([""])
+                .collect(),
+        )),
+        (None, None) => Ok(None),
+    }
+}
+
+fn door_error(param: &'static str, problem: &str) -> ApiError {
+    ApiError::invalid(
+        format!(
+            "{param} {problem}; it is a comma-separated list of {}",
+            DOORS.join(", ")
+        ),
+        Some(param),
+        "invalid_value",
+    )
 }
 
 fn limit_error() -> ApiError {

@@ -9,8 +9,9 @@
 // sixth answering in plain text so that it streams, breaks the protocol and fails).
 // Asserts, in a real headless Chromium: the key prompt; a session started from the question
 // box shows agent columns, then answers, votes, the winner and a final answer that grows
-// while it streams, in that order; the session list shows it; a finished session replays
-// at its pace and at once; model text containing <script> renders as text.
+// while it streams, in that order; the session list shows it (eval sessions left out unless
+// the box is ticked); a finished session replays at its pace and at once; model text
+// containing <script> renders as text.
 import { readFileSync } from "node:fs";
 import { chromium } from "playwright-core";
 
@@ -229,6 +230,19 @@ async function main() {
   await page.waitForFunction((n) => document.querySelectorAll("#sessions-body tr").length > n, rowsBefore, { timeout: STEP_MS });
   check((await page.locator("#sessions-body tr").first().textContent()).includes("Started by another client"),
     "a session started elsewhere shows up in the open list");
+
+  // `massgen eval`'s sessions stay out of the list unless the box is ticked.
+  const listRequest = (wanted) => page.waitForRequest((r) => {
+    const u = new URL(r.url());
+    return u.pathname === "/v1/sessions" && wanted(u.searchParams);
+  }, { timeout: STEP_MS });
+  const plain = await listRequest(() => true);
+  check(new URL(plain.url()).searchParams.get("exclude_door") === "eval"
+    && (await plain.response()).status() === 200, "the list leaves eval sessions out by default");
+  const all = listRequest((q) => !q.has("exclude_door"));
+  await page.check("#show-eval");
+  check((await (await all).response()).status() === 200, "ticking the box lists eval sessions too");
+  await page.uncheck("#show-eval");
 
   // Model text is text: the simulator quotes the question in its answers. Asked of the
   // six-agent panel, which the question box offers as massgen/six.

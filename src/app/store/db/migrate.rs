@@ -27,6 +27,11 @@ const MIGRATIONS: &[(i64, &str, &str)] = &[
         "response chains",
         include_str!("migrations/0006_response_chains.sql"),
     ),
+    (
+        7,
+        "sessions by door",
+        include_str!("migrations/0007_sessions_by_door.sql"),
+    ),
 ];
 
 /// The migrator of the first `count` migrations (all of them with `usize::MAX`), so a test

@@ -150,7 +150,7 @@ async fn a_finished_record_is_written_leaves_memory_and_reads_back_equal() {
     assert_eq!(json["question"], live_json["question"]);
     assert_eq!(json["status"], "failed");
     assert_eq!(json["door"], "chat_completions");
-    let list = store.list_all(&caller, 10).await.unwrap();
+    let list = store.list_all(&caller, 10, None).await.unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].summary().status, "failed");
     assert_eq!(list[0].summary().agents, vec![agent()]);
@@ -159,7 +159,24 @@ async fn a_finished_record_is_written_leaves_memory_and_reads_back_equal() {
         key: Some(crate::app::KeyId::from_index(3)),
     };
     assert!(store.find("s1", &other).await.unwrap().is_none());
-    assert!(store.list_all(&other, 10).await.unwrap().is_empty());
+    assert!(store.list_all(&other, 10, None).await.unwrap().is_empty());
+    // By door: the record's own, and another (`GET /v1/sessions?door=…`).
+    let doors: &[&str] = &["eval", "chat_completions"];
+    assert_eq!(
+        store
+            .list_all(&caller, 10, Some(doors))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        store
+            .list_all(&caller, 10, Some(&["eval"]))
+            .await
+            .unwrap()
+            .is_empty()
+    );
 
     // A cursor over the database replays the same events, then ends.
     let mut following = store.follow("s1", &caller).await.unwrap().unwrap();
@@ -252,7 +269,7 @@ async fn retention_deletes_old_and_surplus_finished_sessions_never_running_ones(
     }
     db.retain(Duration::from_secs(3600), 2).await.unwrap();
     let ids: Vec<_> = db
-        .list("", 10)
+        .list("", None, 10)
         .await
         .unwrap()
         .into_iter()
@@ -371,4 +388,31 @@ async fn opening_the_file_interrupts_what_an_earlier_process_left_running() {
     // The next process on the file is refused while this one holds it.
     let err = RecordDb::open(&sqlite(&dir)).await.err().unwrap();
     assert!(err.contains("in use by another massgen process"), "{err}");
+}
+
+/// A door's newest sessions are read along `sessions_by_owner_door`, already in order:
+/// SQLite stops at the limit instead of reading (and sorting) every row of the owner's
+/// other doors.
+#[tokio::test]
+async fn sessions_of_one_door_are_read_along_their_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = RecordDb::open(&sqlite(&dir)).await.unwrap();
+    let plan: Vec<String> = sqlx::query(
+        "EXPLAIN QUERY PLAN SELECT id FROM sessions WHERE owner = $1 AND door = $2 \
+         ORDER BY created_ms DESC LIMIT $3",
+    )
+    .bind("")
+    .bind("eval")
+    .bind(10_i64)
+    .fetch_all(db.pool())
+    .await
+    .unwrap()
+    .iter()
+    .map(|r| r.get::<String, _>("detail"))
+    .collect();
+    assert!(
+        plan.iter().any(|d| d.contains("sessions_by_owner_door")),
+        "{plan:?}"
+    );
+    assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
 }

@@ -94,7 +94,12 @@ impl Live {
     }
 
     /// The newest `limit` records `caller` may read, newest first.
-    pub(super) fn newest(&self, caller: &Caller, limit: usize) -> Vec<Arc<SessionRecord>> {
+    pub(super) fn newest(
+        &self,
+        caller: &Caller,
+        limit: usize,
+        doors: Option<&[&str]>,
+    ) -> Vec<Arc<SessionRecord>> {
         let inner = lock(&self.inner);
         inner
             .order
@@ -102,6 +107,7 @@ impl Live {
             .rev()
             .filter_map(|id| inner.by_id.get(id))
             .filter(|r| r.owner == *caller)
+            .filter(|r| doors.is_none_or(|d| d.contains(&&*r.info.door)))
             .take(limit)
             .cloned()
             .collect()

@@ -35,19 +35,33 @@ impl RecordDb {
         row.map(|r| stored_session(&r)).transpose()
     }
 
-    /// The newest `limit` sessions of `owner`, newest first.
+    /// The newest `limit` sessions of `owner` (of `door` only, when named), newest first:
+    /// each read along an index ending in `created_ms`, so no more than `limit` rows.
     pub(in crate::app::store) async fn list(
         &self,
         owner: &str,
+        door: Option<&str>,
         limit: usize,
     ) -> Result<Vec<StoredSession>, sqlx::Error> {
-        let rows = sqlx::query(&format!(
-            "{SELECT_SESSION} WHERE owner = $1 ORDER BY created_ms DESC LIMIT $2"
-        ))
-        .bind(owner)
-        .bind(to_db(limit as u64))
-        .fetch_all(self.pool())
-        .await?;
+        let rows = match door {
+            None => {
+                sqlx::query(&format!(
+                    "{SELECT_SESSION} WHERE owner = $1 ORDER BY created_ms DESC LIMIT $2"
+                ))
+                .bind(owner)
+                .bind(to_db(limit as u64))
+                .fetch_all(self.pool())
+                .await?
+            }
+            Some(door) => sqlx::query(&format!(
+                "{SELECT_SESSION} WHERE owner = $1 AND door = $2 ORDER BY created_ms DESC LIMIT $3"
+            ))
+            .bind(owner)
+            .bind(door)
+            .bind(to_db(limit as u64))
+            .fetch_all(self.pool())
+            .await?,
+        };
         rows.iter().map(stored_session).collect()
     }
 

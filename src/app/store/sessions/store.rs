@@ -224,22 +224,36 @@ impl RecordStore {
         }))
     }
 
-    /// The newest `limit` records `caller` may read, newest first: the live ones (their
-    /// summaries are the freshest) merged with the database's.
+    /// The newest `limit` records `caller` may read, newest first, of the doors named
+    /// (every door with `None`): the live ones (their summaries are the freshest) merged
+    /// with the database's. Each door is read by its own index, so the database reads at
+    /// most `limit` rows a door however many sessions the other doors hold.
     pub async fn list_all(
         &self,
         caller: &Caller,
         limit: usize,
+        doors: Option<&[&str]>,
     ) -> Result<Vec<Arc<SessionRecord>>, ReadError> {
-        let live = self.list(caller, limit);
+        let live = self.list(caller, limit, doors);
         let Some(side) = &self.db else {
             return Ok(live);
         };
-        let rows = side
-            .db
-            .list(caller.owner(), limit)
-            .await
-            .map_err(read_failed)?;
+        let owner = caller.owner();
+        let rows = match doors {
+            None => side
+                .db
+                .list(owner, None, limit)
+                .await
+                .map_err(read_failed)?,
+            Some(doors) => {
+                let mut rows = Vec::new();
+                for door in doors {
+                    let more = side.db.list(owner, Some(door), limit).await;
+                    rows.extend(more.map_err(read_failed)?);
+                }
+                rows
+            }
+        };
         let mut all = live;
         for row in rows {
             if !all.iter().any(|r| r.id == row.id) {
@@ -251,9 +265,15 @@ impl RecordStore {
         Ok(all)
     }
 
-    /// The newest `limit` live records `caller` may read, newest first.
-    pub fn list(&self, caller: &Caller, limit: usize) -> Vec<Arc<SessionRecord>> {
-        self.live.newest(caller, limit)
+    /// The newest `limit` live records `caller` may read, newest first, of the doors
+    /// named (every door with `None`).
+    pub fn list(
+        &self,
+        caller: &Caller,
+        limit: usize,
+        doors: Option<&[&str]>,
+    ) -> Vec<Arc<SessionRecord>> {
+        self.live.newest(caller, limit, doors)
     }
 
     /// Memory: drops finished records older than the maximum age. (With a database the
@@ -442,8 +462,8 @@ pub(super) mod tests {
         let ids = |list: Vec<Arc<SessionRecord>>| {
             list.iter().map(|r| r.id.to_string()).collect::<Vec<_>>()
         };
-        assert_eq!(ids(store.list(&Caller::default(), 2)), ["c", "b"]);
-        assert_eq!(ids(store.list(&owner, 10)), ["mine"]);
+        assert_eq!(ids(store.list(&Caller::default(), 2, None)), ["c", "b"]);
+        assert_eq!(ids(store.list(&owner, 10, None)), ["mine"]);
     }
 
     #[test]

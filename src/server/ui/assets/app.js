@@ -203,7 +203,9 @@ async function refreshList() {
   if ($("list-view").hidden) return;
   let body;
   try {
-    const res = await api("/v1/sessions?limit=100");
+    // An eval run records thousands of sessions: hidden unless asked for.
+    const filter = $("show-eval").checked ? "" : "&exclude_door=eval";
+    const res = await api(`/v1/sessions?limit=100${filter}`);
     if (!res.ok) throw new Error(await errorMessage(res));
     body = await res.json();
   } catch (err) {
@@ -227,12 +229,14 @@ async function refreshList() {
   $("sessions-empty").hidden = rows.length > 0;
 }
 
-/** "model (panel) · door": the API the session came through (chat completions, responses, messages). */
+/** "model (panel) · door": the API the session came through (chat completions, responses, messages), or eval. */
 function panelCell(s) {
   const model = s.panel && s.panel !== s.model ? `${s.model} (${s.panel})` : s.model;
-  const door = { chat_completions: "chat", responses: "responses", messages: "messages" }[s.door];
+  const door = { chat_completions: "chat", responses: "responses", messages: "messages", eval: "eval" }[s.door];
   return door ? `${model} · ${door}` : model;
 }
+
+$("show-eval").addEventListener("change", () => refreshList());
 
 function pollList(on) {
   clearInterval(listTimer);
