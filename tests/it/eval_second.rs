@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use crate::eval::{eval, items, ok, questions, report, requests, setup, trio};
+use crate::support::recording::RecordingSimulator;
 use crate::support::{mock_upstream, panel_yaml, write};
 
 /// A panel whose every call goes to a port nothing listens on.
@@ -218,6 +219,18 @@ fn the_verdict_is_one_sentence_whose_numbers_are_the_items() {
         (v["difference_points"].as_f64().unwrap() - difference).abs() < 1e-9,
         "{v}"
     );
+    // The interval: Newcombe's paired score interval (method 10), computed here apart.
+    let (lo, hi) = newcombe(both_r, pr_aw, pw_ar, both_w);
+    let ci = v["ci95_points"].as_array().unwrap();
+    assert!((ci[0].as_f64().unwrap() - 100.0 * lo).abs() < 1e-6, "{v}");
+    assert!((ci[1].as_f64().unwrap() - 100.0 * hi).abs() < 1e-6, "{v}");
+    assert!(lo <= difference / 100.0 && difference / 100.0 <= hi);
+    // The exact McNemar p: a two-sided binomial test of the discordant pairs at 1/2.
+    let p = mcnemar(pr_aw, pw_ar);
+    assert!(
+        (v["p_value"].as_f64().unwrap() - p).abs() < 1e-9,
+        "{v}: {p}"
+    );
     // Both arms are priced: the ratio is the cost per item's.
     let ratio = v["panel_cost_per_item_usd"].as_f64().unwrap()
         / v["arm_cost_per_item_usd"].as_f64().unwrap();
@@ -247,4 +260,185 @@ fn the_demo_runs_with_no_key_and_no_config() {
     assert!(!lines.is_empty());
     assert!(lines.iter().all(|l| l["failed"].is_null()), "{lines:?}");
     assert!(lines.iter().all(|l| l["question"].is_string()));
+}
+
+fn wilson(correct: u64, n: u64) -> (f64, f64) {
+    let z = 1.959_963_984_540_054_f64;
+    let n = n as f64;
+    let p = correct as f64 / n;
+    let centre = (p + z * z / (2.0 * n)) / (1.0 + z * z / n);
+    let half = z * (p * (1.0 - p) / n + z * z / (4.0 * n * n)).sqrt() / (1.0 + z * z / n);
+    (centre - half, centre + half)
+}
+
+/// Newcombe (1998), method 10, for a 2x2 table of paired outcomes: `a` both right, `b`
+/// only the first, `c` only the second, `d` both wrong.
+fn newcombe(a: u64, b: u64, c: u64, d: u64) -> (f64, f64) {
+    let n = a + b + c + d;
+    let (af, bf, cf, df, nf) = (a as f64, b as f64, c as f64, d as f64, n as f64);
+    let (p1, p2) = ((af + bf) / nf, (af + cf) / nf);
+    let (l1, u1) = wilson(a + b, n);
+    let (l2, u2) = wilson(a + c, n);
+    let margins = (af + bf) * (cf + df) * (af + cf) * (bf + df);
+    let phi = if margins > 0.0 {
+        (af * df - bf * cf) / margins.sqrt()
+    } else {
+        0.0
+    };
+    let d1 = p1 - l1;
+    let e1 = u2 - p2;
+    let d2 = u1 - p1;
+    let e2 = p2 - l2;
+    let low = p1 - p2 - (d1 * d1 - 2.0 * phi * d1 * e1 + e1 * e1).max(0.0).sqrt();
+    let high = p1 - p2 + (d2 * d2 - 2.0 * phi * d2 * e2 + e2 * e2).max(0.0).sqrt();
+    (low.max(-1.0), high.min(1.0))
+}
+
+/// `min(1, 2 P(X <= min(b, c)))` for X ~ Binomial(b + c, 1/2), summed directly.
+fn mcnemar(b: u64, c: u64) -> f64 {
+    let n = b + c;
+    if n == 0 {
+        return 1.0;
+    }
+    let k = b.min(c);
+    let mut term = 0.5f64.powi(n as i32); // C(n, 0) / 2^n
+    let mut sum = term;
+    for i in 1..=k {
+        term *= (n - i + 1) as f64 / i as f64;
+        sum += term;
+    }
+    (2.0 * sum).min(1.0)
+}
+
+/// The agent-alone arm is the call a user would make: the item's question and the run's
+/// instruction, no coordination prompt, no workflow tool; the panel's calls still have them.
+#[test]
+fn the_agent_alone_arm_sends_the_items_messages_as_they_are() {
+    let sim = RecordingSimulator::start();
+    let dir = tempfile::tempdir().unwrap();
+    let models = [
+        "a:ttft_ms=5,token_ms=1,words=10",
+        "b:ttft_ms=5,token_ms=1,words=10",
+    ];
+    let config = write(dir.path(), "team.yaml", &panel_yaml(&sim.url, &models, ""));
+    let question = "What is 7 times 3? [sim:truth=21]";
+    let data = write(
+        dir.path(),
+        "q.jsonl",
+        &format!("{{\"question\": \"{question}\", \"answer\": \"21\"}}\n"),
+    );
+    let out = dir.path().join("run");
+    ok(&eval(
+        dir.path(),
+        &[
+            "--data",
+            data.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--baselines",
+            "agents",
+            "--instruction",
+            "Reply briefly.",
+        ],
+    ));
+    let requests = sim.requests();
+    let offers_workflow = |r: &Value| {
+        r["tools"].as_array().is_some_and(|tools| {
+            tools
+                .iter()
+                .any(|t| t["function"]["name"] == "new_answer" || t["function"]["name"] == "vote")
+        })
+    };
+    let alone: Vec<&Value> = requests.iter().filter(|r| !offers_workflow(r)).collect();
+    let panel = requests.iter().filter(|r| offers_workflow(r)).count();
+    assert!(panel > 0, "the panel coordinates");
+    // One call per agent alone (and the panel's presentation, which offers no tool).
+    let for_agent = |id: &str| -> Vec<&&Value> {
+        alone
+            .iter()
+            .filter(|r| {
+                r["model"]
+                    .as_str()
+                    .is_some_and(|m| m.starts_with(&format!("{id}:")))
+            })
+            .filter(|r| r["messages"].as_array().is_some_and(|m| m.len() == 2))
+            .collect()
+    };
+    for id in ["a", "b"] {
+        let calls = for_agent(id);
+        assert!(!calls.is_empty(), "no plain call of {id}: {requests:?}");
+        let call = calls
+            .iter()
+            .find(|r| r["messages"][1]["content"] == question)
+            .unwrap_or_else(|| panic!("{id}: {calls:?}"));
+        assert_eq!(
+            call["messages"],
+            serde_json::json!([
+                {"role": "system", "content": "Reply briefly."},
+                {"role": "user", "content": question},
+            ]),
+            "{call}"
+        );
+        assert!(call.get("tools").is_none(), "{call}");
+    }
+}
+
+/// Other tools' key names and extra keys: the metadata comes back in items.jsonl and
+/// `--group-by` splits the report by it.
+#[tokio::test]
+async fn other_tools_data_and_its_metadata_round_trip() {
+    // The simulator lives as long as the test.
+    let (_mock, dir, config, _) = setup(1, false);
+    let lines: String = (1..=6)
+        .map(|i| {
+            let topic = if i % 2 == 0 { "even" } else { "odd" };
+            format!(
+                "{{\"input\": \"What is {i} times 3? [sim:truth={t}]\", \"target\": {t}, \"topic\": \"{topic}\", \"metadata\": {{\"source\": \"s{i}\"}}}}\n",
+                t = i * 3
+            )
+        })
+        .collect();
+    let data = write(dir.path(), "other.jsonl", &lines);
+    let out = dir.path().join("run");
+    ok(&eval(
+        dir.path(),
+        &[
+            "--data",
+            data.to_str().unwrap(),
+            "--config",
+            config.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--baselines",
+            "none",
+            "--group-by",
+            "topic",
+        ],
+    ));
+    let lines = items(&out);
+    assert_eq!(lines.len(), 6);
+    for l in &lines {
+        let n: u64 = l["item"].as_str().unwrap().parse().unwrap();
+        assert_eq!(l["reference"], n * 3, "{l}");
+        assert!(
+            l["question"]
+                .as_str()
+                .unwrap()
+                .starts_with(&format!("What is {n} times 3"))
+        );
+        let topic = if n % 2 == 0 { "even" } else { "odd" };
+        assert_eq!(
+            l["metadata"],
+            serde_json::json!({"topic": topic, "source": format!("s{n}")}),
+            "{l}"
+        );
+    }
+    let r = report(&out);
+    let groups = r["groups"].to_string();
+    assert!(
+        groups.contains("\"even\"") && groups.contains("\"odd\""),
+        "{groups}"
+    );
 }
