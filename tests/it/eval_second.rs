@@ -393,7 +393,7 @@ async fn other_tools_data_and_its_metadata_round_trip() {
     let (_mock, dir, config, _) = setup(1, false);
     let lines: String = (1..=6)
         .map(|i| {
-            let topic = if i % 2 == 0 { "even" } else { "odd" };
+            let topic = if i.is_multiple_of(2) { "even" } else { "odd" };
             format!(
                 "{{\"input\": \"What is {i} times 3? [sim:truth={t}]\", \"target\": {t}, \"topic\": \"{topic}\", \"metadata\": {{\"source\": \"s{i}\"}}}}\n",
                 t = i * 3
@@ -428,7 +428,7 @@ async fn other_tools_data_and_its_metadata_round_trip() {
                 .unwrap()
                 .starts_with(&format!("What is {n} times 3"))
         );
-        let topic = if n % 2 == 0 { "even" } else { "odd" };
+        let topic = if n.is_multiple_of(2) { "even" } else { "odd" };
         assert_eq!(
             l["metadata"],
             serde_json::json!({"topic": topic, "source": format!("s{n}")}),
