@@ -391,7 +391,7 @@ fn the_agent_alone_arm_sends_the_items_messages_as_they_are() {
 async fn other_tools_data_and_its_metadata_round_trip() {
     // The simulator lives as long as the test.
     let (_mock, dir, config, _) = setup(1, false);
-    let lines: String = (1..=6)
+    let lines: String = (1..=6u64)
         .map(|i| {
             let topic = if i.is_multiple_of(2) { "even" } else { "odd" };
             format!(
