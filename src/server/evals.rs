@@ -13,9 +13,11 @@ use serde_json::{Value, json};
 use super::auth::Caller;
 use super::error::{ApiError, PathId, SHOULD_RETRY};
 use crate::app::App;
-use crate::app::evals::ItemResult;
+use crate::app::evals::{ArmKind, ItemResult};
 use crate::app::store::RecordDb;
-use crate::app::store::evals::{EvalRun, MAX_ITEMS_PAGE, MAX_RUNS};
+use crate::app::store::evals::{
+    EvalRun, ItemFilter, MAX_ITEM_GROUPS_PAGE, MAX_ITEMS_PAGE, MAX_RUNS,
+};
 
 const EVALS_JS: &str = include_str!("ui/assets/evals.js");
 
@@ -23,6 +25,8 @@ const EVALS_JS: &str = include_str!("ui/assets/evals.js");
 const LIST_DEFAULT: usize = 50;
 /// Items of a run returned when the request names no `limit`.
 const ITEMS_DEFAULT: usize = 200;
+/// Whole items returned with `page_by=item` when the request names no `limit`.
+const ITEM_GROUPS_DEFAULT: usize = 25;
 
 /// The caller's runs, newest first, each with its arms and their headline numbers.
 pub async fn list_evals(
@@ -42,15 +46,35 @@ pub async fn list_evals(
     Ok(axum::Json(json!({"object": "list", "data": data})).into_response())
 }
 
-/// The caller's run `id` with its report and a page of its items (`offset`, `limit`);
-/// someone else's looks like a missing one.
+/// The caller's run `id` with its report and a page of its items (`offset`, `limit`):
+/// item lines by default, or whole items with `page_by=item` (then `filter` may keep only
+/// some items); someone else's looks like a missing one.
 pub async fn get_eval(
     State(app): State<std::sync::Arc<App>>,
     Extension(caller): Extension<Caller>,
     PathId(id): PathId,
     Query(query): Query<Vec<(String, String)>>,
 ) -> Result<Response, Refused> {
-    let limit = number(&query, "limit", 1, MAX_ITEMS_PAGE)?.unwrap_or(ITEMS_DEFAULT);
+    let by_item = one_of(&query, "page_by", &["line", "item"])? == Some("item");
+    let filter = one_of(
+        &query,
+        "filter",
+        &["all", "disagree", "panel_wrong_member_right"],
+    )?;
+    if filter.is_some() && !by_item {
+        return Err(ApiError::invalid(
+            "filter needs page_by=item (it keeps or drops whole items)",
+            Some("filter"),
+            "invalid_value",
+        )
+        .into());
+    }
+    let (max, default) = if by_item {
+        (MAX_ITEM_GROUPS_PAGE, ITEM_GROUPS_DEFAULT)
+    } else {
+        (MAX_ITEMS_PAGE, ITEMS_DEFAULT)
+    };
+    let limit = number(&query, "limit", 1, max)?.unwrap_or(default);
     let offset = number(&query, "offset", 0, usize::MAX)?.unwrap_or(0);
     let db = database(&app)?;
     let run = db
@@ -59,20 +83,69 @@ pub async fn get_eval(
         .map_err(|_| ApiError::RecordsUnavailable)?
         .filter(|run| run.owner == caller.owner())
         .ok_or_else(|| Refused::not_found(&id))?;
-    let (items, total) = tokio::try_join!(
-        db.eval_items(&run.id, offset, limit),
-        db.eval_item_count(&run.id)
-    )
-    .map_err(|_| ApiError::RecordsUnavailable)?;
+    let (items, total, shown) = if by_item {
+        let filter = item_filter(filter.unwrap_or("all"), &run);
+        let (items, total) = tokio::try_join!(
+            db.eval_items_by_item(&run.id, &filter, offset, limit),
+            db.eval_item_group_count(&run.id, &filter)
+        )
+        .map_err(|_| ApiError::RecordsUnavailable)?;
+        let mut ids: Vec<&str> = items.iter().map(|i| i.item.as_str()).collect();
+        ids.dedup();
+        let shown = offset.saturating_add(ids.len());
+        (items, total, shown)
+    } else {
+        let (items, total) = tokio::try_join!(
+            db.eval_items(&run.id, offset, limit),
+            db.eval_item_count(&run.id)
+        )
+        .map_err(|_| ApiError::RecordsUnavailable)?;
+        let shown = offset.saturating_add(items.len());
+        (items, total, shown)
+    };
     let items = in_arm_order(items, &run);
     let mut body = run_json(&run);
-    let shown = u64::try_from(offset.saturating_add(items.len())).unwrap_or(u64::MAX);
+    let shown = u64::try_from(shown).unwrap_or(u64::MAX);
     body["report"] = run.report.clone().unwrap_or(Value::Null);
+    body["items_page_by"] = if by_item { "item" } else { "line" }.into();
+    body["items_filter"] = if by_item {
+        filter.unwrap_or("all").into()
+    } else {
+        Value::Null
+    };
     body["items_total"] = total.into();
     body["items_offset"] = offset.into();
     body["items_has_more"] = (shown < total).into();
     body["items"] = serde_json::to_value(&items).map_err(|_| ApiError::Internal)?;
     Ok(axum::Json(body).into_response())
+}
+
+/// The store's filter for `name`: "panel_wrong_member_right" reads the run's first panel
+/// arm against its single-agent arms (none such: no item matches).
+fn item_filter(name: &str, run: &EvalRun) -> ItemFilter {
+    match name {
+        "disagree" => ItemFilter::Disagree,
+        "panel_wrong_member_right" => {
+            let panel = run.arms.iter().find(|a| a.kind == ArmKind::Panel);
+            let agents: Vec<String> = run
+                .arms
+                .iter()
+                .filter(|a| a.kind == ArmKind::Agent)
+                .map(|a| a.name.clone())
+                .collect();
+            match panel {
+                Some(panel) => ItemFilter::PanelWrongAgentRight {
+                    panel: panel.name.clone(),
+                    agents,
+                },
+                None => ItemFilter::PanelWrongAgentRight {
+                    panel: String::new(),
+                    agents: Vec::new(),
+                },
+            }
+        }
+        _ => ItemFilter::All,
+    }
 }
 
 /// The page's evals view (loaded by `/ui` before `app.js`).
@@ -146,6 +219,30 @@ fn in_arm_order(items: Vec<ItemResult>, run: &EvalRun) -> Vec<ItemResult> {
 
 fn database(app: &App) -> Result<&std::sync::Arc<RecordDb>, Refused> {
     app.records().db().ok_or(Refused::NeedsDatabase)
+}
+
+/// Query parameter `name` as one of `allowed`, given at most once.
+fn one_of<'a>(
+    query: &'a [(String, String)],
+    name: &'static str,
+    allowed: &[&str],
+) -> Result<Option<&'a str>, ApiError> {
+    let mut given = query.iter().filter(|(k, _)| k == name).map(|(_, v)| v);
+    let (first, repeated) = (given.next(), given.next().is_some());
+    let Some(raw) = first else {
+        return Ok(None);
+    };
+    if repeated || !allowed.contains(&raw.as_str()) {
+        return Err(ApiError::invalid(
+            format!(
+                "{name} must be given once, as one of: {}",
+                allowed.join(", ")
+            ),
+            Some(name),
+            "invalid_value",
+        ));
+    }
+    Ok(Some(raw.as_str()))
 }
 
 /// Query parameter `name` as a whole number in `min..=max`, given at most once.
@@ -332,6 +429,38 @@ mod tests {
             assert_eq!(e.param(), Some("limit"), "{bad}");
         }
         assert!(number(&q(&[("limit", "1"), ("limit", "2")]), "limit", 1, 10).is_err());
+    }
+
+    #[test]
+    fn words_in_the_query_are_checked_and_filters_read_the_runs_arms() {
+        let q = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let allowed = ["line", "item"];
+        assert_eq!(one_of(&q(&[]), "page_by", &allowed).unwrap(), None);
+        assert_eq!(
+            one_of(&q(&[("page_by", "item")]), "page_by", &allowed).unwrap(),
+            Some("item")
+        );
+        for bad in [
+            &[("page_by", "items")][..],
+            &[("page_by", "item"), ("page_by", "item")],
+        ] {
+            let e = one_of(&q(bad), "page_by", &allowed).unwrap_err();
+            assert_eq!(e.param(), Some("page_by"));
+        }
+        assert_eq!(
+            item_filter("panel_wrong_member_right", &run(None)),
+            ItemFilter::PanelWrongAgentRight {
+                panel: "panel".into(),
+                agents: vec!["agent:gpt".into()]
+            }
+        );
+        assert_eq!(item_filter("disagree", &run(None)), ItemFilter::Disagree);
+        assert_eq!(item_filter("all", &run(None)), ItemFilter::All);
     }
 
     #[test]

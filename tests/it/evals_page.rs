@@ -80,7 +80,7 @@ fn item(n: usize, arm: &ArmInfo) -> ItemResult {
         item: n.to_string(),
         arm: arm.name.clone(),
         kind: arm.kind,
-        correct: n.is_multiple_of(2),
+        correct: right(n, &arm.name),
         failed: (n == 7).then(|| "every session failed".to_string()),
         answer: Some(format!("Item {n}: the answer is {n}.")),
         extracted: Some(n.to_string()),
@@ -94,6 +94,88 @@ fn item(n: usize, arm: &ArmInfo) -> ItemResult {
         judge_session_ids: Vec::new(),
         fingerprint: String::new(),
         ..ItemResult::default()
+    }
+}
+
+/// Whether `arm` got item `n` right: every arm the even items, except that the agent also
+/// gets 3 and 9 (the panel wrong, a member right) and self-consistency misses 4, so the
+/// arms disagree on 3, 4 and 9 alone. Item 7 fails on every arm.
+fn right(n: usize, arm: &str) -> bool {
+    match arm {
+        "agent:a" => n.is_multiple_of(2) || n == 3 || n == 9,
+        "sc3:a" => n.is_multiple_of(2) && n != 4,
+        _ => n.is_multiple_of(2),
+    }
+}
+
+/// The item ids of a page by item, each once, in order; asserts every item comes whole
+/// (all three arms, in the run's arm order, together).
+fn whole_items(page: &Value) -> Vec<String> {
+    let lines = page["items"].as_array().unwrap();
+    assert_eq!(lines.len() % 3, 0, "{page}");
+    lines
+        .chunks(3)
+        .map(|item| {
+            let arms: Vec<&str> = item.iter().map(|i| i["arm"].as_str().unwrap()).collect();
+            assert_eq!(arms, ["panel", "agent:a", "sc3:a"], "{page}");
+            assert!(item.iter().all(|i| i["item"] == item[0]["item"]), "{page}");
+            item[0]["item"].as_str().unwrap().to_string()
+        })
+        .collect()
+}
+
+/// `page_by=item`: pages of whole items, `filter` keeping the items the arms disagree on
+/// or the panel got wrong and a member right; bad values refused.
+async fn item_pages(url: &str) {
+    let run = format!("{url}/v1/evals/eval_old");
+    let first = json_of(&format!("{run}?page_by=item&limit=5"), None, 200).await;
+    assert_eq!(first["items_page_by"], "item");
+    assert_eq!(first["items_filter"], "all");
+    assert_eq!(first["items_total"], ITEMS, "items, not lines");
+    assert_eq!(first["items_has_more"], true);
+    assert_eq!(whole_items(&first), ["1", "2", "3", "4", "5"]);
+    let last = json_of(&format!("{run}?page_by=item&offset=10&limit=5"), None, 200).await;
+    assert_eq!(whole_items(&last), ["11", "12"]);
+    assert_eq!(last["items_has_more"], false);
+    assert_eq!(last["items_offset"], 10);
+    let default = json_of(&format!("{run}?page_by=item"), None, 200).await;
+    assert_eq!(whole_items(&default).len(), ITEMS, "25 items by default");
+    let lines = json_of(&format!("{run}?page_by=line&limit=5"), None, 200).await;
+    assert_eq!(lines["items"].as_array().unwrap().len(), 5);
+    assert_eq!(lines["items_filter"], Value::Null);
+
+    let disagree = json_of(&format!("{run}?page_by=item&filter=disagree"), None, 200).await;
+    assert_eq!(whole_items(&disagree), ["3", "4", "9"]);
+    assert_eq!(disagree["items_total"], 3);
+    let next = json_of(
+        &format!("{run}?page_by=item&filter=disagree&offset=1&limit=1"),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(whole_items(&next), ["4"]);
+    assert_eq!(next["items_has_more"], true);
+    let panel_wrong = json_of(
+        &format!("{run}?page_by=item&filter=panel_wrong_member_right"),
+        None,
+        200,
+    )
+    .await;
+    assert_eq!(whole_items(&panel_wrong), ["3", "9"]);
+    assert_eq!(panel_wrong["items_total"], 2);
+
+    for (bad, param) in [
+        ("page_by=item&limit=101", "limit"),
+        ("page_by=item&limit=0", "limit"),
+        ("page_by=items", "page_by"),
+        ("page_by=item&page_by=line", "page_by"),
+        ("page_by=item&filter=wrong", "filter"),
+        ("filter=disagree", "filter"),
+        ("page_by=item&filter=disagree&filter=all", "filter"),
+    ] {
+        let body = json_of(&format!("{run}?{bad}"), None, 400).await;
+        assert_eq!(body["error"]["param"], param, "{bad}");
+        assert_eq!(body["error"]["code"], "invalid_value", "{bad}");
     }
 }
 
@@ -278,6 +360,7 @@ async fn eval_runs_in_sqlite_are_listed_and_shown_to_their_owner_only() {
 
     let mut server = serve(&url_of_db, false, dir.path());
     keyless_reads(&server.url).await;
+    item_pages(&server.url).await;
 
     // The page: an Evals link in its header, the view, and its script, which reads the
     // evals routes and draws with SVG elements.
@@ -393,4 +476,5 @@ async fn eval_runs_in_postgres_read_back_and_are_served() {
     assert_eq!(ids(&list), ["eval_new", "eval_old"]);
     let new = json_of(&format!("{}/v1/evals/eval_new", server.url), None, 200).await;
     assert_eq!(new["items"][0]["item"], "q\0nul");
+    item_pages(&server.url).await;
 }

@@ -13,6 +13,12 @@ use massgen_core::coordination::{
 };
 use massgen_core::provider::{ProviderErrorKind, ToolCall, Usage};
 
+use massgen::app::Owner;
+use massgen::app::evals::{ArmInfo, ArmKind, ItemResult, Member};
+use massgen::app::store::RecordDb;
+use massgen::app::store::evals::EvalRun;
+use massgen::config::RecordsDb;
+
 use crate::support;
 use crate::support::{mock_upstream, panel_yaml, write};
 
@@ -166,6 +172,90 @@ fn fixture_stream() -> String {
     out
 }
 
+/// Items of the eval run the page's grid shows: more than one page of 25.
+const EVAL_ITEMS: usize = 30;
+
+/// Writes `KEY`'s eval run `eval_ui` into a records database at `file`, as `massgen eval
+/// --records-db` would: three arms, 30 items, every arm right on the even items except
+/// that the agent also gets every item divisible by 5 (the panel wrong, a member right on
+/// 5, 15, 25) and self-consistency misses 4 (the arms disagree on 4, 5, 15, 25); item 7
+/// fails on every arm.
+fn seed_eval_run(file: &Path) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let db = RecordDb::open(&RecordsDb::Sqlite(file.to_path_buf()))
+            .await
+            .unwrap();
+        let arm = |name: &str, kind| ArmInfo {
+            name: name.into(),
+            kind,
+            samples: 1,
+            models: vec!["openai/sim-a".into()],
+        };
+        let arms = vec![
+            arm("panel", ArmKind::Panel),
+            arm("agent:a", ArmKind::Agent),
+            arm("sc3:a", ArmKind::SelfConsistency),
+        ];
+        let owner = Owner::of_key(KEY);
+        let run = EvalRun {
+            id: "eval_ui".into(),
+            owner: owner.as_str().into(),
+            created_ms: 1_700_000_000_000,
+            updated_ms: 1_700_000_060_000,
+            status: "finished".into(),
+            data: "questions.jsonl".into(),
+            grader: "exact".into(),
+            arms: arms.clone(),
+            // Enough of a report for the chart: one priced point per arm.
+            report: Some(serde_json::json!({"arms": arms.iter().zip([0.6, 0.5, 0.55]).map(|(a, acc)| {
+                serde_json::json!({"name": a.name, "kind": a.kind.as_str(), "samples": 1,
+                    "models": a.models, "n": EVAL_ITEMS, "accuracy": acc, "ci95": [acc - 0.1, acc + 0.1],
+                    "cost_usd": 0.3 * acc, "cost_per_item_usd": 0.01 * acc})
+            }).collect::<Vec<_>>()})),
+        };
+        db.save_eval_run(&run).await.unwrap();
+        for n in 1..=EVAL_ITEMS {
+            for a in &arms {
+                let right = (n.is_multiple_of(2) && !(a.name == "sc3:a" && n == 4))
+                    || (a.name == "agent:a" && n.is_multiple_of(5));
+                let item = ItemResult {
+                    item: n.to_string(),
+                    arm: a.name.clone(),
+                    kind: a.kind,
+                    correct: right && n != 7,
+                    failed: (n == 7).then(|| "every session failed".to_string()),
+                    answer: Some(format!("Item {n}, {}: the answer is {n}.", a.name)),
+                    extracted: Some(n.to_string()),
+                    question: Some(format!("Question {n}: {}", "what is it? ".repeat(12))),
+                    reference: Some(serde_json::json!(n.to_string())),
+                    members: if a.kind == ArmKind::Panel {
+                        vec![Member {
+                            agent: "agent1".into(),
+                            model: "openai/sim-a".into(),
+                            key: Some(n.to_string()),
+                            vote: Some("agent1".into()),
+                            answer: None,
+                        }]
+                    } else {
+                        Vec::new()
+                    },
+                    session_ids: vec![format!("sess_{n}_{}", a.name.replace(':', "_"))],
+                    latency_s: 1.0,
+                    ..ItemResult::default()
+                };
+                db.save_eval_item("eval_ui", owner.as_str(), &item)
+                    .await
+                    .unwrap();
+            }
+        }
+        db.pool().close().await;
+    });
+}
+
 #[test]
 fn browser_follows_a_live_session_replays_it_and_shows_model_text_as_text() {
     let ui_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/ui");
@@ -189,11 +279,16 @@ fn browser_follows_a_live_session_replays_it_and_shows_model_text_as_text() {
         .collect();
     let six: Vec<&str> = six.iter().map(String::as_str).collect();
     write(configs.path(), "six.yaml", &panel_yaml(&mock.url, &six, ""));
+    let records = configs.path().join("records.db");
+    seed_eval_run(&records);
+    let records_db = format!("sqlite://{}", records.display());
     let server = support::serve_with_keys(
         &[
             "--demo".as_ref(),
             "--configs-dir".as_ref(),
             configs.path().as_os_str(),
+            "--records-db".as_ref(),
+            records_db.as_ref(),
         ],
         KEY,
     );

@@ -11,7 +11,9 @@
 // box shows agent columns, then answers, votes, the winner and a final answer that grows
 // while it streams, in that order; the session list shows it (eval sessions left out unless
 // the box is ticked); a finished session replays at its pace and at once; model text
-// containing <script> renders as text.
+// containing <script> renders as text; an eval run (seeded by ui_e2e.rs) shows its items as
+// a grid of items × arms, paged by item, with a legend, filters and cells linking sessions,
+// and its chart has a legend in chart.svg's colours.
 import { readFileSync } from "node:fs";
 import { chromium } from "playwright-core";
 
@@ -315,6 +317,57 @@ async function main() {
   } else {
     console.log("e2e: MASSGEN_UI_FIXTURE not set: the fixture session is not checked");
   }
+
+  // An eval run's items as a grid: 30 items seeded, 25 a page, three arms.
+  await page.goto(`${url}/#/evals/eval_ui`, { timeout: STEP_MS });
+  const grid = () => page.evaluate(() => ({
+    rows: [...document.querySelectorAll("#e-grid tr.item-row")].map((r) => r.dataset.item),
+    cells: [...document.querySelectorAll("#e-grid tr.item-row")].map((r) => r.querySelectorAll("td.cell").length),
+    note: document.getElementById("e-items-note").textContent,
+  }));
+  await page.waitForFunction(() => document.querySelectorAll("#e-grid tr.item-row").length === 25, null, { timeout: STEP_MS });
+  let g = await grid();
+  check(g.rows[0] === "1" && g.rows[24] === "25" && g.cells.every((n) => n === 3) && g.note.includes("1–25 of 30"),
+    `the grid shows one row per item of the first page, one cell per arm (${g.note})`);
+  const legend = await page.evaluate(() => ({
+    grid: [...document.querySelectorAll("#e-legend .legend-entry")].map((e) => e.textContent.trim()),
+    cell: (() => {
+      const c = document.querySelector('#e-grid tr.item-row[data-item="2"] td.cell[data-arm="agent:a"]');
+      return { verdict: c.dataset.verdict, href: c.querySelector("a")?.getAttribute("href"), bg: getComputedStyle(c).backgroundColor };
+    })(),
+    failed: document.querySelector('#e-grid tr.item-row[data-item="7"] td.cell[data-arm="panel"]').dataset.verdict,
+  }));
+  check(legend.grid.join("|") === "✓ right|✗ wrong|! failed", `the grid's legend names its three colours (${legend.grid.join("|")})`);
+  check(legend.cell.verdict === "right" && legend.cell.href === "#/s/sess_2_agent_a" && legend.cell.bg === "rgb(26, 127, 85)"
+    && legend.failed === "failed", `a cell is coloured by its verdict and links to its session (${JSON.stringify(legend.cell)})`);
+  await page.click('#e-grid tr.item-row[data-item="3"] td.q');
+  const detail = await page.evaluate(() => {
+    const d = document.querySelector('#e-grid tr.item-detail[data-item="3"]');
+    return { hidden: d.hidden, text: d.textContent, boxes: d.querySelectorAll("pre.answer-box").length, members: d.querySelectorAll("table.members tbody tr").length };
+  });
+  check(!detail.hidden && detail.boxes === 3 && detail.members === 1 && detail.text.includes("Item 3, sc3:a: the answer is 3.")
+    && detail.text.includes("Reference 3"), "a row opens to the question, the reference, each arm's answer and the panel's members");
+  await page.click("#e-next");
+  await page.waitForFunction(() => document.getElementById("e-items-note").textContent.includes("26–30 of 30"), null, { timeout: STEP_MS });
+  g = await grid();
+  check(g.rows.join(",") === "26,27,28,29,30" && !(await page.isEnabled("#e-next")), "next shows the last page, whole items");
+  await page.selectOption("#e-filter", "disagree");
+  await page.waitForFunction(() => document.getElementById("e-items-note").textContent.includes("disagree"), null, { timeout: STEP_MS });
+  g = await grid();
+  check(g.rows.join(",") === "4,5,15,25", `the filter 'arms disagree' narrows the rows (${g.rows.join(",")})`);
+  await page.selectOption("#e-filter", "panel_wrong_member_right");
+  await page.waitForFunction(() => document.getElementById("e-items-note").textContent.includes("panel is wrong"), null, { timeout: STEP_MS });
+  g = await grid();
+  check(g.rows.join(",") === "5,15,25", `the filter 'panel wrong, a member right' narrows the rows (${g.rows.join(",")})`);
+  const chart = await page.evaluate(() => ({
+    legend: [...document.querySelectorAll("#e-chart .chart-legend .legend-entry")]
+      .map((e) => `${e.dataset.kind}=${e.querySelector("rect").getAttribute("fill")}`).join(","),
+    points: [...document.querySelectorAll("#e-chart .point")]
+      .map((p) => `${p.dataset.arm}=${getComputedStyle(p.querySelector("circle")).fill}`).join(","),
+  }));
+  check(chart.legend === "panel=#1f77b4,agent=#ff7f0e,self_consistency=#2ca02c"
+    && chart.points === "panel=rgb(31, 119, 180),agent:a=rgb(255, 127, 14),sc3:a=rgb(44, 160, 44)",
+    `the chart has a legend and chart.svg's colours per kind (${JSON.stringify(chart)})`);
 
   if (shots) {
     // The same finished session in the dark scheme.

@@ -19,6 +19,53 @@ pub const MAX_ITEMS_PAGE: usize = 1_000;
 /// Runs one list returns at most.
 pub const MAX_RUNS: usize = 1_000;
 
+/// Whole items one read by item returns at most (each with one line per arm).
+pub const MAX_ITEM_GROUPS_PAGE: usize = 100;
+
+/// Which items a read by item keeps. An arm's line is right when it is correct and did
+/// not fail; a failure counts as wrong.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ItemFilter {
+    All,
+    /// Items whose lines are not all right or all wrong.
+    Disagree,
+    /// Items where arm `panel` is wrong and one of `agents` is right.
+    PanelWrongAgentRight {
+        panel: String,
+        agents: Vec<String>,
+    },
+}
+
+/// 1 for a right line, 0 for a wrong or failed one.
+const RIGHT: &str = "(CASE WHEN correct = 1 AND failed IS NULL THEN 1 ELSE 0 END)";
+
+impl ItemFilter {
+    /// The `HAVING` clause over one item's lines, its arm names bound from `$first` on;
+    /// `None` when no item can match (no agent arm to be right).
+    fn having(&self, first: usize) -> Option<(String, Vec<&str>)> {
+        match self {
+            Self::All => Some((String::new(), Vec::new())),
+            Self::Disagree => Some((format!("HAVING MIN({RIGHT}) <> MAX({RIGHT})"), Vec::new())),
+            Self::PanelWrongAgentRight { panel, agents } => {
+                if agents.is_empty() {
+                    return None;
+                }
+                let names: Vec<String> = (0..agents.len())
+                    .map(|n| format!("${}", first + 1 + n))
+                    .collect();
+                let clause = format!(
+                    "HAVING SUM(CASE WHEN arm = ${first} AND {RIGHT} = 0 THEN 1 ELSE 0 END) > 0 \
+                     AND SUM(CASE WHEN arm IN ({}) AND {RIGHT} = 1 THEN 1 ELSE 0 END) > 0",
+                    names.join(", ")
+                );
+                let mut arms = vec![panel.as_str()];
+                arms.extend(agents.iter().map(String::as_str));
+                Some((clause, arms))
+            }
+        }
+    }
+}
+
 /// One run as its row holds it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct EvalRun {
@@ -231,6 +278,66 @@ impl RecordDb {
                 serde_json::from_str(&result).map_err(decode_error)
             })
             .collect()
+    }
+
+    /// The lines of at most `limit` (and [`MAX_ITEM_GROUPS_PAGE`]) whole items of run
+    /// `run_id`, from the `offset`th item that `filter` keeps, in item order (as
+    /// [`Self::eval_items`]) and each item's lines by arm. The database picks the page's
+    /// items from the key columns and reads only those items' lines.
+    pub async fn eval_items_by_item(
+        &self,
+        run_id: &str,
+        filter: &ItemFilter,
+        offset: usize,
+        limit: usize,
+    ) -> Result<Vec<ItemResult>, sqlx::Error> {
+        let Some((having, arms)) = filter.having(2) else {
+            return Ok(Vec::new());
+        };
+        let next = 2 + arms.len();
+        let sql = format!(
+            "SELECT result FROM eval_items WHERE run_id = $1 AND item_id IN (\
+             SELECT item_id FROM eval_items WHERE run_id = $1 GROUP BY item_id {having} \
+             ORDER BY LENGTH(item_id), item_id LIMIT ${next} OFFSET ${}) \
+             ORDER BY LENGTH(item_id), item_id, arm",
+            next + 1
+        );
+        let mut query = sqlx::query(&sql).bind(text(run_id).into_owned());
+        for arm in arms {
+            query = query.bind(text(arm).into_owned());
+        }
+        let rows = query
+            .bind(to_db(limit.min(MAX_ITEM_GROUPS_PAGE) as u64))
+            .bind(to_db(offset as u64))
+            .fetch_all(self.pool())
+            .await?;
+        rows.iter()
+            .map(|r| {
+                let result: String = r.try_get(0)?;
+                serde_json::from_str(&result).map_err(decode_error)
+            })
+            .collect()
+    }
+
+    /// How many items (not lines) of run `run_id` `filter` keeps.
+    pub async fn eval_item_group_count(
+        &self,
+        run_id: &str,
+        filter: &ItemFilter,
+    ) -> Result<u64, sqlx::Error> {
+        let Some((having, arms)) = filter.having(2) else {
+            return Ok(0);
+        };
+        let sql = format!(
+            "SELECT COUNT(*) FROM (SELECT item_id FROM eval_items WHERE run_id = $1 \
+             GROUP BY item_id {having}) AS kept"
+        );
+        let mut query = sqlx::query(&sql).bind(text(run_id).into_owned());
+        for arm in arms {
+            query = query.bind(text(arm).into_owned());
+        }
+        let row = query.fetch_one(self.pool()).await?;
+        Ok(from_db(row.try_get(0)?))
     }
 
     /// How many items run `run_id` holds.
@@ -496,6 +603,93 @@ mod tests {
         assert_eq!(row.get::<String, _>(0), "q\u{FFFD}nul");
         assert_eq!(row.get::<Option<f64>, _>(1), None);
         assert_eq!(row.get::<i64, _>(2), 0);
+    }
+
+    #[tokio::test]
+    async fn pages_by_item_hold_whole_items_and_filters_keep_only_theirs() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = open(&dir).await;
+        db.save_eval_run(&run("eval_1", "", 1)).await.unwrap();
+        // Item 2: the arms disagree, the panel right. Item 3: the panel wrong, the agent
+        // right. Item 10: the panel fails, self-consistency right (no agent arm right).
+        for (id, panel, agent, sc) in [
+            ("1", true, true, true),
+            ("2", true, false, true),
+            ("3", false, true, false),
+            ("10", false, false, true),
+            ("11", false, false, false),
+        ] {
+            for (arm, right) in [("panel", panel), ("agent:gpt", agent), ("sc5:gpt", sc)] {
+                let mut line = item(id, arm, right);
+                if id == "10" && arm == "panel" {
+                    line.failed = Some("every session failed".into());
+                }
+                db.save_eval_item("eval_1", "", &line).await.unwrap();
+            }
+        }
+        let ids = |lines: Vec<ItemResult>| {
+            let mut ids: Vec<String> = lines.into_iter().map(|l| l.item).collect();
+            ids.dedup();
+            ids
+        };
+        let first = db
+            .eval_items_by_item("eval_1", &ItemFilter::All, 0, 2)
+            .await
+            .unwrap();
+        assert_eq!(first.len(), 6, "two items, three arms each");
+        assert_eq!(ids(first), ["1", "2"]);
+        let rest = db
+            .eval_items_by_item("eval_1", &ItemFilter::All, 2, 100)
+            .await
+            .unwrap();
+        assert_eq!(ids(rest), ["3", "10", "11"]);
+        assert_eq!(
+            db.eval_item_group_count("eval_1", &ItemFilter::All)
+                .await
+                .unwrap(),
+            5
+        );
+        let disagree = ItemFilter::Disagree;
+        let kept = db
+            .eval_items_by_item("eval_1", &disagree, 0, 100)
+            .await
+            .unwrap();
+        assert_eq!(ids(kept), ["2", "3", "10"]);
+        assert_eq!(
+            db.eval_item_group_count("eval_1", &disagree).await.unwrap(),
+            3
+        );
+        let panel_wrong = ItemFilter::PanelWrongAgentRight {
+            panel: "panel".into(),
+            agents: vec!["agent:gpt".into(), "agent:other".into()],
+        };
+        let kept = db
+            .eval_items_by_item("eval_1", &panel_wrong, 0, 100)
+            .await
+            .unwrap();
+        assert_eq!(ids(kept), ["3"]);
+        assert_eq!(
+            db.eval_item_group_count("eval_1", &panel_wrong)
+                .await
+                .unwrap(),
+            1
+        );
+        let no_agents = ItemFilter::PanelWrongAgentRight {
+            panel: "panel".into(),
+            agents: Vec::new(),
+        };
+        assert!(
+            db.eval_items_by_item("eval_1", &no_agents, 0, 100)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(
+            db.eval_item_group_count("eval_1", &no_agents)
+                .await
+                .unwrap(),
+            0
+        );
     }
 
     #[tokio::test]

@@ -1,18 +1,24 @@
 // massgen eval runs on the live page: the runs the records database holds (GET /v1/evals)
-// and, for one run (GET /v1/evals/{id}), its arms, an accuracy-vs-cost chart and its items,
-// each linking to the sessions it ran. Loaded before app.js and only called by its router,
+// and, for one run (GET /v1/evals/{id}), its arms, an accuracy-vs-cost chart and its items
+// as a grid (one row per item, one cell per arm, each linking to its session), paged by
+// item on the server (page_by=item) and filtered there (filter=...). Loaded before app.js and only called by its router,
 // so app.js's helpers (el, $, api, errorMessage, AuthNeeded, usd, clock) are there by then.
 // As in app.js, every string reaches the page as text (textContent, text nodes, attributes).
 "use strict";
 
 const EVALS_POLL_MS = 5000;
-const EVAL_ITEMS_PAGE = 1000;
-/** The server's largest page of items (MAX_ITEMS_PAGE). */
-const EVAL_ITEMS_MAX = 1000;
+/** Items (rows of the grid) per page; the server's largest is MAX_ITEM_GROUPS_PAGE (100). */
+const EVAL_GRID_PAGE = 25;
 const SVG_NS = "http://www.w3.org/2000/svg";
+/** chart.svg's colours per arm kind (src/eval/chart.rs), and its legend's words. */
+const KIND_COLOURS = [["panel", "#1f77b4", "panel"], ["agent", "#ff7f0e", "agent alone"], ["self_consistency", "#2ca02c", "self-consistency"]];
 
-/** `token` changes whenever the view does: an answer for an earlier view is dropped. */
-const evalsState = { run: null, timer: null, token: 0, shown: 0, wired: false };
+/**
+ * `token` changes whenever the view does: an answer for an earlier view is dropped, as is
+ * one for another page or filter than the one now asked (`offset`, `filter`). `open`: the
+ * items whose rows are expanded (kept across polls).
+ */
+const evalsState = { run: null, timer: null, token: 0, offset: 0, filter: "all", open: new Set(), wired: false };
 
 /** Where `hash` points in the evals view: null (elsewhere), {run: null} (the list) or {run: id}. */
 function evalsTarget(hash) {
@@ -32,7 +38,14 @@ function showEvals(target) {
   evalsState.timer = null;
   const token = ++evalsState.token;
   if (!evalsState.wired) {
-    $("e-more").addEventListener("click", loadMoreEvalItems);
+    $("e-prev").addEventListener("click", () => moveEvalPage(-1));
+    $("e-next").addEventListener("click", () => moveEvalPage(1));
+    $("e-filter").addEventListener("change", () => {
+      evalsState.filter = $("e-filter").value;
+      evalsState.offset = 0;
+      evalsState.open.clear();
+      if (evalsState.run !== null) refreshEvalRun(evalsState.run, evalsState.token);
+    });
     evalsState.wired = true;
   }
   $("evals-view").hidden = target === null;
@@ -53,7 +66,7 @@ function showEvals(target) {
   } else {
     if (evalsState.run !== target.run) clearEvalRun(target.run);
     evalsState.run = target.run;
-    refresh = () => refreshEvalRun(target.run, token, false);
+    refresh = () => refreshEvalRun(target.run, token);
   }
   refresh();
   evalsState.timer = setInterval(() => {
@@ -150,23 +163,26 @@ async function refreshEvals(token) {
 // ---------------------------------------------------------------- one run
 
 function clearEvalRun(id) {
-  evalsState.shown = 0;
+  evalsState.offset = 0;
+  evalsState.filter = "all";
+  evalsState.open.clear();
+  $("e-filter").value = "all";
   $("e-title").textContent = id;
   $("e-meta").textContent = "";
   $("e-arms").replaceChildren();
   $("e-chart").replaceChildren();
-  $("e-items").replaceChildren();
+  $("e-grid").replaceChildren();
   $("e-items-note").textContent = "";
-  $("e-more").hidden = true;
+  $("e-prev").disabled = true;
+  $("e-next").disabled = true;
 }
 
-async function refreshEvalRun(id, token, more) {
-  const offset = more ? evalsState.shown : 0;
-  // A poll keeps as many items as were shown (up to one page of the server's).
-  const limit = more ? EVAL_ITEMS_PAGE : Math.min(EVAL_ITEMS_MAX, Math.max(EVAL_ITEMS_PAGE, evalsState.shown));
+async function refreshEvalRun(id, token) {
+  const { offset, filter } = evalsState;
   let run;
   try {
-    const res = await api(`/v1/evals/${encodeURIComponent(id)}?offset=${offset}&limit=${limit}`);
+    const q = `page_by=item&offset=${offset}&limit=${EVAL_GRID_PAGE}&filter=${encodeURIComponent(filter)}`;
+    const res = await api(`/v1/evals/${encodeURIComponent(id)}?${q}`);
     if (!res.ok) {
       if (res.status === 404) stopEvalsPolling(token);
       throw new Error(await errorMessage(res));
@@ -177,7 +193,7 @@ async function refreshEvalRun(id, token, more) {
     $("e-meta").textContent = `Could not load the eval run: ${err.message}`;
     return;
   }
-  if (token !== evalsState.token) return;
+  if (token !== evalsState.token || offset !== evalsState.offset || filter !== evalsState.filter) return;
   $("e-title").textContent = run.data || run.id;
   $("e-meta").replaceChildren(
     el("span", { class: "badge", "data-status": run.status, text: run.status }),
@@ -186,13 +202,13 @@ async function refreshEvalRun(id, token, more) {
   const arms = reportArms(run);
   renderEvalArms(arms, !run.report);
   renderEvalChart(arms);
-  renderEvalItems(run, more);
+  renderEvalGrid(run);
   if (run.status !== "running") stopEvalsPolling(token);
 }
 
 /**
  * The report's arms; while the run has no report, each arm's count and accuracy from the
- * items shown so far.
+ * page's items.
  */
 function reportArms(run) {
   if (run.report && Array.isArray(run.report.arms)) return run.report.arms;
@@ -220,7 +236,7 @@ function renderEvalArms(arms, partial) {
       el("td", { class: "num", text: a.failures ?? "–" }),
       el("td", { class: "num", title: a.vs_panel && a.vs_panel.against ? `against ${a.vs_panel.against}, ${a.vs_panel.pairs} pairs` : null, text: vsPanelText(a.vs_panel) })));
   $("e-arms").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
-  $("e-arms-note").textContent = partial ? "Running: counts from the items shown so far; the report comes when the run ends." : "";
+  $("e-arms-note").textContent = partial ? "Running: counts from this page's items; the report comes when the run ends." : "";
 }
 
 function svg(tag, attrs, ...children) {
@@ -285,45 +301,128 @@ function renderEvalChart(arms) {
     if (Array.isArray(a.ci95) && a.ci95.length === 2) {
       g.append(svg("line", { class: "ci", x1: cx, x2: cx, y1: y(a.ci95[0]), y2: y(a.ci95[1]) }));
     }
-    g.append(svg("circle", { cx, cy, r: 5 }));
+    g.append(svg("circle", { cx, cy, r: 5, fill: kindColour(a.kind) }));
     const [tx, ty, anchor] = place(cx, cy, a.name);
     g.append(svg("text", { class: "name", x: tx, y: ty, "text-anchor": anchor }, a.name));
     chart.append(g);
   }
   const note = unpriced.length ? el("p", { class: "hint", text: `Not drawn (no price): ${unpriced.join(", ")}` }) : null;
-  $("e-chart").replaceChildren(chart, ...(note ? [note] : []));
+  $("e-chart").replaceChildren(chartLegend(), chart, ...(note ? [note] : []));
 }
 
-function renderEvalItems(run, more) {
-  const heads = ["item", "arm", "result", "extracted", "answer", "cost", "latency", "tokens in / out", "sessions"];
-  const rows = run.items.map((i) => {
-    const result = i.failed ? `failed: ${i.failed}` : i.correct ? "✓ correct" : "✗ wrong";
-    const samples = i.samples && i.samples.length ? ` (samples: ${i.samples.map((s) => (s === null ? "–" : s)).join(", ")})` : "";
-    const judge = i.judge_session_ids && i.judge_session_ids.length ? [" judge: ", ...sessionLinks(i.judge_session_ids)] : [];
-    return el("tr", { "data-item": i.item, "data-arm": i.arm, class: i.failed ? "failed-row" : i.correct ? "correct-row" : "wrong-row" },
-      el("td", { text: i.item }),
-      el("td", { text: i.arm }),
-      el("td", { class: "result", text: result }),
-      el("td", { text: `${cut(i.extracted, 80)}${samples}` }),
-      el("td", { class: "q", title: i.answer || null, text: cut(i.answer, 160) }),
-      el("td", { class: "num", text: usd(i.cost_usd) }),
-      el("td", { class: "num", text: secs(i.latency_s) }),
-      el("td", { class: "num", text: `${i.input_tokens} / ${i.output_tokens}` }),
-      el("td", { class: "sessions-cell" }, ...sessionLinks(i.session_ids), ...judge));
-  });
-  if (!more || !$("e-items").tBodies.length) {
-    const head = el("tr", {}, ...heads.map((h, n) => el("th", { class: n >= 5 && n <= 7 ? "num" : null, text: h })));
-    $("e-items").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
-    evalsState.shown = run.items_offset + rows.length;
-  } else {
-    $("e-items").tBodies[0].append(...rows);
-    evalsState.shown += rows.length;
+function kindColour(kind) {
+  const found = KIND_COLOURS.find(([k]) => k === kind);
+  return found ? found[1] : "#7f7f7f";
+}
+
+/** What each colour of the chart means, as chart.svg's legend says it. */
+function chartLegend() {
+  return el("div", { class: "legend chart-legend" }, ...KIND_COLOURS.map(([kind, colour, words]) =>
+    el("span", { class: "legend-entry", "data-kind": kind },
+      svg("svg", { width: 12, height: 12, viewBox: "0 0 12 12", "aria-hidden": "true" }, svg("rect", { x: 1, y: 1, width: 10, height: 10, fill: colour })),
+      ` ${words}`)));
+}
+
+/** right, wrong or failed: a failure is wrong, told apart. */
+function verdict(line) {
+  if (!line) return "none";
+  return line.failed ? "failed" : line.correct ? "right" : "wrong";
+}
+
+const VERDICT_MARK = { right: "✓", wrong: "✗", failed: "!", none: "·" };
+
+/**
+ * The page's items as a grid: one row per item (its lines arrive together, by item), one
+ * cell per arm in the run's arm order (then any arm the run does not list); a click on a
+ * row opens its details below it.
+ */
+function renderEvalGrid(run) {
+  const arms = run.arms.map((a) => a.name);
+  const groups = [];
+  for (const line of run.items) {
+    const last = groups[groups.length - 1];
+    if (last && last.item === line.item) last.lines.push(line);
+    else groups.push({ item: line.item, lines: [line] });
+    if (!arms.includes(line.arm)) arms.push(line.arm);
   }
-  $("e-items-note").textContent = `${evalsState.shown} of ${run.items_total} items (item × arm)`;
-  $("e-more").hidden = !run.items_has_more;
+  const head = el("tr", {}, el("th", { text: "item" }), el("th", { text: "question" }), ...arms.map((a) => el("th", { class: "arm-head", text: a })));
+  const rows = [];
+  for (const g of groups) {
+    const byArm = new Map(g.lines.map((l) => [l.arm, l]));
+    const question = (g.lines.find((l) => l.question) || {}).question;
+    const cells = arms.map((a) => {
+      const line = byArm.get(a);
+      const v = verdict(line);
+      const session = line && line.session_ids && line.session_ids[0];
+      const title = `${a}: ${v}${line && line.failed ? ` (${line.failed})` : ""}`;
+      const mark = session
+        ? el("a", { href: `#/s/${encodeURIComponent(session)}`, title: `${title} · session ${session}`, text: VERDICT_MARK[v] })
+        : el("span", { title, text: VERDICT_MARK[v] });
+      return el("td", { class: `cell cell-${v}`, "data-arm": a, "data-verdict": v }, mark);
+    });
+    const open = evalsState.open.has(g.item);
+    const row = el("tr", { class: "item-row", "data-item": g.item, "aria-expanded": open ? "true" : "false" },
+      el("td", { class: "item-id", text: g.item }),
+      el("td", { class: "q", title: question || null, text: cut(question, 80) }),
+      ...cells);
+    const detail = el("tr", { class: "item-detail", "data-item": g.item, hidden: !open },
+      el("td", { colspan: 2 + arms.length }, ...(open ? itemDetail(g, arms) : [])));
+    row.addEventListener("click", (ev) => {
+      if (ev.target.closest("a")) return;
+      const now = !evalsState.open.has(g.item);
+      if (now) evalsState.open.add(g.item);
+      else evalsState.open.delete(g.item);
+      row.setAttribute("aria-expanded", now ? "true" : "false");
+      detail.hidden = !now;
+      detail.firstChild.replaceChildren(...(now ? itemDetail(g, arms) : []));
+    });
+    rows.push(row, detail);
+  }
+  $("e-grid").replaceChildren(el("thead", {}, head), el("tbody", {}, ...rows));
+  const first = run.items_offset + (groups.length ? 1 : 0);
+  const last = run.items_offset + groups.length;
+  const which = { all: "", disagree: " where the arms disagree", panel_wrong_member_right: " where the panel is wrong and a member right" }[run.items_filter] || "";
+  $("e-items-note").textContent = groups.length
+    ? `items ${first}–${last} of ${run.items_total}${which}`
+    : `no items${which}${run.items_offset ? " on this page" : ""}`;
+  $("e-prev").disabled = run.items_offset === 0;
+  $("e-next").disabled = !run.items_has_more;
 }
 
-function loadMoreEvalItems() {
+/** An item's question, reference and, per arm, its key, whole answer and members. */
+function itemDetail(g, arms) {
+  const first = g.lines.find((l) => l.question !== undefined && l.question !== null) || g.lines[0];
+  const reference = first.reference === undefined || first.reference === null
+    ? "–"
+    : typeof first.reference === "string" ? first.reference : JSON.stringify(first.reference);
+  const parts = [
+    el("div", { class: "detail-q" }, el("b", { text: "Question " }), el("span", { class: "pre", text: first.question || "–" })),
+    el("div", { class: "detail-ref" }, el("b", { text: "Reference " }), el("span", { class: "pre", text: reference })),
+  ];
+  const byArm = new Map(g.lines.map((l) => [l.arm, l]));
+  for (const a of arms) {
+    const line = byArm.get(a);
+    if (!line) continue;
+    const v = verdict(line);
+    const members = (line.members || []).length
+      ? el("table", { class: "usage members" },
+        el("thead", {}, el("tr", {}, ...["member", "model", "key", "vote"].map((h) => el("th", { text: h })))),
+        el("tbody", {}, ...line.members.map((m) => el("tr", {},
+          el("td", { text: m.agent }), el("td", { class: "models", text: m.model }),
+          el("td", { text: m.key ?? "–" }), el("td", { text: m.vote ?? "–" })))))
+      : null;
+    parts.push(el("div", { class: "arm-detail", "data-arm": a },
+      el("div", {}, el("b", { text: a }), " ", el("span", { class: `verdict cell-${v}`, text: `${VERDICT_MARK[v]} ${v}${line.failed ? `: ${line.failed}` : ""}` }),
+        ` · key ${line.extracted ?? "–"} · ${usd(line.cost_usd)} · ${secs(line.latency_s)} · `, ...sessionLinks(line.session_ids)),
+      el("pre", { class: "answer-box", text: line.answer || "(no answer)" }),
+      members));
+  }
+  return parts;
+}
+
+function moveEvalPage(step) {
   if (evalsState.run === null) return;
-  refreshEvalRun(evalsState.run, evalsState.token, true);
+  evalsState.offset = Math.max(0, evalsState.offset + step * EVAL_GRID_PAGE);
+  evalsState.open.clear();
+  refreshEvalRun(evalsState.run, evalsState.token);
 }
