@@ -259,7 +259,7 @@ async fn a_postgresql_database_of_the_previous_schema_keeps_its_sessions_and_gai
     pg.query(
         "DROP TABLE eval_items; DROP TABLE eval_runs; DROP TABLE response_items; \
          DROP TABLE responses; DROP TABLE response_owners; DROP TABLE reservations; \
-         DROP TABLE spend; \
+         DROP TABLE spend; DROP INDEX sessions_by_owner_door; \
          DELETE FROM _sqlx_migrations WHERE version >= 2",
     );
     assert_eq!(
@@ -270,7 +270,7 @@ async fn a_postgresql_database_of_the_previous_schema_keeps_its_sessions_and_gai
     let server = serve_on(&flags, &pg.url());
     assert_eq!(
         pg.query("SELECT MAX(version) FROM _sqlx_migrations").trim(),
-        "6"
+        "7"
     );
     assert_eq!(pg.query(&events), stored, "the events are kept");
     let record = get(&format!("{}/v1/sessions/{id}", server.url), Some(KEY_A)).await;
