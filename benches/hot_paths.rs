@@ -48,15 +48,22 @@ fn tail(finish: &str) -> Vec<String> {
     ]
 }
 
-/// A streamed text answer of `WORDS` tokens, one SSE event per network read.
-fn text_body() -> Vec<Bytes> {
+/// A streamed text answer of `words` tokens, one SSE event per network read.
+fn text_body(words: usize) -> Vec<Bytes> {
     let mut events = vec![chunk(
         json!({"role": "assistant", "content": ""}),
         Value::Null,
     )];
-    events.extend((0..WORDS).map(|i| chunk(json!({"content": format!("word{i} ")}), Value::Null)));
+    events.extend((0..words).map(|i| chunk(json!({"content": format!("word{i} ")}), Value::Null)));
     events.extend(tail("stop"));
     events.into_iter().map(Bytes::from).collect()
+}
+
+/// The same body as a fast upstream's reads bring it: 16 KiB at a time, cut wherever that
+/// falls (many events per read, and events across two).
+fn in_reads(body: &[Bytes], read: usize) -> Vec<Bytes> {
+    let whole: Vec<u8> = body.iter().flat_map(|b| b.iter().copied()).collect();
+    whole.chunks(read).map(Bytes::copy_from_slice).collect()
 }
 
 /// A `new_answer` call whose arguments arrive in 8-byte fragments (as OpenAI sends them).
@@ -98,11 +105,20 @@ fn decode(c: &mut Criterion) {
         .build()
         .unwrap();
     let mut g = c.benchmark_group("upstream_decode");
-    for (name, body) in [
-        ("text_40_tokens", text_body()),
-        ("tool_call_fragments", tool_body()),
+    // Throughput in events (one per read but in the last), whatever the reads.
+    let text_200 = text_body(200);
+    let tool = tool_body();
+    for (name, events, body) in [
+        ("text_40_tokens", WORDS + 4, text_body(WORDS)),
+        ("text_200_tokens", text_200.len(), text_200.clone()),
+        ("tool_call_fragments", tool.len(), tool),
+        (
+            "text_200_tokens_16k_reads",
+            text_200.len(),
+            in_reads(&text_200, 16 * 1024),
+        ),
     ] {
-        let events = body.len() as u64;
+        let events = events as u64;
         g.throughput(Throughput::Elements(events));
         g.bench_function(name, |b| b.to_async(&rt).iter(|| drain(body.clone())));
     }

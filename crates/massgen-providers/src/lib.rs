@@ -52,7 +52,7 @@ pub use connect::{Upstreams, Wire};
 pub use pooling::MAX_IDLE_PER_HOST;
 pub use presets::check_model;
 pub use retry::{CallPolicy, RetryObserver};
-pub use sse::{EventDecoder, MAX_ANSWER_BYTES, Step};
+pub use sse::{EventDecoder, MAX_ANSWER_BYTES, SseEvent, Step};
 pub use upstream::{
     EndpointParts, HttpProvider, UpstreamConfig, WireFormat, decode_stream, decode_whole,
 };

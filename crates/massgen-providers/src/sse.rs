@@ -6,13 +6,16 @@
 
 use std::time::Duration;
 
-use bytes::Bytes;
-use futures::{Stream, StreamExt};
-use sse_stream::{Sse, SseStream};
-
 use super::{
     ChunkStream, FinishReason, ProviderChunk, ProviderError, ProviderErrorKind, ToolCall, Usage,
 };
+use bytes::Bytes;
+use futures::{Stream, StreamExt};
+
+mod parse;
+
+pub use parse::SseEvent;
+use parse::{Events, EventsError, ParseError};
 
 /// What one event did to the stream.
 pub enum Step {
@@ -29,7 +32,7 @@ pub trait EventDecoder: Send + 'static {
     where
         Self: Sized;
     fn provider(&self) -> &str;
-    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError>;
+    fn on_event(&mut self, event: SseEvent) -> Result<Step, ProviderError>;
     /// The body ended without a `Done` step.
     fn on_end_of_body(&mut self) -> Result<Vec<ProviderChunk>, ProviderError>;
     /// A whole non-streamed response body (JSON): the chunks the same answer streamed
@@ -112,7 +115,7 @@ pub(crate) fn answer_too_large(provider: &str) -> ProviderError {
 }
 
 /// An event's trimmed data; `None` for an event that carries nothing (keep-alives).
-pub(crate) fn event_data(event: &Sse) -> Option<&str> {
+pub(crate) fn event_data(event: &SseEvent) -> Option<&str> {
     event
         .data
         .as_deref()
@@ -168,8 +171,7 @@ where
     D: EventDecoder,
 {
     Box::pin(async_stream::stream! {
-        let events = SseStream::from_bytes_stream(bounded(body, MAX_EVENT_BYTES));
-        let mut events = Some(Box::pin(events));
+        let mut events = Some(Events::new(body, MAX_EVENT_BYTES));
         // Bytes of text, reasoning and call names that went out.
         let mut sent = 0;
         // One timer, moved on only when it fires early: a timeout per event would register
@@ -252,7 +254,7 @@ const READ_OUT_EVENTS: usize = 16;
 /// are not held back, and bounded: an upstream that keeps the body open after its last
 /// event loses the connection after [`READ_OUT_FOR`]. The upstream has finished generating,
 /// so this costs no tokens; a call cancelled mid-stream is still closed at once.
-fn read_out<S: Stream + Send + 'static>(mut events: std::pin::Pin<Box<S>>) {
+fn read_out<S: Stream + Unpin + Send + 'static>(mut events: S) {
     let Ok(runtime) = tokio::runtime::Handle::try_current() else {
         return;
     };
@@ -268,15 +270,6 @@ fn read_out<S: Stream + Send + 'static>(mut events: std::pin::Pin<Box<S>>) {
     });
 }
 
-/// Why the byte stream under the SSE parser stopped.
-#[derive(Debug, thiserror::Error)]
-enum BodyError {
-    #[error("the upstream sent an event of more than {} MiB", .0 / (1024 * 1024))]
-    EventTooLarge(usize),
-    #[error("{0}")]
-    Upstream(String),
-}
-
 /// The most bytes one SSE event may take, its lines up to the blank line that ends it. The
 /// parser holds an unfinished event whole, so an upstream that never ends one (a line
 /// without end, `data:` lines without the blank line) would grow the server's memory until
@@ -284,110 +277,23 @@ enum BodyError {
 /// `response.completed` repeats the whole output; an image comes inline in base64).
 pub(crate) const MAX_EVENT_BYTES: usize = 16 * 1024 * 1024;
 
-/// Counts the bytes of the event being received: the body's pieces in order, a blank line
-/// (two line ends: CRLF, LF or CR, as the SSE grammar has them) starts a new count.
-#[derive(Default)]
-struct EventBytes {
-    since_end: usize,
-    at_line_end: bool,
-    after_cr: bool,
-}
-
-impl EventBytes {
-    /// Takes the next piece; false once the event being received is past `max`.
-    fn feed(&mut self, piece: &[u8], max: usize) -> bool {
-        // Providers send whole events, so a piece nearly always ends with the blank line:
-        // then nothing of it is left unfinished, and its bytes need no look.
-        if let Some((last, counted)) = ends_with_blank_line(piece) {
-            // What the loop below would count: from the blank line's own line end.
-            self.since_end = counted;
-            self.at_line_end = true;
-            self.after_cr = last == b'\r';
-            return true;
+/// The call's error for a stream that stopped: the body's own error (`Connection`), or
+/// bytes that are no SSE or an event past [`MAX_EVENT_BYTES`] (`InvalidResponse`).
+fn body_error(provider: &str, error: &EventsError) -> ProviderError {
+    let (kind, message) = match error {
+        EventsError::Parse(too_large @ ParseError::EventTooLarge(_)) => {
+            (ProviderErrorKind::InvalidResponse, too_large.to_string())
         }
-        for &byte in piece {
-            match byte {
-                // The LF of a CRLF: the line had ended at the CR.
-                b'\n' if self.after_cr => self.after_cr = false,
-                b'\r' | b'\n' => {
-                    if self.at_line_end {
-                        self.since_end = 0;
-                    }
-                    self.at_line_end = true;
-                    self.after_cr = byte == b'\r';
-                }
-                _ => {
-                    self.at_line_end = false;
-                    self.after_cr = false;
-                }
-            }
-            self.since_end += 1;
-        }
-        self.since_end <= max
-    }
-}
-
-/// When `piece` ends with a blank line (two line ends, a CRLF being one): its last byte and
-/// the bytes of that last line end.
-fn ends_with_blank_line(piece: &[u8]) -> Option<(u8, usize)> {
-    let eol = |b: &u8| matches!(b, b'\r' | b'\n');
-    match piece {
-        // CRLF last: one more line end before it.
-        [.., before, b'\r', b'\n'] if eol(before) => Some((b'\n', 2)),
-        [.., b'\r', b'\n'] => None,
-        [.., a, b] if eol(a) && eol(b) => Some((*b, 1)),
-        _ => None,
-    }
-}
-
-/// The body under the SSE parser, bounded in the size of one event (`max_event`,
-/// [`MAX_EVENT_BYTES`]).
-fn bounded<S, E>(body: S, max_event: usize) -> impl Stream<Item = Result<Bytes, BodyError>> + Send
-where
-    S: Stream<Item = Result<Bytes, E>> + Send + 'static,
-    E: std::error::Error + Send + Sync + 'static,
-{
-    async_stream::stream! {
-        let mut body = std::pin::pin!(body);
-        let mut event = EventBytes::default();
-        while let Some(next) = body.next().await {
-            match next {
-                Ok(bytes) => {
-                    if !event.feed(&bytes, max_event) {
-                        yield Err(BodyError::EventTooLarge(max_event));
-                        return;
-                    }
-                    yield Ok(bytes);
-                }
-                Err(error) => {
-                    yield Err(BodyError::Upstream(error_chain(&error)));
-                    return;
-                }
-            }
-        }
-    }
-}
-
-fn body_error(provider: &str, error: &sse_stream::Error) -> ProviderError {
-    if let sse_stream::Error::Body(inner) = error {
-        return match inner.downcast_ref::<BodyError>() {
-            Some(BodyError::EventTooLarge(_)) => ProviderError::new(
-                ProviderErrorKind::InvalidResponse,
-                provider,
-                inner.to_string(),
-            ),
-            _ => ProviderError::new(
-                ProviderErrorKind::Connection,
-                provider,
-                format!("stream broken: {inner}"),
-            ),
-        };
-    }
-    ProviderError::new(
-        ProviderErrorKind::InvalidResponse,
-        provider,
-        format!("malformed SSE: {error}"),
-    )
+        EventsError::Parse(ParseError::Malformed(why)) => (
+            ProviderErrorKind::InvalidResponse,
+            format!("malformed SSE: {why}"),
+        ),
+        EventsError::Body(chain) => (
+            ProviderErrorKind::Connection,
+            format!("stream broken: {chain}"),
+        ),
+    };
+    ProviderError::new(kind, provider, message)
 }
 
 /// An error and its sources, e.g. "error decoding response body: connection reset".
@@ -430,7 +336,7 @@ mod tests {
         fn provider(&self) -> &str {
             "test"
         }
-        fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+        fn on_event(&mut self, event: SseEvent) -> Result<Step, ProviderError> {
             let data = event_data(&event).unwrap_or_default();
             if data == "done" {
                 return Ok(Step::Done(vec![ProviderChunk::Finish(FinishReason::Stop)]));
@@ -551,59 +457,6 @@ mod tests {
                 if kind == "t" { MAX_ANSWER_BYTES } else { 0 },
                 "{kind}"
             );
-        }
-    }
-
-    #[test]
-    fn an_event_is_counted_from_the_blank_line_before_it_whatever_the_line_ends() {
-        for (body, last) in [
-            (&b"data: abc\n\ndata: d"[..], 7),
-            (b"data: abc\r\n\r\ndata: d", 7),
-            (b"data: abc\r\rdata: d", 7),
-            // A CRLF is one line end: no blank line here, and pieces may split it.
-            (b"data: abc\r\ndata: d", 18),
-            (b"data: abc\n\r\n", 0),
-            // Pieces that end with their event (the common case, counted without a scan).
-            (b"data: abc\n\n", 0),
-            (b"data: abc\r\n\r\n", 0),
-            (b"data: abc\r\r\n", 0),
-            (b"data: abc\n\n\n", 0),
-        ] {
-            let mut whole = EventBytes::default();
-            assert!(whole.feed(body, 1_000));
-            let mut split = EventBytes::default();
-            for byte in body {
-                assert!(split.feed(std::slice::from_ref(byte), 1_000));
-            }
-            let text = String::from_utf8_lossy(body);
-            // The new count starts within the blank line (one or two of its bytes).
-            assert!(
-                (last..=last + 2).contains(&whole.since_end),
-                "{text:?}: {}",
-                whole.since_end
-            );
-            assert_eq!(split.since_end, whole.since_end, "{text:?}");
-        }
-        let mut event = EventBytes::default();
-        assert!(event.feed(b"data: 0123", 10));
-        assert!(!event.feed(b"4", 10), "11 bytes of one event, 10 allowed");
-    }
-
-    #[tokio::test]
-    async fn an_event_that_never_ends_fails_the_stream_and_ended_ones_never_add_up() {
-        let piece = |text: &'static [u8]| Ok::<_, std::io::Error>(Bytes::from_static(text));
-        // Whole events, 64 bytes allowed per event: any number of them passes.
-        let events = futures::stream::iter((0..100).map(move |_| piece(b"data: {\"x\":1}\n\n")));
-        let got: Vec<_> = bounded(events, 64).collect().await;
-        assert_eq!(got.len(), 100);
-        assert!(got.iter().all(Result::is_ok));
-        // One event that never ends: cut when it passes the bound, not later.
-        let endless = futures::stream::iter((0..100).map(move |_| piece(b"data: xxxxxxxx\n")));
-        let got: Vec<_> = bounded(endless, 64).collect().await;
-        assert_eq!(got.len(), 5, "4 pieces of 15 bytes fit in 64");
-        match got.last() {
-            Some(Err(BodyError::EventTooLarge(64))) => {}
-            other => panic!("{other:?}"),
         }
     }
 }

@@ -155,21 +155,6 @@ pub(crate) fn made_up_bytes(rng: &mut Rng, len: usize) -> Vec<u8> {
     (0..len).map(|_| *rng.pick(BYTES)).collect()
 }
 
-/// Where to cut `len` bytes in two: at every position for short ones; for longer ones
-/// the first and last `edge` positions and `sample` more at random, so a case stays
-/// bounded in time whatever the recording's size.
-pub(crate) fn cut_points(rng: &mut Rng, len: usize, every_up_to: usize) -> Vec<usize> {
-    if len <= every_up_to {
-        return (0..=len).collect();
-    }
-    let edge = every_up_to / 4;
-    let mut points: Vec<usize> = (0..=edge).chain(len - edge..=len).collect();
-    points.extend((0..every_up_to / 2).map(|_| rng.below(len + 1)));
-    points.sort_unstable();
-    points.dedup();
-    points
-}
-
 /// `bytes` cut into pieces of random sizes in `1..=most`.
 pub(crate) fn random_pieces<'a>(rng: &mut Rng, bytes: &'a [u8], most: usize) -> Vec<&'a [u8]> {
     let mut pieces = Vec::new();

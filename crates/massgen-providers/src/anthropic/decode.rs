@@ -12,8 +12,8 @@
 
 use std::collections::HashMap;
 
+use crate::sse::SseEvent;
 use serde_json::{Value, json};
-use sse_stream::Sse;
 
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
@@ -277,7 +277,7 @@ impl EventDecoder for Decoder {
         &self.provider
     }
 
-    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+    fn on_event(&mut self, event: SseEvent) -> Result<Step, ProviderError> {
         let Some(data) = crate::sse::event_data(&event) else {
             return Ok(Step::More(Vec::new()));
         };

@@ -9,7 +9,7 @@
 //! `refusal` deltas are emitted as [`ProviderChunk::Text`]: the refusal is the model's
 //! answer, and dropping it would leave an agent with an empty answer and no reason.
 
-use sse_stream::Sse;
+use crate::sse::SseEvent;
 
 use super::errors::{self, ErrorInfo};
 use super::tool_calls::ToolCallAssembler;
@@ -35,7 +35,7 @@ impl EventDecoder for Decoder {
         &self.provider
     }
 
-    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+    fn on_event(&mut self, event: SseEvent) -> Result<Step, ProviderError> {
         Decoder::on_event(self, event)
     }
 
@@ -62,7 +62,7 @@ impl Decoder {
         }
     }
 
-    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+    fn on_event(&mut self, event: SseEvent) -> Result<Step, ProviderError> {
         let Some(data) = event.data else {
             return Ok(Step::More(Vec::new()));
         };
@@ -219,8 +219,11 @@ fn map_finish_reason(reason: &str) -> FinishReason {
 mod tests {
     use super::*;
 
-    fn data(json: &str) -> Sse {
-        Sse::default().data(json)
+    fn data(json: &str) -> SseEvent {
+        SseEvent {
+            data: Some(json.into()),
+            ..SseEvent::default()
+        }
     }
 
     #[test]

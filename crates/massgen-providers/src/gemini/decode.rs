@@ -10,8 +10,8 @@
 //! is reported whenever it changes, and the last one wins. There is no end marker: the
 //! stream is complete when the body ends after a `finishReason`.
 
+use crate::sse::SseEvent;
 use serde_json::{Map, Value, json};
-use sse_stream::Sse;
 
 use super::errors::stream_error;
 use super::request::OPAQUE_KEY;
@@ -226,7 +226,7 @@ impl EventDecoder for Decoder {
         &self.provider
     }
 
-    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+    fn on_event(&mut self, event: SseEvent) -> Result<Step, ProviderError> {
         // Neither format ends with `[DONE]`; a proxy that adds one is ignored.
         let Some(data) = crate::sse::event_data(&event).filter(|d| *d != "[DONE]") else {
             return Ok(Step::More(Vec::new()));

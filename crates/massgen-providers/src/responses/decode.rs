@@ -7,8 +7,8 @@
 //! its usage; `error` and `response.failed` end it with an error. A whole response goes
 //! through the same steps, as the events its output items would have come in.
 
+use crate::sse::SseEvent;
 use serde_json::{Value, json};
-use sse_stream::Sse;
 
 use super::request::OPAQUE_KEY;
 use super::wire::{ErrorWire, EventWire, ResponseWire, UsageWire, WholeWire};
@@ -269,7 +269,7 @@ impl EventDecoder for Decoder {
         &self.provider
     }
 
-    fn on_event(&mut self, event: Sse) -> Result<Step, ProviderError> {
+    fn on_event(&mut self, event: SseEvent) -> Result<Step, ProviderError> {
         // Neither format ends with `[DONE]`; a proxy that adds one is ignored.
         let Some(data) = crate::sse::event_data(&event).filter(|d| *d != "[DONE]") else {
             return Ok(Step::More(Vec::new()));

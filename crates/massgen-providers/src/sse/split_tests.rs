@@ -1,7 +1,8 @@
 //! The SSE layer cut anywhere: every recorded event stream (and made-up ones with every
-//! line end) split at every byte, or in random pieces, gives the events it gives whole;
-//! the per-event count behind [`MAX_EVENT_BYTES`] is the same however the bytes arrive,
-//! and the bound holds at its real size under random pieces.
+//! line end) split at every byte, in random pieces and byte by byte, gives the events it
+//! gives whole, which are the events `sse-stream` (the parser before ours) gave; the bound
+//! behind [`MAX_EVENT_BYTES`] is the same however the bytes arrive, and holds at its real
+//! size under random pieces.
 
 use std::convert::Infallible;
 
@@ -11,24 +12,47 @@ use futures::StreamExt;
 use super::*;
 use crate::testing::{self, Rng};
 
-/// The events the stream decoder sees for a body arriving in `pieces` (bounded at
-/// `max_event` bytes per event, then parsed), with the error that ended them, if any.
-pub(crate) fn events_bounded(pieces: &[&[u8]], max_event: usize) -> Vec<Result<Sse, String>> {
+/// The events the stream decoder sees for a body arriving in `pieces` (at most `max_event`
+/// bytes per event), with the error that ended them, as the call would report it.
+pub(crate) fn events_bounded(pieces: &[&[u8]], max_event: usize) -> Vec<Result<SseEvent, String>> {
     let body: Vec<Result<Bytes, Infallible>> = pieces
         .iter()
         .map(|piece| Ok(Bytes::copy_from_slice(piece)))
         .collect();
-    let events = SseStream::from_bytes_stream(bounded(futures::stream::iter(body), max_event));
+    let events = Events::new(futures::stream::iter(body), max_event);
     futures::executor::block_on(
         events
-            .map(|event| event.map_err(|e| e.to_string()))
+            .map(|event| event.map_err(|e| body_error("test", &e).message))
             .collect(),
     )
 }
 
 /// As [`events_bounded`], at the bound the decoder uses.
-pub(crate) fn events(pieces: &[&[u8]]) -> Vec<Result<Sse, String>> {
+pub(crate) fn events(pieces: &[&[u8]]) -> Vec<Result<SseEvent, String>> {
     events_bounded(pieces, MAX_EVENT_BYTES)
+}
+
+/// The events `sse-stream` 0.2 gave for the same pieces (with no bound).
+fn sse_stream_events(pieces: &[&[u8]]) -> Vec<Result<SseEvent, String>> {
+    let body: Vec<Result<Bytes, Infallible>> = pieces
+        .iter()
+        .map(|piece| Ok(Bytes::copy_from_slice(piece)))
+        .collect();
+    let events = sse_stream::SseStream::from_bytes_stream(futures::stream::iter(body));
+    futures::executor::block_on(
+        events
+            .map(|event| {
+                event
+                    .map(|sse| SseEvent {
+                        event: sse.event,
+                        data: sse.data,
+                        id: sse.id,
+                        retry: sse.retry,
+                    })
+                    .map_err(|e| e.to_string())
+            })
+            .collect(),
+    )
 }
 
 /// The streams these tests cut: every recorded `.sse` body, and made-up ones.
@@ -81,7 +105,7 @@ fn around(starts: &[usize], len: usize, at: usize) -> (usize, usize) {
 }
 
 #[test]
-fn every_stream_cut_anywhere_gives_the_same_events() {
+fn every_stream_cut_anywhere_gives_the_same_events_as_sse_stream() {
     let seed = testing::seed();
     let mut rng = Rng::new(seed);
     let mut cuts = 0;
@@ -92,11 +116,14 @@ fn every_stream_cut_anywhere_gives_the_same_events() {
             "{name}: {} events, an error among them",
             whole.len()
         );
+        assert!(
+            whole == sse_stream_events(&[&bytes]),
+            "{name}: the events differ from sse-stream's"
+        );
         let starts = event_starts(&bytes);
         let mut parsed = std::collections::HashMap::new();
-        // Every position of the short recordings (half of them); of the others, the first
-        // and last 1,024 and 2,048 more at random.
-        for at in testing::cut_points(&mut rng, bytes.len(), 4 * 1024) {
+        // Every position; each cut checked on the events around it.
+        for at in 0..=bytes.len() {
             let (from, to) = around(&starts, bytes.len(), at);
             let stretch = &bytes[from..to];
             let expected = parsed
@@ -109,10 +136,31 @@ fn every_stream_cut_anywhere_gives_the_same_events() {
             );
             cuts += 1;
         }
-        // The whole body in random pieces, as a client reads it; byte-sized ones for all
-        // but the longest recordings (a piece costs the same whatever its size).
-        let smallest = if bytes.len() <= 16 * 1024 { 1 } else { 64 };
-        for most in [1, 3, 16, 256].map(|most: usize| most.max(smallest)) {
+        // The whole body byte by byte, in 3 to 5 pieces cut anywhere, and in random pieces
+        // as a client reads them; sse-stream's events for some of them too.
+        let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
+        assert!(events(&bytewise) == whole, "{name} byte by byte");
+        for round in 0..4 {
+            let mut cuts: Vec<usize> = (0..rng.within(2, 4))
+                .map(|_| rng.below(bytes.len() + 1))
+                .collect();
+            cuts.sort_unstable();
+            let mut pieces = Vec::new();
+            let mut from = 0;
+            for cut in cuts.into_iter().chain([bytes.len()]) {
+                pieces.push(&bytes[from..cut]);
+                from = cut;
+            }
+            assert!(
+                events(&pieces) == whole,
+                "{name} in pieces {round} (seed {seed}): the events differ"
+            );
+            assert!(
+                sse_stream_events(&pieces) == whole,
+                "{name} in pieces {round} (seed {seed}): sse-stream's events differ"
+            );
+        }
+        for most in [3, 16, 256] {
             let pieces = testing::random_pieces(&mut rng, &bytes, most);
             assert!(
                 events(&pieces) == whole,
@@ -123,78 +171,65 @@ fn every_stream_cut_anywhere_gives_the_same_events() {
     println!("{cuts} cuts checked (seed {seed})");
 }
 
-/// The counter's state: bytes of the event being received, and where in a line end it is.
-fn state(count: &EventBytes) -> (usize, bool, bool) {
-    (count.since_end, count.at_line_end, count.after_cr)
-}
-
-/// The counter's state after each byte fed alone: what any way of cutting must agree with.
-fn byte_by_byte(bytes: &[u8]) -> Vec<(usize, bool, bool)> {
-    let mut count = EventBytes::default();
-    let mut states = vec![state(&count)];
-    for byte in bytes {
-        count.feed(std::slice::from_ref(byte), usize::MAX);
-        states.push(state(&count));
+/// The bytes of the largest event in `bytes` as the bound counts them: its lines with their
+/// line ends (a CRLF two bytes), from the blank line before it to the one after.
+fn largest_event(bytes: &[u8]) -> usize {
+    let (mut largest, mut event, mut line) = (0, 0, 0);
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'\r' | b'\n' => {
+                let end = if bytes[i..].starts_with(b"\r\n") {
+                    2
+                } else {
+                    1
+                };
+                event = if line == 0 { 0 } else { event + line + end };
+                largest = largest.max(event);
+                line = 0;
+                i += end;
+            }
+            _ => {
+                line += 1;
+                i += 1;
+            }
+        }
     }
-    states
+    largest.max(event + line)
 }
 
-/// Any cutting is a series of pieces, so this is the whole property: from the state at
-/// any position, a piece (one byte, a few, or up to the end of its event as providers
-/// send them, which takes the fast path) leads to the state byte-by-byte feeding reaches.
+/// Whatever the pieces, the largest event of each stream passes a bound of its own size
+/// and fails one a byte smaller.
 #[test]
 fn an_events_byte_count_does_not_depend_on_how_its_bytes_arrive() {
     let seed = testing::seed();
     let mut rng = Rng::new(seed);
-    let mut pieces = 0;
     for (name, bytes) in streams(&mut rng) {
-        let expected = byte_by_byte(&bytes);
-        let starts = event_starts(&bytes);
-        for from in 0..bytes.len() {
-            let next_start = starts
-                .get(starts.partition_point(|&start| start <= from))
-                .copied()
-                .unwrap_or(bytes.len());
-            let short = (from + rng.within(1, 64)).min(bytes.len());
-            for to in [from + 1, short, next_start] {
-                let (since_end, at_line_end, after_cr) = expected[from];
-                let mut count = EventBytes {
-                    since_end,
-                    at_line_end,
-                    after_cr,
-                };
-                count.feed(&bytes[from..to], usize::MAX);
-                assert_eq!(
-                    state(&count),
-                    expected[to],
-                    "{name}: bytes {from}..{to} in one piece (seed {seed})"
-                );
-                pieces += 1;
-            }
-        }
-        // So the bound's verdict is the byte-wise count at the pieces' ends: fed byte by
-        // byte (every count checked), the largest event passes a bound of its own size
-        // and fails one a byte smaller. Through the parser, for the short streams.
-        if bytes.len() <= 16 * 1024 {
-            let largest = expected.iter().map(|state| state.0).max().unwrap_or(0);
-            let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
+        let largest = largest_event(&bytes);
+        let whole = events(&[&bytes]);
+        let bytewise: Vec<&[u8]> = bytes.chunks(1).collect();
+        let random = testing::random_pieces(&mut rng, &bytes, 64);
+        for (how, pieces) in [
+            ("whole", vec![&bytes[..]]),
+            ("bytewise", bytewise),
+            ("random", random),
+        ] {
             assert!(
-                events_bounded(&bytewise, largest) == events(&[&bytes]),
-                "{name}: a bound of {largest} bytes"
+                events_bounded(&pieces, largest) == whole,
+                "{name} {how}: a bound of {largest} bytes (seed {seed})"
             );
-            let cut = events_bounded(&bytewise, largest - 1);
+            let cut = events_bounded(&pieces, largest - 1);
             assert!(
                 cut.last()
                     .is_some_and(|last| last.as_ref().is_err_and(|e| e.contains("MiB"))),
-                "{name}: {largest} - 1 bytes allowed, yet no error"
+                "{name} {how}: {largest} - 1 bytes allowed, yet no error (seed {seed})"
             );
         }
     }
-    println!("{pieces} pieces checked (seed {seed})");
 }
 
 /// The real bound, 16 MiB, under random pieces (1 byte to 64 KiB): an event of exactly
-/// that size passes, one that never ends fails once it is past it, by one piece at most.
+/// that size passes, one a byte larger fails, and so does one that never ends.
 #[test]
 fn the_16_mib_event_bound_holds_however_the_bytes_arrive() {
     let seed = testing::seed();
@@ -216,11 +251,10 @@ fn the_16_mib_event_bound_holds_however_the_bytes_arrive() {
             "round {round} (seed {seed})"
         );
     }
-    // Larger by more than one piece: refused whatever the pieces (the count is checked
-    // at each piece's end, so an event's last piece may take it past the bound unseen;
-    // that piece is in memory already).
+    // One byte larger: refused whatever the pieces (the count is checked at each line's
+    // end and before an unfinished line is kept).
     let mut over = exact.clone();
-    over.splice(6..6, std::iter::repeat_n(b'y', 64 * 1024 + 1));
+    over.insert(6, b'y');
     for round in 0..2 {
         let pieces = testing::random_pieces(&mut rng, &over, 64 * 1024);
         let got = events(&pieces);
@@ -236,7 +270,7 @@ fn the_16_mib_event_bound_holds_however_the_bytes_arrive() {
         );
     }
     // An event that never ends, in random pieces: the stream stops at the piece that
-    // takes it past the bound, having passed on no more than the bound.
+    // takes it past the bound.
     let mut pieces = vec![Bytes::from_static(b"data: ")];
     let mut total = pieces[0].len();
     while total <= MAX_EVENT_BYTES + 64 * 1024 {
@@ -245,16 +279,12 @@ fn the_16_mib_event_bound_holds_however_the_bytes_arrive() {
         total += n;
     }
     let body = futures::stream::iter(pieces.into_iter().map(Ok::<_, Infallible>));
-    let got: Vec<_> = futures::executor::block_on(bounded(body, MAX_EVENT_BYTES).collect());
-    assert!(
-        matches!(got.last(), Some(Err(BodyError::EventTooLarge(_)))),
+    let got: Vec<_> = futures::executor::block_on(Events::new(body, MAX_EVENT_BYTES).collect());
+    assert_eq!(got.len(), 1, "seed {seed}");
+    let error = body_error("test", got[0].as_ref().map(|_| "an event").unwrap_err());
+    assert_eq!(error.kind, ProviderErrorKind::InvalidResponse);
+    assert_eq!(
+        error.message, "the upstream sent an event of more than 16 MiB",
         "seed {seed}"
     );
-    let passed: usize = got
-        .iter()
-        .filter_map(|r| r.as_ref().ok())
-        .map(Bytes::len)
-        .sum();
-    assert!(passed <= MAX_EVENT_BYTES, "{passed} (seed {seed})");
-    assert!(got[..got.len() - 1].iter().all(Result::is_ok));
 }
