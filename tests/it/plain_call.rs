@@ -181,3 +181,38 @@ async fn a_panel_of_one_keeps_the_clients_stream_flag_and_turn_order() {
         [("user", "Name a colour."), ("assistant", "The colour is")]
     );
 }
+
+/// A client that gives up on a plain call it did not stream stops the upstream call: a
+/// whole call sends nothing out until it ends, so it must notice the reader leaving, not
+/// its next event (before, the upstream call ran to its end, up to 20 s here).
+#[tokio::test]
+async fn a_client_that_leaves_a_whole_plain_call_stops_its_upstream_call() {
+    let setup = support::Setup::with_panel(
+        |url| support::panel_yaml(url, &["slow:ttft_ms=20000,token_ms=1,words=5"], ""),
+        &[],
+    );
+    let body = json!({"model": "massgen", "messages": [{"role": "user", "content": "Hi"}]});
+    let gave_up = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_millis(800))
+        .build()
+        .unwrap()
+        .post(format!("{}/v1/chat/completions", setup.server.url))
+        .json(&body)
+        .send()
+        .await;
+    assert!(gave_up.is_err(), "the client gave up before the answer");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let stats = loop {
+        let stats = support::mock_stats(&setup.mock).await;
+        if stats["requests"] == 1 && stats["active"] == 0 {
+            break stats;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the upstream call still runs: {stats}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    };
+    assert_eq!(stats["completed"], 0, "{stats}");
+    assert_eq!(stats["cancelled"], 1, "{stats}");
+}

@@ -166,6 +166,25 @@ impl Plain {
                     // Streamed already: it cannot be taken back or asked again.
                     return Err(self.invalid_output(why));
                 }
+                if let Some(limit) = self.max_cost_usd.filter(|limit| self.cost >= *limit) {
+                    // The corrective call is a second payment: not past the session's limit.
+                    let spent = self.cost;
+                    self.send(
+                        em,
+                        EventKind::BudgetExhausted {
+                            spent_usd: spent,
+                            max_cost_usd: limit,
+                        },
+                    )
+                    .await?;
+                    return Err(self.error(
+                        SessionErrorKind::BudgetExhausted,
+                        format!(
+                            "the session spent ${spent:.6} of its ${limit} limit (max_cost_usd) on an answer that did not match the schema ({why})"
+                        ),
+                        None,
+                    ));
+                }
                 let fix = structured::corrective(&why, &reply.text);
                 let request = self.request(Some(fix), false);
                 reply = self.call(em, cancel, request, false).await?;
@@ -256,7 +275,10 @@ impl Plain {
         let failure = loop {
             let next = tokio::select! {
                 biased;
-                () = cancel.cancelled() => return Err(self.error(SessionErrorKind::Cancelled, "the client went away".into(), None)),
+                () = cancel.cancelled() => return Err(self.gone(em, usage)),
+                // A reader that left cancels the call (dropping the stream aborts it): a
+                // whole call or a held answer would otherwise send nothing that notices.
+                () = em.closed() => return Err(self.gone(em, usage)),
                 next = timeout_at(self.deadline, stream.next()) => next,
             };
             match next {
@@ -274,14 +296,16 @@ impl Plain {
                 Ok(Some(Ok(chunk))) => match chunk {
                     ProviderChunk::Text(text) => {
                         reply.text.push_str(&text);
-                        if stream_text {
-                            self.send(em, EventKind::FinalDelta { text }).await?;
+                        if stream_text && em.emit(EventKind::FinalDelta { text }).await.is_err() {
+                            return Err(self.gone(em, usage));
                         }
                     }
                     ProviderChunk::Reasoning(text) => {
                         let agent = self.who.clone();
-                        self.send(em, EventKind::ReasoningDelta { agent, text })
-                            .await?;
+                        let event = EventKind::ReasoningDelta { agent, text };
+                        if em.emit(event).await.is_err() {
+                            return Err(self.gone(em, usage));
+                        }
                     }
                     ProviderChunk::ToolCallStarted { .. } => {}
                     ProviderChunk::ToolCall(call) => reply.calls.push(call),
@@ -306,12 +330,7 @@ impl Plain {
         let Some(usage) = usage else {
             return Ok(());
         };
-        self.usage.add(&usage);
-        let cost_usd = self.agent.price.map(|p| p.cost(&usage));
-        match cost_usd {
-            Some(c) => self.cost += c,
-            None => self.unpriced |= usage.total_tokens > 0 || usage.input_tokens > 0,
-        }
+        let cost_usd = self.tally(&usage);
         let agent = self.who.clone();
         self.send(
             em,
@@ -323,6 +342,36 @@ impl Plain {
             },
         )
         .await
+    }
+
+    /// Adds one call's usage to the session's, and says what it cost.
+    fn tally(&mut self, usage: &Usage) -> Option<f64> {
+        self.usage.add(usage);
+        let cost_usd = self.agent.price.map(|p| p.cost(usage));
+        match cost_usd {
+            Some(c) => self.cost += c,
+            None => self.unpriced |= usage.total_tokens > 0 || usage.input_tokens > 0,
+        }
+        cost_usd
+    }
+
+    /// The client went away mid-call: what the call had used so far still counts (the
+    /// record and the key's spend see it), sent without waiting for a reader.
+    fn gone(&mut self, em: &mut Emitter, usage: Option<Usage>) -> SessionError {
+        if let Some(usage) = usage {
+            let cost_usd = self.tally(&usage);
+            em.emit_now(EventKind::Usage {
+                agent: self.who.clone(),
+                phase: CallPhase::Presentation,
+                usage,
+                cost_usd,
+            });
+        }
+        self.error(
+            SessionErrorKind::Cancelled,
+            "the client went away".into(),
+            None,
+        )
     }
 
     async fn send(&self, em: &mut Emitter, kind: EventKind) -> Result<(), SessionError> {
