@@ -288,3 +288,21 @@ fn frame(event: &SessionEvent, into: &mut Vec<u8>) {
         &value,
     ));
 }
+
+#[cfg(test)]
+mod door_names_tests {
+    use super::DOORS;
+
+    /// A door added to the registry must be one `door=`/`exclude_door=` can name, or
+    /// `exclude_door` would quietly stop listing its sessions.
+    #[test]
+    fn every_registered_door_can_be_filtered_by() {
+        for entry in crate::server::doors::registry::DOORS {
+            assert!(
+                DOORS.contains(&entry.name),
+                "{} is not in DOORS",
+                entry.name
+            );
+        }
+    }
+}

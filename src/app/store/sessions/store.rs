@@ -254,9 +254,13 @@ impl RecordStore {
                 rows
             }
         };
+        // Live records first; a stored row of the same session (and the same row read for
+        // two doors) is left out, in one pass rather than a search per row.
+        let mut seen: std::collections::HashSet<Arc<str>> =
+            live.iter().map(|r| r.id.clone()).collect();
         let mut all = live;
         for row in rows {
-            if !all.iter().any(|r| r.id == row.id) {
+            if seen.insert(row.id.clone()) {
                 all.push(Arc::new(stored_record(row, *caller, Vec::new())));
             }
         }
