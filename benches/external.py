@@ -390,7 +390,7 @@ def wrk(binary, script, url, connections, seconds):
     sys.exit(f"wrk printed no result: {out.stdout} {out.stderr}")
 
 
-def write_config(path, base_url, names, upstream, passthrough, h2c=False):
+def write_config(path, base_url, names, upstream, passthrough, h2c=False, coordinate_one=False):
     with open(path, "w") as f:
         f.write("agents:\n")
         for i, name in enumerate(names):
@@ -400,6 +400,10 @@ def write_config(path, base_url, names, upstream, passthrough, h2c=False):
                 f.write("      h2c: true\n")
         if passthrough:
             f.write(PASS_ORCHESTRATOR)
+        elif coordinate_one:
+            # One agent still runs the protocol (answer, vote, presentation): the same path
+            # as N agents, so a fit over N measures the session's fixed part.
+            f.write("orchestrator:\n  single_agent_coordination: true\n")
     return path
 
 
@@ -517,6 +521,9 @@ def parse():
     p.add_argument("mode", choices=list(LOADS))
     p.add_argument("--sessions", type=int)
     p.add_argument("--at-once", type=int, help="sessions in flight at once (default: per mode)")
+    p.add_argument("--agents", type=int, default=3, help="agents in the panel (not passthrough)")
+    p.add_argument("--plain", action="store_true",
+                   help="with --agents 1: the plain call (default: one agent still coordinates)")
     p.add_argument("--massgen", default="target/release/massgen")
     p.add_argument("--ttft-ms", type=int)
     p.add_argument("--token-ms", type=int)
@@ -558,9 +565,9 @@ async def run(args, work, procs, nofile):
                               os.path.join(work, "simulator.log"))
     procs.append(sim_proc)
     upstream = f"ttft_ms={args.ttft_ms},token_ms={args.token_ms},words={args.words}"
-    names = ["sim-p"] if args.mode == "passthrough" else ["alpha", "beta", "gamma"]
+    names = ["sim-p"] if args.mode == "passthrough" else [f"agent{i + 1}" for i in range(args.agents)]
     config = write_config(os.path.join(work, "team.yaml"), f"{sim_url}/v1", names, upstream,
-                          args.mode == "passthrough", args.h2c)
+                          args.mode == "passthrough", args.h2c, coordinate_one=not args.plain)
     os.environ.setdefault("MASSGEN_SERVER_RECORDS_DB", f"sqlite://{work}/records.db")
     server_proc, url = start(
         [*pin(args.server_cpus), *args.wrap.split(), args.massgen, "serve", "--host", "127.0.0.1",

@@ -6,7 +6,9 @@
 use massgen_core::coordination::SessionEvent;
 use sqlx::{Any, Transaction};
 
-use super::rows::{Batch, SessionWrite, StoredSummary};
+use std::sync::Arc;
+
+use super::rows::{Batch, SessionWrite, StoredSummary, merged_deltas};
 use crate::app::store::db::listen::notify;
 use crate::app::store::db::sql::{placeholders, shaped_chunks, to_db};
 use crate::app::store::db::{Engine, RecordDb, roll_back};
@@ -125,15 +127,20 @@ async fn upsert_rows(
     Ok(())
 }
 
-/// The events of every session of the batch, [`ROWS_PER_INSERT`] rows per statement.
+/// The events of every session of the batch, [`ROWS_PER_INSERT`] rows per statement, each
+/// call's token deltas merged ([`merged_deltas`]).
 async fn insert_events(
     tx: &mut Transaction<'static, Any>,
     engine: Engine,
     sessions: &[SessionWrite],
 ) -> Result<(), sqlx::Error> {
-    let rows: Vec<(&str, &SessionEvent)> = sessions
+    let merged: Vec<(&str, Vec<Arc<SessionEvent>>)> = sessions
         .iter()
-        .flat_map(|s| s.events.iter().map(move |e| (&*s.id, &**e)))
+        .map(|s| (&*s.id, merged_deltas(&s.events)))
+        .collect();
+    let rows: Vec<(&str, &SessionEvent)> = merged
+        .iter()
+        .flat_map(|(id, events)| events.iter().map(move |e| (*id, &**e)))
         .collect();
     for chunk in shaped_chunks(&rows, ROWS_PER_INSERT) {
         let sql = format!(

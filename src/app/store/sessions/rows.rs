@@ -6,7 +6,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use massgen_core::coordination::{AgentRef, SessionEvent};
+use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
 use massgen_core::provider::Usage;
 use serde::{Deserialize, Serialize};
 
@@ -49,6 +49,71 @@ impl SessionWrite {
             dropped,
             events,
         }
+    }
+}
+
+/// The rows one write stores of a session's `events`: each call's token deltas
+/// (`agent_delta`, `reasoning_delta` of one agent, `final_delta`) in this write are one
+/// row, with the first delta's `seq` and time and the text of all of them in order, so a
+/// 200-token answer is one row per flush window (about 100 ms), not 200 rows, each a JSON
+/// body and four bound parameters. Any other event ends every open run: text is never
+/// moved across an answer, a vote or a restart, only across another call's deltas (whose
+/// own order is kept too). A later write starts new rows, so a row once committed never
+/// changes, and every seq of a later write is above every seq of this one: a reader that
+/// goes on from the last row's `seq + 1` misses nothing.
+pub(in crate::app::store) fn merged_deltas(events: &[Arc<SessionEvent>]) -> Vec<Arc<SessionEvent>> {
+    let mut rows: Vec<Arc<SessionEvent>> = Vec::with_capacity(events.len());
+    // The open runs of this write: which call, and its row. A handful at once (one per
+    // agent streaming), so a scan beats a map.
+    let mut open: Vec<(DeltaOf<'_>, usize)> = Vec::new();
+    for event in events {
+        let Some((of, text)) = delta_of(&event.kind) else {
+            open.clear();
+            rows.push(Arc::clone(event));
+            continue;
+        };
+        match open.iter().find(|(o, _)| *o == of) {
+            Some(&(_, row)) => {
+                // Only rows this function built are extended (`make_mut` clones a shared
+                // event once, the first time its run grows).
+                if let Some(into) = delta_text(&mut Arc::make_mut(&mut rows[row]).kind) {
+                    into.push_str(text);
+                }
+            }
+            None => {
+                open.push((of, rows.len()));
+                rows.push(Arc::clone(event));
+            }
+        }
+    }
+    rows
+}
+
+/// Which call a token delta belongs to.
+#[derive(PartialEq, Eq, Clone, Copy)]
+enum DeltaOf<'a> {
+    Agent(&'a str),
+    Reasoning(&'a str),
+    Final,
+}
+
+fn delta_of(kind: &EventKind) -> Option<(DeltaOf<'_>, &str)> {
+    match kind {
+        EventKind::AgentDelta { agent, text } => Some((DeltaOf::Agent(&agent.agent_id), text)),
+        EventKind::ReasoningDelta { agent, text } => {
+            Some((DeltaOf::Reasoning(&agent.agent_id), text))
+        }
+        EventKind::FinalDelta { text } => Some((DeltaOf::Final, text)),
+        _ => None,
+    }
+}
+
+fn delta_text(kind: &mut EventKind) -> Option<&mut String> {
+    match kind {
+        EventKind::AgentDelta { text, .. }
+        | EventKind::ReasoningDelta { text, .. }
+        | EventKind::FinalDelta { text } => Some(text),
+        _ => None,
     }
 }
 
@@ -162,6 +227,115 @@ pub(super) fn status_name(status: &str) -> &'static str {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use massgen_core::coordination::{AgentRef, EventKind, SessionEvent};
+
+    use super::merged_deltas;
+
+    fn agent(i: u8) -> AgentRef {
+        AgentRef {
+            agent_id: format!("agent{i}"),
+            label: format!("agent{i}"),
+        }
+    }
+
+    fn events(kinds: Vec<EventKind>) -> Vec<Arc<SessionEvent>> {
+        kinds
+            .into_iter()
+            .enumerate()
+            .map(|(seq, kind)| {
+                Arc::new(SessionEvent {
+                    seq: seq as u64,
+                    at_ms: 1_000 + seq as u64,
+                    session_id: "s".into(),
+                    kind,
+                })
+            })
+            .collect()
+    }
+
+    fn said(i: u8, text: &str) -> EventKind {
+        EventKind::AgentDelta {
+            agent: agent(i),
+            text: text.into(),
+        }
+    }
+
+    fn rows(events: &[Arc<SessionEvent>]) -> Vec<(u64, u64, String)> {
+        merged_deltas(events)
+            .iter()
+            .map(|e| {
+                let v = serde_json::to_value(&**e).unwrap();
+                let what = match &e.kind {
+                    EventKind::AgentDelta { agent, text } => format!("{}:{text}", agent.agent_id),
+                    EventKind::FinalDelta { text } => format!("final:{text}"),
+                    EventKind::ReasoningDelta { agent, text } => {
+                        format!("think {}:{text}", agent.agent_id)
+                    }
+                    _ => v["type"].as_str().unwrap().to_string(),
+                };
+                (e.seq, e.at_ms, what)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_calls_deltas_are_one_row_with_the_first_seq_and_every_text_in_order() {
+        let log = events(vec![
+            said(1, "The "),
+            said(2, "Sky "),
+            said(1, "sky "),
+            said(2, "is "),
+            said(1, "is blue."),
+            EventKind::FinalDelta { text: "A".into() },
+            EventKind::FinalDelta { text: "B".into() },
+        ]);
+        assert_eq!(
+            rows(&log),
+            vec![
+                (0, 1_000, "agent1:The sky is blue.".into()),
+                (1, 1_001, "agent2:Sky is ".into()),
+                (5, 1_005, "final:AB".into()),
+            ]
+        );
+        // The log's own events are not changed (live readers share them).
+        assert!(matches!(&log[0].kind, EventKind::AgentDelta { text, .. } if text == "The "));
+    }
+
+    #[test]
+    fn any_other_event_ends_every_run_so_no_text_moves_across_it() {
+        let log = events(vec![
+            said(1, "a"),
+            said(2, "x"),
+            EventKind::Answer {
+                answer: massgen_core::coordination::Answer {
+                    answer_label: "agent2.1".into(),
+                    agent: agent(2),
+                    content: massgen_core::coordination::AnswerContent::Text {
+                        text: "x".into(),
+                    },
+                },
+            },
+            said(1, "b"),
+            EventKind::ReasoningDelta {
+                agent: agent(1),
+                text: "hm".into(),
+            },
+            said(1, "c"),
+        ]);
+        assert_eq!(
+            rows(&log),
+            vec![
+                (0, 1_000, "agent1:a".into()),
+                (1, 1_001, "agent2:x".into()),
+                (2, 1_002, "answer".into()),
+                (3, 1_003, "agent1:bc".into()),
+                (4, 1_004, "think agent1:hm".into()),
+            ]
+        );
+    }
+
     #[test]
     fn text_columns_never_carry_nul() {
         assert_eq!(super::text_column("gpt\0x"), "gpt\u{FFFD}x");
