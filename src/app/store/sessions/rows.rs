@@ -312,9 +312,7 @@ mod tests {
                 answer: massgen_core::coordination::Answer {
                     answer_label: "agent2.1".into(),
                     agent: agent(2),
-                    content: massgen_core::coordination::AnswerContent::Text {
-                        text: "x".into(),
-                    },
+                    content: massgen_core::coordination::AnswerContent::Text { text: "x".into() },
                 },
             },
             said(1, "b"),
