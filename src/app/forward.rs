@@ -113,52 +113,57 @@ where
                 tell(why, waiting);
             }
         };
-        loop {
-            if ended && queue.is_empty() {
-                break;
-            }
-            tokio::select! {
-                biased;
-                () = to.closed() => break,
-                room = to.reserve(), if !queue.is_empty() => match (room, queue.pop_front()) {
-                    (Ok(room), Some((item, weight))) => {
-                        room.send(item);
-                        queued -= weight;
-                        waiting_since = tokio::time::Instant::now();
-                    }
-                    _ => break,
-                },
-                () = tokio::time::sleep_until(waiting_since + stall), if !queue.is_empty() => {
-                    if let Some((item, _)) = queue.front() {
-                        drop_reader(Dropped::Stalled, item);
-                    }
+        {
+            // Made once: a `closed()` per item registered and removed a waiter for every token.
+            let closed = to.closed();
+            tokio::pin!(closed);
+            loop {
+                if ended && queue.is_empty() {
                     break;
                 }
-                item = from.next(), if !ended && (!source_waits || queue.is_empty()) => match item {
-                    Some(mut item) => {
-                        if let Some(observer) = observer.as_mut() {
-                            observer.see(&mut item);
-                        }
-                        let weight = item.weight();
-                        if !queue.is_empty() && queued.saturating_add(weight) > ahead_bytes {
-                            drop_reader(Dropped::TooFarBehind, &item);
-                            break;
-                        }
-                        if queue.is_empty() {
+                tokio::select! {
+                    biased;
+                    () = &mut closed => break,
+                    room = to.reserve(), if !queue.is_empty() => match (room, queue.pop_front()) {
+                        (Ok(room), Some((item, weight))) => {
+                            room.send(item);
+                            queued -= weight;
                             waiting_since = tokio::time::Instant::now();
                         }
-                        queued += weight;
-                        queue.push_back((item, weight));
-                    }
-                    None => {
-                        ended = true;
-                        // The session is over: its end is recorded now, not when the
-                        // client has read it.
-                        if let Some(observer) = observer.take() {
-                            observer.end().await;
+                        _ => break,
+                    },
+                    () = tokio::time::sleep_until(waiting_since + stall), if !queue.is_empty() => {
+                        if let Some((item, _)) = queue.front() {
+                            drop_reader(Dropped::Stalled, item);
                         }
+                        break;
                     }
-                },
+                    item = from.next(), if !ended && (!source_waits || queue.is_empty()) => match item {
+                        Some(mut item) => {
+                            if let Some(observer) = observer.as_mut() {
+                                observer.see(&mut item);
+                            }
+                            let weight = item.weight();
+                            if !queue.is_empty() && queued.saturating_add(weight) > ahead_bytes {
+                                drop_reader(Dropped::TooFarBehind, &item);
+                                break;
+                            }
+                            if queue.is_empty() {
+                                waiting_since = tokio::time::Instant::now();
+                            }
+                            queued += weight;
+                            queue.push_back((item, weight));
+                        }
+                        None => {
+                            ended = true;
+                            // The session is over: its end is recorded now, not when the
+                            // client has read it.
+                            if let Some(observer) = observer.take() {
+                                observer.end().await;
+                            }
+                        }
+                    },
+                }
             }
         }
         // The reader is gone or dropped (or all was delivered): stop the session, and

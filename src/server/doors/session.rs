@@ -2,6 +2,7 @@
 //! session (parse → resolve → start), then walk the session's events as door-neutral
 //! [`Step`]s (deliberation lines, answer text, tool calls, the outcome) to render.
 
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -15,6 +16,7 @@ use massgen_core::coordination::{
 };
 use massgen_core::provider::ToolCall;
 use tokio::sync::mpsc;
+use tokio::time::{Instant, Sleep};
 
 use super::narrate::Narrator;
 pub use crate::app::Ask;
@@ -122,6 +124,7 @@ pub async fn open_on(app: &App, ask: Ask, panel: Arc<PanelConfig>) -> Result<Ope
             narrator,
             session_id: started.id.clone(),
             stalled: started.stalled,
+            quiet: None,
         },
         id: started.id,
     })
@@ -173,6 +176,10 @@ pub struct Steps {
     session_id: Arc<str>,
     /// Set when [`relay`] dropped a client that stopped reading.
     stalled: Arc<AtomicBool>,
+    /// The keep-alive timer, kept and moved on rather than made per step: a timeout per
+    /// step registered and removed a timer for every token; moving a registered timer
+    /// later is an atomic store.
+    quiet: Option<Pin<Box<Sleep>>>,
 }
 
 impl Steps {
@@ -224,10 +231,21 @@ impl Steps {
     /// The next step, or [`Beat::Quiet`] when none came for `keepalive` (each door sends
     /// its own keep-alive then).
     pub async fn next_or_quiet(&mut self, keepalive: Duration) -> Beat {
-        match tokio::time::timeout(keepalive, self.next()).await {
-            Ok(step) => Beat::Step(step),
-            Err(_) => Beat::Quiet,
-        }
+        let until = Instant::now() + keepalive;
+        // Taken out while waiting (the step borrows `self`); a wait dropped half-way loses
+        // it, and the next one makes another.
+        let mut quiet = self
+            .quiet
+            .take()
+            .unwrap_or_else(|| Box::pin(tokio::time::sleep_until(until)));
+        quiet.as_mut().reset(until);
+        let beat = tokio::select! {
+            biased;
+            step = self.next() => Beat::Step(step),
+            () = quiet.as_mut() => Beat::Quiet,
+        };
+        self.quiet = Some(quiet);
+        beat
     }
 
     /// For a non-streamed response: the deliberation lines joined, and the outcome (the

@@ -46,11 +46,21 @@ impl Emitter {
     /// Waits for room in the channel, but not past a cancellation: a client that stopped
     /// reading must not keep the session (and its upstream calls) alive.
     pub async fn emit(&mut self, kind: EventKind) -> Result<(), ClientGone> {
-        let event = self.stamp(kind);
+        let event = Box::new(self.stamp(kind));
+        if self.cancel.is_cancelled() {
+            return Err(ClientGone);
+        }
+        // Room in the channel, nearly always: no waiter registered on the token (a
+        // registration and its removal per token otherwise).
+        let event = match self.tx.try_send(event) {
+            Ok(()) => return Ok(()),
+            Err(mpsc::error::TrySendError::Closed(_)) => return Err(ClientGone),
+            Err(mpsc::error::TrySendError::Full(event)) => event,
+        };
         tokio::select! {
             biased;
             _ = self.cancel.cancelled() => Err(ClientGone),
-            sent = self.tx.send(Box::new(event)) => sent.map_err(|_| ClientGone),
+            sent = self.tx.send(event) => sent.map_err(|_| ClientGone),
         }
     }
 
@@ -94,6 +104,14 @@ impl Emitter {
     /// Resolves when the receiver is dropped.
     pub async fn closed(&self) {
         self.tx.closed().await
+    }
+
+    /// [`closed`](Self::closed) that borrows nothing, to be made once and polled across a
+    /// loop that emits (it holds a sender, so the receiver sees the channel end only once
+    /// this is dropped too).
+    pub(super) fn closed_owned(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let tx = self.tx.clone();
+        async move { tx.closed().await }
     }
 
     fn stamp(&mut self, kind: EventKind) -> SessionEvent {

@@ -8,9 +8,8 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use serde_json::{Value, json};
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::call::Gathered;
@@ -19,6 +18,7 @@ use super::events::{CallPhase, EventKind, SessionError};
 use super::prompt;
 use super::spec::{Clock, SessionAgent, SessionInput};
 use super::state::SessionState;
+use super::watch::{Next, Watch};
 use crate::provider::{Message, ProviderRequest, ToolChoice, ToolSpec};
 
 /// The tool that accepts the answer.
@@ -77,12 +77,12 @@ impl Evaluator<'_> {
         self.state.add_calls(self.winner, 1);
         let mut stream = self.agent.provider.stream(request);
         let mut gathered = Gathered::default();
+        let mut watch = Watch::new(self.cancel, self.em, self.deadline);
         loop {
-            let next = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return Err(self.state.cancelled()),
-                _ = self.em.closed() => return Err(self.state.cancelled()),
-                next = timeout_at(self.deadline, stream.next()) => next,
+            let next = match watch.next(&mut stream).await {
+                Next::Gone => return Err(self.state.cancelled()),
+                Next::Elapsed => Err(()),
+                Next::Item(item) => Ok(item),
             };
             match next {
                 Ok(Some(Ok(chunk))) => {

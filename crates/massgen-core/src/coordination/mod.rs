@@ -40,6 +40,7 @@ mod spec;
 mod state;
 pub mod structured;
 mod validate;
+mod watch;
 
 pub use agent_tools::{AgentTools, OwnTool, SplitTools, ToolCallRecord, ToolLimits};
 pub use client_tools::ClientTools;

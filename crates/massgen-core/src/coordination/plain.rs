@@ -16,9 +16,8 @@
 
 use std::sync::Arc;
 
-use futures::StreamExt;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::emit::{ClientGone, Emitter};
@@ -28,6 +27,7 @@ use super::events::{
 };
 use super::spec::{Clock, Rejection, SessionAgent, SessionInput, SessionSpec};
 use super::structured;
+use super::watch::{Next, Watch};
 use crate::provider::{
     FinishReason, Message, ProviderChunk, ProviderError, ProviderRequest, ToolCall, Usage,
 };
@@ -272,17 +272,17 @@ impl Plain {
         let mut stream = self.agent.provider.stream(request);
         let mut reply = Reply::default();
         let mut usage = None;
+        // A reader that left cancels the call (dropping the stream aborts it): a whole
+        // call or a held answer would otherwise send nothing that notices.
+        let mut watch = Watch::new(cancel, em, self.deadline);
         let failure = loop {
-            let next = tokio::select! {
-                biased;
-                () = cancel.cancelled() => return Err(self.gone(em, usage)),
-                // A reader that left cancels the call (dropping the stream aborts it): a
-                // whole call or a held answer would otherwise send nothing that notices.
-                () = em.closed() => return Err(self.gone(em, usage)),
-                next = timeout_at(self.deadline, stream.next()) => next,
+            let next = match watch.next(&mut stream).await {
+                Next::Gone => return Err(self.gone(em, usage)),
+                Next::Elapsed => Err(()),
+                Next::Item(item) => Ok(item),
             };
             match next {
-                Err(_) => {
+                Err(()) => {
                     drop(stream);
                     self.count(em, usage.take()).await?;
                     return Err(self.error(

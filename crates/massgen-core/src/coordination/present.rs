@@ -4,9 +4,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use futures::StreamExt;
 use tokio::sync::mpsc;
-use tokio::time::{Instant, timeout_at};
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::agent_tools::{AgentTools, ToolCallRecord};
@@ -18,6 +17,7 @@ use super::prompt;
 use super::spec::{Clock, SessionAgent, SessionInput};
 use super::state::SessionState;
 use super::validate::{Action, Rules, validate};
+use super::watch::{Next, Watch};
 use crate::provider::{FinishReason, Message, ProviderRequest, ToolCall, ToolChoice, ToolSpec};
 
 pub(super) struct Presented {
@@ -252,15 +252,15 @@ impl Presenter<'_> {
         self.state.add_calls(self.winner, 1);
         let mut stream = self.agent.provider.stream(request);
         let mut gathered = Gathered::default();
+        let mut watch = Watch::new(self.cancel, self.em, deadline);
         let failure = loop {
-            let next = tokio::select! {
-                biased;
-                _ = self.cancel.cancelled() => return Err(self.state.cancelled()),
-                _ = self.em.closed() => return Err(self.state.cancelled()),
-                next = timeout_at(deadline, stream.next()) => next,
+            let next = match watch.next(&mut stream).await {
+                Next::Gone => return Err(self.state.cancelled()),
+                Next::Elapsed => Err(()),
+                Next::Item(item) => Ok(item),
             };
             match next {
-                Err(_) => {
+                Err(()) => {
                     break Some(format!(
                         "the presentation took longer than presentation_timeout ({}s)",
                         self.options.presentation_timeout.as_secs()
