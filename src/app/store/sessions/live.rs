@@ -207,7 +207,13 @@ impl SessionRecord {
             log.events.shrink_to_fit();
         }
         drop(log);
-        self.grew.send_replace(());
+        // Nobody follows most sessions: a send wakes nobody, yet locks the value and each
+        // of the channel's notify shards, once per token. A reader subscribes before it
+        // reads the log (`Cursor`), and this event is in the log before the count is read,
+        // so a reader counted as absent here still finds it.
+        if self.grew.receiver_count() > 0 {
+            self.grew.send_replace(());
+        }
         self.mark_dirty();
     }
 
