@@ -353,7 +353,7 @@ async fn eval_runs_in_sqlite_are_listed_and_shown_to_their_owner_only() {
         .await
         .unwrap();
     seed(&db).await;
-    db.pool().close().await;
+    db.close().await;
     // The file's lock goes with it: the server is the only process on the file.
     drop(db);
     let url_of_db = format!("sqlite://{}", file.display());
@@ -468,7 +468,7 @@ async fn eval_runs_in_postgres_read_back_and_are_served() {
     let page = db.eval_items("eval_old", 34, 10).await.unwrap();
     assert_eq!(page.len(), 2);
     assert_eq!(page[1].item, ITEMS.to_string());
-    db.pool().close().await;
+    db.close().await;
 
     let dir = tempfile::tempdir().unwrap();
     let server = serve(&pg.url(), false, dir.path());

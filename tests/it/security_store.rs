@@ -235,7 +235,7 @@ async fn a_follow_up_of_a_conversation_stored_whole_before_the_upgrade_is_refuse
         .await
         .unwrap();
     }
-    db.pool().close().await;
+    db.close().await;
     drop(db);
     let db = format!("sqlite://{}", file.display());
     let server = serve(dir.path(), &mock.url, Some(&db), None, &[]);

@@ -252,7 +252,7 @@ fn seed_eval_run(file: &Path) {
                     .unwrap();
             }
         }
-        db.pool().close().await;
+        db.close().await;
     });
 }
 

@@ -152,7 +152,7 @@ mod tests {
     async fn a_failing_database_bounds_the_queue() {
         let dir = tempfile::tempdir().unwrap();
         let db = Arc::new(sqlite(&dir).await);
-        db.pool().close().await;
+        db.close().await;
         let writer = ResponseWriter::start(Arc::clone(&db));
         let mut big = row("resp_big", "", 0, &[]);
         big.body = "x".repeat(MAX_PENDING_BYTES / 2 + 1);

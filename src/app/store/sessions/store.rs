@@ -411,7 +411,7 @@ pub(super) mod tests {
             task.abort();
         }
         side.writer.stop();
-        db.pool().close().await;
+        db.close().await;
         // More events than one batch takes: the failing batch holds only the first record.
         for id in ["big1", "big2"] {
             let r = store.insert(id.into(), Caller::default());

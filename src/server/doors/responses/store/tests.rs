@@ -339,7 +339,7 @@ async fn with_a_database_a_new_store_finds_what_an_earlier_one_wrote() {
             .is_none()
     );
     // A database that cannot be read is an error, not a missing response.
-    db.pool().close().await;
+    db.close().await;
     assert!(second.body("resp_9", &owner).await.is_err());
     assert!(second.item("msg_2", &owner).await.is_err());
     assert_eq!(
