@@ -23,6 +23,9 @@ const POLL: Duration = Duration::from_secs(1);
 const SAFETY: Duration = Duration::from_secs(10);
 /// Database reads that may fail in a row before the reader's stream ends.
 const MAX_READ_FAILURES: u32 = 10;
+/// Events one database read takes at most: read back, a call's token deltas are merged
+/// rows of up to 4 KiB of text each (`MERGED_TEXT_BYTES`), and a reader holds its page.
+const STORED_PAGE: usize = 16;
 
 pub struct Cursor {
     from: From,
@@ -104,7 +107,7 @@ impl Cursor {
                 if let Some(w) = wake.as_mut() {
                     w.changes.borrow_and_update();
                 }
-                match stored_page(db, id, *next, max).await {
+                match stored_page(db, id, *next, max.min(STORED_PAGE)).await {
                     Ok(Page::Events(events)) => {
                         *failures = 0;
                         if let Some(last) = events.last() {

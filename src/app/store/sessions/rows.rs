@@ -52,11 +52,15 @@ impl SessionWrite {
     }
 }
 
+/// Text a merged row grows to at most: a row that reached it takes no more deltas (the
+/// next starts a row of its own), so a reader's page of rows stays small.
+pub(in crate::app::store) const MERGED_TEXT_BYTES: usize = 4 * 1024;
+
 /// The rows one write stores of a session's `events`: each call's token deltas
 /// (`agent_delta`, `reasoning_delta` of one agent, `final_delta`) in this write are one
-/// row, with the first delta's `seq` and time and the text of all of them in order, so a
-/// 200-token answer is one row per flush window (about 100 ms), not 200 rows, each a JSON
-/// body and four bound parameters. Any other event ends every open run: text is never
+/// row, with the first delta's `seq` and time and the text of all of them in order (up to
+/// [`MERGED_TEXT_BYTES`] a row), so a 200-token answer is one row per flush window (about
+/// 100 ms), not 200 rows, each a JSON body and four bound parameters. Any other event ends every open run: text is never
 /// moved across an answer, a vote or a restart, only across another call's deltas (whose
 /// own order is kept too). A later write starts new rows, so a row once committed never
 /// changes, and every seq of a later write is above every seq of this one: a reader that
@@ -72,13 +76,22 @@ pub(in crate::app::store) fn merged_deltas(events: &[Arc<SessionEvent>]) -> Vec<
             rows.push(Arc::clone(event));
             continue;
         };
-        match open.iter().find(|(o, _)| *o == of) {
-            Some(&(_, row)) => {
+        let run = open.iter().position(|(o, _)| *o == of);
+        let full = run.is_some_and(|r| {
+            delta_of(&rows[open[r].1].kind).is_some_and(|(_, t)| t.len() >= MERGED_TEXT_BYTES)
+        });
+        match run {
+            Some(r) if !full => {
                 // Only rows this function built are extended (`make_mut` clones a shared
                 // event once, the first time its run grows).
+                let row = open[r].1;
                 if let Some(into) = delta_text(&mut Arc::make_mut(&mut rows[row]).kind) {
                     into.push_str(text);
                 }
+            }
+            Some(r) => {
+                open[r].1 = rows.len();
+                rows.push(Arc::clone(event));
             }
             None => {
                 open.push((of, rows.len()));
@@ -301,6 +314,22 @@ mod tests {
         );
         // The log's own events are not changed (live readers share them).
         assert!(matches!(&log[0].kind, EventKind::AgentDelta { text, .. } if text == "The "));
+    }
+
+    #[test]
+    fn a_full_row_takes_no_more_text() {
+        let word = "w".repeat(1000);
+        let log = events((0..10).map(|_| said(1, &word)).collect());
+        let merged = merged_deltas(&log);
+        let sizes: Vec<(u64, usize)> = merged
+            .iter()
+            .map(|e| match &e.kind {
+                EventKind::AgentDelta { text, .. } => (e.seq, text.len()),
+                _ => unreachable!(),
+            })
+            .collect();
+        // 4 KiB reached after five words: the sixth starts the next row.
+        assert_eq!(sizes, vec![(0, 5000), (5, 5000)]);
     }
 
     #[test]
