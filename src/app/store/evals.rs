@@ -164,7 +164,7 @@ impl RecordDb {
         .bind(&*text(&run.grader))
         .bind(arms)
         .bind(report)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(written.rows_affected() > 0)
     }
@@ -211,7 +211,7 @@ impl RecordDb {
         .bind(sessions)
         .bind(result)
         .bind(owner)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(written.rows_affected() > 0)
     }
@@ -358,7 +358,7 @@ impl RecordDb {
         )
         .bind(&*text(run_id))
         .bind(owner)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }

@@ -240,7 +240,7 @@ impl RecordDb {
         sqlx::query("UPDATE reservations SET usd = $2 WHERE id = $1 AND usd > $2")
             .bind(id)
             .bind(usd)
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(())
     }
@@ -249,7 +249,7 @@ impl RecordDb {
     pub async fn release_reservation(&self, id: &str) -> Result<(), sqlx::Error> {
         sqlx::query("DELETE FROM reservations WHERE id = $1")
             .bind(id)
-            .execute(self.pool())
+            .execute(self.writer())
             .await?;
         Ok(())
     }

@@ -236,6 +236,12 @@ impl RecordDb {
         &self.pool
     }
 
+    /// Where a write that is one statement goes (a transaction: [`Self::begin_write`]): the
+    /// writer's connection, so that no other connection's write drops its page cache.
+    pub(in crate::app::store) fn writer(&self) -> &AnyPool {
+        &self.writer
+    }
+
     /// A transaction that writes. On SQLite it takes the write lock as it begins (`BEGIN
     /// IMMEDIATE`, waiting out another writer by the busy timeout): a deferred one that
     /// reads first cannot take it later once another connection has committed since its

@@ -40,7 +40,7 @@ impl RecordDb {
         )
         .bind(self.replica())
         .bind(now)
-        .execute(self.pool())
+        .execute(self.writer())
         .await?;
         Ok(())
     }
