@@ -59,6 +59,17 @@ impl Server {
         // records. MASSGEN_SERVER_RECORDS_DB in the driver's environment overrides it.
         if std::env::var_os("MASSGEN_SERVER_RECORDS_DB").is_none() {
             let db = log.with_extension("records.db");
+            // A file left by an earlier run would make this one measure a grown database
+            // (and its freelist, which SQLite's statement journal copies page by page).
+            for suffix in ["", "-wal", "-shm"] {
+                let mut path = db.clone().into_os_string();
+                path.push(suffix);
+                match std::fs::remove_file(&path) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(format!("{}: {e}", db.display())),
+                }
+            }
             cmd.env(
                 "MASSGEN_SERVER_RECORDS_DB",
                 format!("sqlite://{}", db.display()),
