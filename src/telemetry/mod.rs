@@ -2,6 +2,7 @@
 //! ([`init`]), and the instrumented provider wrapper that measures upstream calls
 //! ([`provider`]) with the per-session [`tracker`].
 
+mod fields;
 pub mod metrics;
 pub mod provider;
 pub mod tracker;
@@ -57,6 +58,7 @@ pub fn init(default_filter: &str, env: &crate::config::Env) -> Telemetry {
             .boxed()
     } else {
         tracing_subscriber::fmt::layer()
+            .fmt_fields(fields::LogFields)
             .with_writer(std::io::stderr)
             .with_ansi(ansi)
             .with_filter(filter)
