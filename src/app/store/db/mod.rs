@@ -139,11 +139,12 @@ impl RecordDb {
                     if engine == Engine::Sqlite {
                         // WAL is kept in the file; these hold per connection. NORMAL: a
                         // power cut may lose the last commits, never corrupt the file.
-                        // temp_store MEMORY: a batch's multi-row statements each keep a
-                        // statement journal (the pages they change, to undo a statement
-                        // that fails inside the transaction); past 64 KiB SQLite spilled
-                        // it to a new file in /var/tmp, about 150 writes per batch.
-                        conn.execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000; PRAGMA temp_store = MEMORY")
+                        // temp_store stays FILE: a statement journal (the pages a statement
+                        // changes, to undo it if it fails inside its transaction) or a sort
+                        // spills to a temporary file. Kept in memory (MEMORY), one statement
+                        // over many rows holds all of it: an UPDATE of 40,000 sessions,
+                        // as marking a dead process's sessions interrupted is, took 19 MB.
+                        conn.execute("PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; PRAGMA busy_timeout = 5000")
                             .await?;
                     } else {
                         // No query holds a connection (and a reader, or the writer) longer

@@ -511,20 +511,3 @@ async fn sessions_of_one_door_are_read_along_their_index() {
     );
     assert!(!plan.iter().any(|d| d.contains("TEMP B-TREE")), "{plan:?}");
 }
-
-/// A batch's statement journals stay in memory on every connection: SQLite spilled one
-/// past 64 KiB to a new file in /var/tmp for each batch (open, write, unlink).
-#[tokio::test]
-async fn every_connection_keeps_its_temporary_files_in_memory() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = RecordDb::open(&sqlite(&dir)).await.unwrap();
-    for pool in [db.pool(), db.writer()] {
-        let mode: i64 = sqlx::query("PRAGMA temp_store")
-            .fetch_one(pool)
-            .await
-            .unwrap()
-            .get(0);
-        assert_eq!(mode, 2, "temp_store = MEMORY");
-    }
-    db.close().await;
-}
