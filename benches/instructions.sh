@@ -15,6 +15,9 @@
 # Needs valgrind (`apt-get install valgrind`) and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+for tool in valgrind callgrind_control callgrind_annotate python3; do
+  command -v "$tool" >/dev/null || { echo "$0: needs $tool (apt-get install valgrind python3)" >&2; exit 1; }
+done
 bin=$(realpath "$1")
 requests="${2:-300}"
 runs="${3:-1}"
