@@ -7,7 +7,7 @@
 //! first byte", and a body that breaks off or stalls past its deadline is retried like a
 //! failed request. What the complete body says (an error in it too) is the call's answer.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -41,9 +41,10 @@ pub(crate) struct Endpoint {
     pub streamed: Place,
     /// Where whole responses are asked for (Gemini's other method, a JSON `Accept`).
     pub whole: Place,
-    /// How the URLs could show in an error text (see [`locations`]): replaced before any
-    /// error leaves the provider, since errors reach clients and the URL is the operator's.
-    pub hidden: Vec<String>,
+    /// How the URLs could show in an error text (see [`Endpoint::hidden`]), worked out at
+    /// the first error: parsing and formatting the URLs' forms was a third of a
+    /// session's start (23,000 instructions for two URLs) and most calls never fail.
+    pub hidden: OnceLock<Vec<String>>,
     /// Redacted from every error message.
     pub key: Option<Secret>,
     pub policy: CallPolicy,
@@ -56,6 +57,20 @@ pub(crate) struct Endpoint {
     pub decode_whole: fn(&str, &[u8]) -> Result<Vec<ProviderChunk>, ProviderError>,
     /// Told of each retry, when the application asked to hear of them.
     pub on_retry: Option<RetryObserver>,
+}
+
+impl Endpoint {
+    /// Every form of both URLs an error text may hold, longest first: replaced before any
+    /// error leaves the provider, since errors reach clients and the URL is the operator's.
+    fn hidden(&self) -> &[String] {
+        self.hidden.get_or_init(|| {
+            let mut hidden = locations(&self.streamed.url);
+            hidden.extend(locations(&self.whole.url));
+            hidden.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+            hidden.dedup();
+            hidden
+        })
+    }
 }
 
 /// One URL of an upstream, the client that calls it and the headers sent there.
@@ -256,7 +271,7 @@ fn redact(mut error: ProviderError, endpoint: &Endpoint) -> ProviderError {
     {
         error.message = error.message.replace(key, "***");
     }
-    for place in &endpoint.hidden {
+    for place in endpoint.hidden() {
         if error.message.contains(place.as_str()) {
             error.message = error.message.replace(place.as_str(), "<upstream>");
         }

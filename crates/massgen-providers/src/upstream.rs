@@ -5,7 +5,7 @@
 
 use std::fmt;
 use std::marker::PhantomData;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -137,10 +137,6 @@ impl<W: WireFormat> HttpProvider<W> {
             whole_url,
             headers,
         } = W::endpoint(&config, api_version)?;
-        let mut hidden = transport::locations(&url);
-        hidden.extend(transport::locations(&whole_url));
-        hidden.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
-        hidden.dedup();
         let mut whole_headers = headers.clone();
         // Every client lets a given header replace its default `Accept: text/event-stream`.
         whole_headers.insert(
@@ -160,7 +156,7 @@ impl<W: WireFormat> HttpProvider<W> {
                 url: whole_url,
                 headers: whole_headers,
             },
-            hidden,
+            hidden: OnceLock::new(),
             key: config.api_key.clone(),
             policy: config.policy.clone(),
             http_error: W::http_error,
