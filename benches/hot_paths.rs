@@ -237,15 +237,19 @@ fn sse_line(value: &impl serde::Serialize) -> Bytes {
 }
 
 fn encode(c: &mut Criterion) {
-    let header = ChunkHeader {
-        id: "chatcmpl-01a1fccafda974da85ea64ba66bc4465".into(),
-        created: 1_763_700_000,
-        model: "massgen".into(),
-    };
+    let header = ChunkHeader::new(
+        "chatcmpl-01a1fccafda974da85ea64ba66bc4465".into(),
+        1_763_700_000,
+        "massgen".into(),
+    );
     let mut g = c.benchmark_group("sse_encode");
     g.throughput(Throughput::Elements(1));
     g.bench_function("content_chunk", |b| {
         b.iter(|| sse_line(&header.content(black_box("word17 "))))
+    });
+    // What the door sends: the same bytes, around the head rendered once per response.
+    g.bench_function("content_frame", |b| {
+        b.iter(|| header.content_frame(black_box("word17 ")))
     });
     g.bench_function("reasoning_chunk", |b| {
         b.iter(|| {

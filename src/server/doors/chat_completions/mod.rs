@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 
 use super::door::{Door, Live, Prepared, SessionRef};
 use super::limit::{AnswerLimit, Cut};
-use super::metadata::metadata_json;
+use super::metadata::{Metadata, metadata_json};
 use super::narrate::Deliberation;
 use super::session::Ask;
 use crate::app::Caller;
@@ -108,11 +108,11 @@ impl Door for ChatCompletions {
 }
 
 fn header(plan: &Plan, session: &SessionRef) -> ChunkHeader {
-    ChunkHeader {
-        id: format!("chatcmpl-{}", &session.id[5..]),
-        created: session.created,
-        model: plan.model.clone(),
-    }
+    ChunkHeader::new(
+        format!("chatcmpl-{}", &session.id[5..]),
+        session.created,
+        plan.model.clone(),
+    )
 }
 
 /// `length` or `stop` when the client's bounds cut the answer.
@@ -148,10 +148,10 @@ impl Live for Stream {
                 if text.is_empty() {
                     Vec::new()
                 } else {
-                    vec![data(&self.header.content(&text))]
+                    vec![self.header.content_frame(&text)]
                 }
             }
-            None => vec![data(&self.header.reasoning(line))],
+            None => vec![self.header.reasoning_frame(line)],
         }
     }
 
@@ -159,7 +159,7 @@ impl Live for Stream {
         let mut frames = self.close_think();
         let text = self.plan.limit.push(text);
         if !text.is_empty() {
-            frames.push(data(&self.header.content(&text)));
+            frames.push(self.header.content_frame(&text));
         }
         frames
     }
@@ -175,9 +175,9 @@ impl Live for Stream {
         let header = &self.header;
         let held = self.plan.limit.finish();
         if !held.is_empty() {
-            frames.push(data(&header.content(&held)));
+            frames.push(header.content_frame(&held));
         }
-        let metadata = metadata_json(&self.session_id, summary);
+        let metadata = Metadata::new(&self.session_id, summary);
         let reason = finish_reason(&self.plan.limit, summary.finish_reason);
         frames.push(data(&header.finish(reason, metadata)));
         if self.plan.include_usage {
@@ -201,7 +201,7 @@ impl Stream {
         self.think
             .as_mut()
             .and_then(ThinkTags::close)
-            .map(|close| vec![data(&self.header.content(&close))])
+            .map(|close| vec![self.header.content_frame(&close)])
             .unwrap_or_default()
     }
 }
