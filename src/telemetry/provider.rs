@@ -104,7 +104,7 @@ impl Provider for InstrumentedProvider {
         }
         let span = tracing::info_span!(
             "chat",
-            "otel.name" = format!("chat {model}"),
+            "otel.name" = %format_args!("chat {model}"),
             "otel.kind" = "client",
             "otel.status_code" = Empty,
             "gen_ai.operation.name" = "chat",
