@@ -588,6 +588,39 @@ async fn connection_refused_is_a_connection_error() {
     let error = error.expect("an error");
     assert_eq!(error.kind, ProviderErrorKind::Connection);
     assert_eq!(error.status, None);
+    assert!(
+        !error.message.contains(&addr.to_string()),
+        "{}",
+        error.message
+    );
+}
+
+/// The operator's upstream address never reaches a client, even when the upstream quotes
+/// it: every form of it is replaced (worked out when the first error needs it).
+#[tokio::test]
+async fn an_error_quoting_the_upstream_address_is_told_without_it() {
+    let (url, script) = serve(Vec::new()).await;
+    let endpoint = format!("{url}chat/completions");
+    let addr = url
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1/")
+        .to_string();
+    let ip = addr.split(':').next().unwrap().to_string();
+    let quoted = json!({"error": {"message": format!(
+        "no such model at POST {endpoint} (from {addr}, host {ip})"
+    )}});
+    *script.replies.lock().unwrap() = [Reply::Status(404, vec![], quoted.to_string())].into();
+    let (_, error) = collect(provider(&url, fast_policy(1), None).stream(hello())).await;
+    let error = error.expect("an error");
+    assert_eq!(error.status, Some(404));
+    assert!(error.message.contains("<upstream>"), "{}", error.message);
+    for place in [endpoint.as_str(), &addr, &ip] {
+        assert!(
+            !error.message.contains(place),
+            "{place} in {}",
+            error.message
+        );
+    }
 }
 
 #[tokio::test]
