@@ -192,6 +192,41 @@ async fn rows_are_gathered_then_written_in_batches_of_the_limit_in_order() {
     assert_eq!(*lock(&script.written), [1, 2, 3]);
 }
 
+/// Rows that come while a batch is written are the next window's, not a batch of their own
+/// at once; a write longer than the window is followed at once.
+#[tokio::test(start_paused = true)]
+async fn rows_that_come_during_a_write_wait_for_the_next_window() {
+    let ms = Duration::from_millis;
+    let (slow, slower) = (Arc::new(Semaphore::new(0)), Arc::new(Semaphore::new(0)));
+    let script = Arc::new(Script::new([
+        Step::Wait(Arc::clone(&slow)),
+        Step::Wait(Arc::clone(&slower)),
+    ]));
+    let writer = start(&script, LIMITS).await;
+    let queued_at = Instant::now();
+    assert!(writer.push(1));
+    // The first batch is written from 100 ms to 130 ms; a row comes meanwhile.
+    tokio::time::sleep(ms(120)).await;
+    assert!(writer.push(2));
+    tokio::time::sleep(ms(10)).await;
+    slow.add_permits(1);
+    // The second waits for its window (200 ms), and is written until 400 ms.
+    tokio::time::sleep(ms(120)).await;
+    assert!(writer.push(3));
+    tokio::time::sleep(ms(150)).await;
+    slower.add_permits(1);
+    tokio::time::sleep(ms(500)).await;
+    let attempts = lock(&script.attempts);
+    let at: Vec<Duration> = attempts.iter().map(|(t, _)| *t - queued_at).collect();
+    let batches: Vec<&[u32]> = attempts.iter().map(|(_, rows)| rows.as_slice()).collect();
+    assert_eq!(batches, [[1].as_slice(), &[2], &[3]]);
+    assert_eq!(
+        at,
+        [ms(100), ms(200), ms(400)],
+        "a window each, or at once after a long write"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn past_the_bound_a_row_is_refused_and_its_kind_told_until_rows_are_written() {
     let script = Arc::new(Script::new((0..3).map(|_| Step::Fail)));
