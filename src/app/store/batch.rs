@@ -78,6 +78,12 @@ pub trait RowKind: Send + Sync + 'static {
         batch
     }
 
+    /// Rows are near a bound of the kind's own (records about to be dropped unsaved): the
+    /// next batch is written at once instead of waiting out its window.
+    fn pressed(&self) -> bool {
+        false
+    }
+
     /// A batch the database took.
     fn written(&self, _batch: &[Self::Row]) {}
 
@@ -291,7 +297,7 @@ impl<K: RowKind> Shared<K> {
                 if !gather.is_zero() {
                     tokio::time::sleep(gather).await;
                 }
-            } else if !full && !gather.is_zero() {
+            } else if !full && !gather.is_zero() && !self.kind.pressed() {
                 // Rows that came while the last batch was written wait out the rest of its
                 // window: a busy server commits once a window with every session that ran
                 // in it. Written back to back, a batch held what came during the last
@@ -303,7 +309,8 @@ impl<K: RowKind> Shared<K> {
             started = tokio::time::Instant::now();
             match self.write_batch().await {
                 Ok(cut) => {
-                    // A batch cut at its size leaves a full one behind: written at once.
+                    // A batch cut at its size leaves a full one behind: written at once
+                    // (as are rows the kind is pressed to write).
                     full = cut;
                     pause = RETRY_FIRST;
                     failures = 0;

@@ -33,6 +33,8 @@ struct Script {
     dropped: Mutex<Vec<u32>>,
     /// `retry` keeps only the even rows (else all of them, the default).
     keep_even: bool,
+    /// What `pressed` says.
+    pressed: Mutex<bool>,
 }
 
 impl Script {
@@ -83,6 +85,10 @@ impl RowKind for Arc<Script> {
         } else {
             batch
         }
+    }
+
+    fn pressed(&self) -> bool {
+        *lock(&self.pressed)
     }
 
     fn written(&self, batch: &[u32]) {
@@ -225,6 +231,27 @@ async fn rows_that_come_during_a_write_wait_for_the_next_window() {
         [ms(100), ms(200), ms(400)],
         "a window each, or at once after a long write"
     );
+}
+
+/// A kind pressed for room (records near being dropped unsaved) has what came during a
+/// write written at once.
+#[tokio::test(start_paused = true)]
+async fn a_pressed_kind_is_written_without_waiting_for_the_window() {
+    let ms = Duration::from_millis;
+    let slow = Arc::new(Semaphore::new(0));
+    let script = Arc::new(Script::new([Step::Wait(Arc::clone(&slow))]));
+    *lock(&script.pressed) = true;
+    let writer = start(&script, LIMITS).await;
+    let queued_at = Instant::now();
+    assert!(writer.push(1));
+    tokio::time::sleep(ms(120)).await;
+    assert!(writer.push(2));
+    tokio::time::sleep(ms(10)).await;
+    slow.add_permits(1);
+    tokio::time::sleep(ms(500)).await;
+    let attempts = lock(&script.attempts);
+    let at: Vec<Duration> = attempts.iter().map(|(t, _)| *t - queued_at).collect();
+    assert_eq!(at, [ms(100), ms(130)]);
 }
 
 #[tokio::test(start_paused = true)]

@@ -133,4 +133,10 @@ impl Live {
     pub(super) fn len(&self) -> usize {
         lock(&self.inner).by_id.len()
     }
+
+    /// Half of what may be held is held: finished records are near being dropped unsaved
+    /// (see [`Self::insert`]), so the writer must not wait to gather more.
+    pub(super) fn filling(&self) -> bool {
+        lock(&self.inner).order.len().saturating_mul(2) >= self.max_sessions
+    }
 }

@@ -43,6 +43,12 @@ pub fn start(db: Arc<RecordDb>, live: Arc<Live>, dirty: Arc<Dirty>) -> BatchWrit
 impl RowKind for SessionRows {
     type Row = Arc<str>;
 
+    /// Finished records wait in memory up to a bound, past which the oldest are dropped
+    /// unsaved: near it, the writer does not wait for its window.
+    fn pressed(&self) -> bool {
+        self.live.filling()
+    }
+
     async fn write(&self, ids: &[Arc<str>]) -> Result<(), sqlx::Error> {
         let records: Vec<_> = ids.iter().filter_map(|id| self.live.get(id)).collect();
         // Off the queue before anything is read: an event stored from here on queues its
