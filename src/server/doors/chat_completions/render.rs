@@ -132,9 +132,10 @@ struct Delta<'a> {
 /// The fixed part of every chunk of one response.
 #[derive(Debug, Clone)]
 pub struct ChunkHeader {
-    pub id: String,
-    pub created: u64,
-    pub model: String,
+    // Private: `head` is rendered from them once.
+    id: String,
+    created: u64,
+    model: String,
     /// A text delta's frame up to the delta, rendered once per response: each token's
     /// frame then serializes only its text (a whole chunk was 4,200 instructions, most of
     /// them the same keys, id and model again).
