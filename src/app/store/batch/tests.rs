@@ -198,6 +198,29 @@ async fn rows_are_gathered_then_written_in_batches_of_the_limit_in_order() {
     assert_eq!(*lock(&script.written), [1, 2, 3]);
 }
 
+/// Queues a row, and another while the first batch is written (from 100 ms until `slow`
+/// lets it go at 130 ms); returns when the first row was queued.
+async fn a_row_during_the_first_write(
+    writer: &BatchWriter<Arc<Script>>,
+    slow: &Semaphore,
+) -> Instant {
+    let queued_at = Instant::now();
+    assert!(writer.push(1));
+    tokio::time::sleep(Duration::from_millis(120)).await;
+    assert!(writer.push(2));
+    tokio::time::sleep(Duration::from_millis(10)).await;
+    slow.add_permits(1);
+    queued_at
+}
+
+/// When each attempt came, from `from`.
+fn attempts_since(script: &Script, from: Instant) -> Vec<Duration> {
+    lock(&script.attempts)
+        .iter()
+        .map(|(t, _)| *t - from)
+        .collect()
+}
+
 /// Rows that come while a batch is written are the next window's, not a batch of their own
 /// at once; a write longer than the window is followed at once.
 #[tokio::test(start_paused = true)]
@@ -209,25 +232,20 @@ async fn rows_that_come_during_a_write_wait_for_the_next_window() {
         Step::Wait(Arc::clone(&slower)),
     ]));
     let writer = start(&script, LIMITS).await;
-    let queued_at = Instant::now();
-    assert!(writer.push(1));
-    // The first batch is written from 100 ms to 130 ms; a row comes meanwhile.
-    tokio::time::sleep(ms(120)).await;
-    assert!(writer.push(2));
-    tokio::time::sleep(ms(10)).await;
-    slow.add_permits(1);
+    let queued_at = a_row_during_the_first_write(&writer, &slow).await;
     // The second waits for its window (200 ms), and is written until 400 ms.
     tokio::time::sleep(ms(120)).await;
     assert!(writer.push(3));
     tokio::time::sleep(ms(150)).await;
     slower.add_permits(1);
     tokio::time::sleep(ms(500)).await;
-    let attempts = lock(&script.attempts);
-    let at: Vec<Duration> = attempts.iter().map(|(t, _)| *t - queued_at).collect();
-    let batches: Vec<&[u32]> = attempts.iter().map(|(_, rows)| rows.as_slice()).collect();
-    assert_eq!(batches, [[1].as_slice(), &[2], &[3]]);
+    let batches: Vec<Vec<u32>> = lock(&script.attempts)
+        .iter()
+        .map(|(_, rows)| rows.clone())
+        .collect();
+    assert_eq!(batches, [vec![1], vec![2], vec![3]]);
     assert_eq!(
-        at,
+        attempts_since(&script, queued_at),
         [ms(100), ms(200), ms(400)],
         "a window each, or at once after a long write"
     );
@@ -242,16 +260,9 @@ async fn a_pressed_kind_is_written_without_waiting_for_the_window() {
     let script = Arc::new(Script::new([Step::Wait(Arc::clone(&slow))]));
     *lock(&script.pressed) = true;
     let writer = start(&script, LIMITS).await;
-    let queued_at = Instant::now();
-    assert!(writer.push(1));
-    tokio::time::sleep(ms(120)).await;
-    assert!(writer.push(2));
-    tokio::time::sleep(ms(10)).await;
-    slow.add_permits(1);
+    let queued_at = a_row_during_the_first_write(&writer, &slow).await;
     tokio::time::sleep(ms(500)).await;
-    let attempts = lock(&script.attempts);
-    let at: Vec<Duration> = attempts.iter().map(|(t, _)| *t - queued_at).collect();
-    assert_eq!(at, [ms(100), ms(130)]);
+    assert_eq!(attempts_since(&script, queued_at), [ms(100), ms(130)]);
 }
 
 #[tokio::test(start_paused = true)]
