@@ -32,9 +32,9 @@ fn for_traces_only(name: &str) -> bool {
 
 impl<'writer> FormatFields<'writer> for LogFields {
     fn format_fields<R: RecordFields>(&self, writer: Writer<'writer>, fields: R) -> fmt::Result {
-        let mut visitor = Kept(DefaultVisitor::new(writer, true));
+        let mut visitor = Kept::new(writer, true);
         fields.record(&mut visitor);
-        visitor.0.finish()
+        visitor.result
     }
 
     /// A value recorded later (a status code, token counts): padded only when something
@@ -45,31 +45,80 @@ impl<'writer> FormatFields<'writer> for LogFields {
         fields: &tracing::span::Record<'_>,
     ) -> fmt::Result {
         let empty = current.fields.is_empty();
-        let mut visitor = Kept(DefaultVisitor::new(current.as_writer(), empty));
+        let mut visitor = Kept::new(current.as_writer(), empty);
         fields.record(&mut visitor);
-        visitor.0.finish()
+        visitor.result
     }
 }
 
-/// The default visitor, told only of the fields the log keeps.
-struct Kept<'a>(DefaultVisitor<'a>);
+/// The default visitor's output for the fields the log keeps. Without colours a plain
+/// `name=value` is written here: the default visitor paints the name and the `=` even
+/// then, two styles formatted around every value (half the cost of a span's fields). The
+/// message, an error and a raw identifier, and every field when colours are on, still go
+/// through the default visitor, which escapes and paints them.
+struct Kept<'a> {
+    writer: Writer<'a>,
+    /// Nothing written yet: the next field needs no space before it.
+    is_empty: bool,
+    result: fmt::Result,
+}
 
-impl Visit for Kept<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if !for_traces_only(field.name()) {
-            self.0.record_debug(field, value);
+impl<'a> Kept<'a> {
+    fn new(writer: Writer<'a>, is_empty: bool) -> Self {
+        Self {
+            writer,
+            is_empty,
+            result: Ok(()),
         }
     }
 
+    /// `record` through the default visitor, which writes the field (with the space
+    /// before it).
+    fn delegate(&mut self, record: impl FnOnce(&mut DefaultVisitor<'_>)) {
+        let mut visitor = DefaultVisitor::new(self.writer.by_ref(), self.is_empty);
+        record(&mut visitor);
+        self.result = visitor.finish();
+        self.is_empty = false;
+    }
+
+    /// Whether `name` is written at all: not after an error, not a field for the trace
+    /// export, and not a `log` crate record's metadata (the default visitor skips those
+    /// too; the line shows them already).
+    fn writes(&self, name: &str) -> bool {
+        self.result.is_ok() && !for_traces_only(name) && !name.starts_with("log.")
+    }
+}
+
+impl Visit for Kept<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let name = field.name();
+        if !self.writes(name) {
+            return;
+        }
+        if self.writer.has_ansi_escapes() || name == "message" || name.starts_with("r#") {
+            return self.delegate(|v| v.record_debug(field, value));
+        }
+        let pad = if std::mem::take(&mut self.is_empty) {
+            ""
+        } else {
+            " "
+        };
+        self.result = write!(self.writer, "{pad}{name}={value:?}");
+    }
+
     fn record_str(&mut self, field: &Field, value: &str) {
-        if !for_traces_only(field.name()) {
-            self.0.record_str(field, value);
+        if field.name() == "message" {
+            if self.writes("message") {
+                self.delegate(|v| v.record_str(field, value));
+            }
+        } else {
+            self.record_debug(field, &value);
         }
     }
 
     fn record_error(&mut self, field: &Field, value: &(dyn std::error::Error + 'static)) {
-        if !for_traces_only(field.name()) {
-            self.0.record_error(field, value);
+        if self.writes(field.name()) {
+            self.delegate(|v| v.record_error(field, value));
         }
     }
 }
@@ -102,6 +151,94 @@ mod tests {
         fn make_writer(&'a self) -> Lines {
             self.clone()
         }
+    }
+
+    /// The lines a subscriber formatting fields with `fields` writes for the same spans
+    /// and events, none of them named for the trace export.
+    fn lines_with<F>(fields: F, ansi: bool) -> String
+    where
+        F: for<'w> FormatFields<'w> + Send + Sync + 'static,
+    {
+        let lines = Lines::default();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(lines.clone())
+            .with_ansi(ansi)
+            .without_time()
+            .fmt_fields(fields)
+            .finish();
+        #[derive(Debug)]
+        struct Outer(std::io::Error);
+        impl fmt::Display for Outer {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("above")
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        #[derive(Debug)]
+        struct Shape {
+            #[allow(dead_code)]
+            sides: u8,
+        }
+        tracing::subscriber::with_default(subscriber, || {
+            let span = tracing::info_span!(
+                "request",
+                request_id = "r\"1",
+                r#type = "chat",
+                agents = 3_u64,
+                late = Empty,
+            );
+            span.record("late", -7_i64);
+            let _in = span.enter();
+            let inner = tracing::info_span!(
+                "call",
+                agent = %"sim1",
+                shape = ?Shape { sides: 4 },
+                later = Empty
+            );
+            inner.record("later", true);
+            let _inner = inner.enter();
+            let error = Outer(std::io::Error::other("below"));
+            tracing::info!(
+                ratio = 0.5_f64,
+                flag = false,
+                "a message with \x1b[31m inside"
+            );
+            tracing::warn!(
+                error = &error as &(dyn std::error::Error + 'static),
+                quoted = "say \"hi\"\n",
+                "went wrong: {}",
+                42
+            );
+            tracing::info!(only = 1_u64);
+        });
+        String::from_utf8(lines.0.lock().unwrap().clone()).unwrap()
+    }
+
+    #[test]
+    fn a_line_reads_as_the_default_formatting_with_and_without_colours() {
+        for ansi in [false, true] {
+            let ours = lines_with(LogFields, ansi);
+            let default = lines_with(tracing_subscriber::fmt::format::DefaultFields::new(), ansi);
+            assert_eq!(ours, default, "ansi: {ansi}");
+            assert_eq!(ours.lines().count(), 3, "{ours}");
+        }
+        let plain = lines_with(LogFields, false);
+        assert!(
+            plain.contains(
+                "request{request_id=\"r\\\"1\" type=\"chat\" agents=3 late=-7}:call{agent=sim1 \
+                 shape=Shape { sides: 4 } later=true}"
+            ),
+            "{plain}"
+        );
+        assert!(
+            plain.contains("error=above error.sources=[below]"),
+            "{plain}"
+        );
+        assert!(!plain.contains('\x1b'), "{plain}");
     }
 
     #[test]
