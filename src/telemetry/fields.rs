@@ -153,9 +153,8 @@ mod tests {
         }
     }
 
-    /// The lines a subscriber formatting fields with `fields` writes for the same spans
-    /// and events, none of them named for the trace export.
-    fn lines_with<F>(fields: F, ansi: bool) -> String
+    /// A subscriber writing lines without times into the returned buffer.
+    fn subscriber<F>(fields: F, ansi: bool) -> (Lines, impl tracing::Subscriber + Send + Sync)
     where
         F: for<'w> FormatFields<'w> + Send + Sync + 'static,
     {
@@ -166,6 +165,16 @@ mod tests {
             .without_time()
             .fmt_fields(fields)
             .finish();
+        (lines, subscriber)
+    }
+
+    /// The lines a subscriber formatting fields with `fields` writes for the same spans
+    /// and events, none of them named for the trace export.
+    fn lines_with<F>(fields: F, ansi: bool) -> String
+    where
+        F: for<'w> FormatFields<'w> + Send + Sync + 'static,
+    {
+        let (lines, subscriber) = subscriber(fields, ansi);
         #[derive(Debug)]
         struct Outer(std::io::Error);
         impl fmt::Display for Outer {
@@ -243,13 +252,7 @@ mod tests {
 
     #[test]
     fn a_line_keeps_its_own_fields_and_leaves_the_exporters_out() {
-        let lines = Lines::default();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(lines.clone())
-            .with_ansi(false)
-            .without_time()
-            .fmt_fields(LogFields)
-            .finish();
+        let (lines, subscriber) = subscriber(LogFields, false);
         tracing::subscriber::with_default(subscriber, || {
             let span = tracing::info_span!(
                 "request",
